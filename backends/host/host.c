@@ -1,0 +1,253 @@
+/* host.c - the built-in host backend: "device" memory is host memory, so everything works without a GPU. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct host_state {
+	const struct devcache_backend_host *host;
+	long page;
+	uint64_t total;
+	char name[256];
+};
+
+/* Streams and events are plain tokens: host copies finish before they
+ * return, so every stream is idle and every event complete. */
+struct host_token {
+	int magic;
+};
+
+static void read_cpu_name(char *buf, size_t size)
+{
+	FILE *f = fopen("/proc/cpuinfo", "re");
+	char line[512];
+
+	snprintf(buf, size, "Host memory");
+	if (!f)
+		return;
+	while (fgets(line, sizeof line, f)) {
+		char *colon = strchr(line, ':');
+
+		if (strncmp(line, "model name", 10) == 0 && colon) {
+			colon += 1 + strspn(colon + 1, " \t");
+			colon[strcspn(colon, "\n")] = '\0';
+			snprintf(buf, size, "Host memory (%.200s)", colon);
+			break;
+		}
+	}
+	fclose(f);
+}
+
+static int host_init(const struct devcache_backend_host *host, void **state_p, char *why,
+		     size_t why_size)
+{
+	struct host_state *s = calloc(1, sizeof *s);
+
+	(void)why;
+	(void)why_size;
+	if (!s)
+		return host->error(DEVCACHE_ENOMEM, "host: out of memory");
+	s->host = host;
+	s->page = sysconf(_SC_PAGESIZE);
+	s->total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)s->page;
+	read_cpu_name(s->name, sizeof s->name);
+	*state_p = s;
+	return 0;
+}
+
+static void host_fini(void *state)
+{
+	free(state);
+}
+
+static int host_device_count(void *state, int *count_p)
+{
+	(void)state;
+	*count_p = 1;
+	return 0;
+}
+
+static int host_device_info(void *state, int dev, devcache_backend_device_t *info)
+{
+	struct host_state *s = state;
+
+	(void)dev;
+	memset(info, 0, sizeof *info);
+	snprintf(info->name, sizeof info->name, "%s", s->name);
+	info->total_memory = s->total;
+	info->caps = DEVCACHE_CAP_HOST_MEMORY;
+	return 0;
+}
+
+/* MemAvailable is what the kernel could give without swapping. */
+static int host_mem_get_info(void *state, int dev, uint64_t *free_p, uint64_t *total_p)
+{
+	struct host_state *s = state;
+	FILE *f = fopen("/proc/meminfo", "re");
+	unsigned long long kb;
+	char line[256];
+
+	(void)dev;
+	*total_p = s->total;
+	*free_p = (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)s->page;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+			*free_p = kb * 1024;
+			break;
+		}
+	fclose(f);
+	return 0;
+}
+
+/* Host allocations never come from the malloc heap: each is its own mapping,
+ * returned to the kernel when freed.  The first page records its length. */
+static int map_alloc(struct host_state *s, size_t size, void **ptr_p)
+{
+	size_t len;
+
+	if (size == 0)
+		size = 1;
+	if (size > SIZE_MAX - 2 * (size_t)s->page)
+		return s->host->error(DEVCACHE_ENOMEM, "host: cannot allocate %zu bytes", size);
+	len = (size + 2 * (size_t)s->page - 1) & ~((size_t)s->page - 1);
+	void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (base == MAP_FAILED)
+		return s->host->error(DEVCACHE_ENOMEM, "host: cannot allocate %zu bytes: %s", size,
+				      strerror(errno));
+	*(size_t *)base = len;
+	*ptr_p = (char *)base + s->page;
+	return 0;
+}
+
+static int map_free(struct host_state *s, void *ptr)
+{
+	if (!ptr)
+		return 0;
+	char *base = (char *)ptr - s->page;
+	if (munmap(base, *(size_t *)base) != 0)
+		return s->host->error(DEVCACHE_EINVAL, "host: cannot free %p: %s", ptr,
+				      strerror(errno));
+	return 0;
+}
+
+static int host_mem_alloc(void *state, int dev, size_t size, void **ptr_p)
+{
+	(void)dev;
+	return map_alloc(state, size, ptr_p);
+}
+
+static int host_mem_free(void *state, int dev, void *ptr)
+{
+	(void)dev;
+	return map_free(state, ptr);
+}
+
+static int host_host_alloc(void *state, size_t size, void **ptr_p)
+{
+	return map_alloc(state, size, ptr_p);
+}
+
+static int host_host_free(void *state, void *ptr)
+{
+	return map_free(state, ptr);
+}
+
+/* Host memory needs no pinning to be copied to host memory. */
+static int host_register(void *state, void *ptr, size_t size)
+{
+	(void)state, (void)ptr, (void)size;
+	return 0;
+}
+
+static int host_unregister(void *state, void *ptr)
+{
+	(void)state, (void)ptr;
+	return 0;
+}
+
+static int host_memcpy(void *state, int dev, void *dst, const void *src, size_t size,
+		       devcache_stream_t stream)
+{
+	(void)state, (void)dev, (void)stream;
+	memmove(dst, src, size);
+	return 0;
+}
+
+static int token_create(struct host_state *s, void **token_p)
+{
+	struct host_token *t = malloc(sizeof *t);
+
+	if (!t)
+		return s->host->error(DEVCACHE_ENOMEM, "host: out of memory");
+	t->magic = 0x486f7374;
+	*token_p = t;
+	return 0;
+}
+
+static int host_stream_create(void *state, int dev, devcache_stream_t *stream_p)
+{
+	(void)dev;
+	return token_create(state, stream_p);
+}
+
+static int host_token_destroy(void *state, int dev, void *token)
+{
+	(void)state, (void)dev;
+	free(token);
+	return 0;
+}
+
+static int host_nothing_pending(void *state, int dev, void *token)
+{
+	(void)state, (void)dev, (void)token;
+	return 0;
+}
+
+static int host_event_create(void *state, int dev, devcache_event_t *event_p)
+{
+	(void)dev;
+	return token_create(state, event_p);
+}
+
+static int host_event_record(void *state, int dev, devcache_event_t event, devcache_stream_t stream)
+{
+	(void)state, (void)dev, (void)event, (void)stream;
+	return 0;
+}
+
+static const struct devcache_backend_ops host_ops = {
+	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
+	.name = "host",
+	.init = host_init,
+	.fini = host_fini,
+	.device_count = host_device_count,
+	.device_info = host_device_info,
+	.mem_get_info = host_mem_get_info,
+	.mem_alloc = host_mem_alloc,
+	.mem_free = host_mem_free,
+	.host_alloc = host_host_alloc,
+	.host_free = host_host_free,
+	.host_register = host_register,
+	.host_unregister = host_unregister,
+	.memcpy_htod = host_memcpy,
+	.memcpy_dtoh = host_memcpy,
+	.stream_create = host_stream_create,
+	.stream_destroy = host_token_destroy,
+	.stream_synchronize = host_nothing_pending,
+	.event_create = host_event_create,
+	.event_destroy = host_token_destroy,
+	.event_record = host_event_record,
+	.event_query = host_nothing_pending,
+	.event_synchronize = host_nothing_pending,
+};
+
+const struct devcache_backend_ops *host_backend_ops(void)
+{
+	return &host_ops;
+}

@@ -1,0 +1,104 @@
+/* devcache-backend.h - the ABI between libdevcache and its backend modules. */
+#ifndef DEVCACHE_BACKEND_H
+#define DEVCACHE_BACKEND_H
+
+#include <devcache.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever struct devcache_backend_ops or struct devcache_backend_host
+ * changes incompatibly.  The loader refuses a module built for another one. */
+#define DEVCACHE_BACKEND_ABI_VERSION 1
+
+/* A module exports one symbol with this name: a function returning its ops. */
+#define DEVCACHE_BACKEND_ENTRY "devcache_backend_module"
+
+/* What the core offers a backend: logging and the tunables' values. */
+struct devcache_backend_host {
+	unsigned abi_version;
+	void *cookie;
+	void (*log)(void *cookie, enum devcache_log_level level, const char *fmt, ...)
+		DEVCACHE_PRINTF(3, 4);
+	/* The value of any tunable, formatted as in devcache.conf (a list is
+	 * comma-separated); NULL for an unknown name.  Valid until fini. */
+	const char *(*tunable)(void *cookie, const char *name);
+	/* Set the calling thread's detail message; returns err, so a backend
+	 * can write "return host->error(DEVCACHE_EBACKEND, ...)". */
+	int (*error)(int err, const char *fmt, ...) DEVCACHE_PRINTF(2, 3);
+	void *reserved[8];
+};
+
+typedef struct devcache_backend_device {
+	char name[256];
+	char pci_bus_id[32];
+	uint64_t total_memory;
+	uint64_t caps; /* DEVCACHE_CAP_* */
+	uint64_t reserved[8];
+} devcache_backend_device_t;
+
+/* Streams and events are the backend's own opaque handles.  Stream NULL is
+ * the device's default stream. */
+typedef void *devcache_stream_t;
+typedef void *devcache_event_t;
+
+/* Every entry returns 0 or a negative DEVCACHE_E* code; on failure it writes a
+ * reason into the thread's detail message through host->error(). */
+struct devcache_backend_ops {
+	unsigned abi_version; /* DEVCACHE_BACKEND_ABI_VERSION */
+	const char *name;     /* "cuda": devices are named "cuda:N" */
+
+	/* Mandatory.  init may succeed with zero devices; then *why (up to
+	 * why_size bytes) says why, in the vendor's own words. */
+	int (*init)(const struct devcache_backend_host *host, void **state_p, char *why,
+		    size_t why_size);
+	void (*fini)(void *state);
+	int (*device_count)(void *state, int *count_p);
+	int (*device_info)(void *state, int dev, devcache_backend_device_t *info);
+	int (*mem_get_info)(void *state, int dev, uint64_t *free_p, uint64_t *total_p);
+	int (*mem_alloc)(void *state, int dev, size_t size, void **ptr_p);
+	int (*mem_free)(void *state, int dev, void *ptr);
+	int (*host_alloc)(void *state, size_t size, void **ptr_p);
+	int (*host_free)(void *state, void *ptr);
+	int (*host_register)(void *state, void *ptr, size_t size);
+	int (*host_unregister)(void *state, void *ptr);
+	int (*memcpy_htod)(void *state, int dev, void *dst, const void *src, size_t size,
+			   devcache_stream_t stream);
+	int (*memcpy_dtoh)(void *state, int dev, void *dst, const void *src, size_t size,
+			   devcache_stream_t stream);
+	int (*stream_create)(void *state, int dev, devcache_stream_t *stream_p);
+	int (*stream_destroy)(void *state, int dev, devcache_stream_t stream);
+	int (*stream_synchronize)(void *state, int dev, devcache_stream_t stream);
+	int (*event_create)(void *state, int dev, devcache_event_t *event_p);
+	int (*event_destroy)(void *state, int dev, devcache_event_t event);
+	int (*event_record)(void *state, int dev, devcache_event_t event,
+			    devcache_stream_t stream);
+	/* 0 when complete, DEVCACHE_EAGAIN while pending. */
+	int (*event_query)(void *state, int dev, devcache_event_t event);
+	int (*event_synchronize)(void *state, int dev, devcache_event_t event);
+
+	/* Optional: called only on devices with DEVCACHE_CAP_VMM. */
+	int (*vm_granularity)(void *state, int dev, size_t *granularity_p);
+	int (*vm_reserve)(void *state, int dev, size_t size, void **va_p);
+	int (*vm_release)(void *state, int dev, void *va, size_t size);
+	int (*vm_create)(void *state, int dev, size_t size, void **handle_p);
+	int (*vm_destroy)(void *state, int dev, void *handle);
+	int (*vm_map)(void *state, int dev, void *va, size_t size, void *handle);
+	int (*vm_unmap)(void *state, int dev, void *va, size_t size);
+
+	/* Optional: called only on devices with DEVCACHE_CAP_IPC. */
+	int (*ipc_export)(void *state, int dev, void *ptr, void *handle, size_t handle_size);
+	int (*ipc_import)(void *state, int dev, const void *handle, size_t handle_size,
+			  void **ptr_p);
+	int (*ipc_close)(void *state, int dev, void *ptr);
+
+	void *reserved[16];
+};
+
+typedef const struct devcache_backend_ops *(*devcache_backend_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DEVCACHE_BACKEND_H */

@@ -1,0 +1,173 @@
+/* devcache.h - the public API of libdevcache: contexts, devices, tunables, errors, logging. */
+#ifndef DEVCACHE_H
+#define DEVCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <devcache-version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define DEVCACHE_API __attribute__((visibility("default")))
+#define DEVCACHE_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define DEVCACHE_API
+#define DEVCACHE_PRINTF(f, a)
+#endif
+
+/* ---- Errors -------------------------------------------------------------
+ * Every call returns 0 or one of these negative codes.  The thread that made
+ * the call can then read a detail message with devcache_last_error(). */
+enum devcache_error {
+	DEVCACHE_OK = 0,
+	DEVCACHE_EINVAL = -1,    /* invalid argument */
+	DEVCACHE_ENOMEM = -2,    /* out of memory (host or device) */
+	DEVCACHE_ECONFIG = -3,   /* configuration error */
+	DEVCACHE_ENODEV = -4,    /* no such device */
+	DEVCACHE_EBACKEND = -5,  /* backend or driver failure */
+	DEVCACHE_EABI = -6,      /* backend module ABI mismatch */
+	DEVCACHE_EIO = -7,       /* input/output error */
+	DEVCACHE_EFORMAT = -8,   /* malformed file */
+	DEVCACHE_ENOTSUP = -9,   /* not supported */
+	DEVCACHE_EBUSY = -10,    /* resource busy */
+	DEVCACHE_ECANCELED = -11,/* canceled */
+	DEVCACHE_ENOENT = -12,   /* no such entry */
+	DEVCACHE_EAGAIN = -13,   /* not ready yet */
+	DEVCACHE_ERROR_MIN = -13
+};
+
+/* A translated one-line description of an error code. */
+DEVCACHE_API const char *devcache_strerror(int err);
+/* The detail message of the last failed call in this thread (never NULL). */
+DEVCACHE_API const char *devcache_last_error(void);
+
+/* ---- Version ------------------------------------------------------------ */
+/* DEVCACHE_VERSION (compile time) and devcache_version() (run time) encode
+ * major << 16 | minor << 8 | micro. */
+DEVCACHE_API unsigned devcache_version(void);
+DEVCACHE_API const char *devcache_version_string(void);
+
+/* ---- Logging ------------------------------------------------------------ */
+enum devcache_log_level {
+	DEVCACHE_LOG_NONE = 0,
+	DEVCACHE_LOG_ERROR = 1,
+	DEVCACHE_LOG_WARNING = 2,
+	DEVCACHE_LOG_INFO = 3,
+	DEVCACHE_LOG_DEBUG = 4
+};
+
+/* The library prints nothing by itself: every message goes through the log
+ * handler.  The default handler writes "libdevcache: LEVEL: MESSAGE" to
+ * stderr.  Messages above the log_level tunable are not passed on. */
+typedef void (*devcache_log_fn)(void *user, enum devcache_log_level level,
+				const char *message);
+
+/* ---- Context ------------------------------------------------------------ */
+typedef struct devcache_ctx devcache_ctx_t;
+
+/* Flags of devcache_open_args_t. */
+#define DEVCACHE_OPEN_NO_FILES 0x1u /* read no configuration file */
+#define DEVCACHE_OPEN_NO_ENV 0x2u   /* read no DEVCACHE_* environment variable */
+
+typedef struct devcache_open_args {
+	size_t struct_size;     /* sizeof(devcache_open_args_t) */
+	const char *options;    /* "key:value,key:value", highest precedence; may be NULL */
+	devcache_log_fn log_fn; /* NULL: the default handler */
+	void *log_user;
+	unsigned flags;         /* DEVCACHE_OPEN_* */
+	void *reserved[8];
+} devcache_open_args_t;
+
+/* Open a context: merge the tunables from every source, load the backends
+ * and enumerate their devices.  Contexts are thread-safe. */
+DEVCACHE_API int devcache_open(devcache_ctx_t **ctx_p, const char *options);
+DEVCACHE_API int devcache_open_ex(devcache_ctx_t **ctx_p, const devcache_open_args_t *args);
+DEVCACHE_API void devcache_close(devcache_ctx_t *ctx);
+/* Replace the log handler (NULL restores the default). */
+DEVCACHE_API void devcache_set_log_handler(devcache_ctx_t *ctx, devcache_log_fn fn, void *user);
+
+/* ---- Tunables ----------------------------------------------------------- */
+typedef struct devcache_tunable_desc {
+	const char *name;
+	const char *type;          /* "bool", "int", "float", "size", "enum", "string", "list" */
+	const char *default_value; /* as written in the table */
+	const char *range;         /* accepted values, "" when any */
+	const char *group;         /* "allocator", "model cache", "backends", "logging" */
+	const char *summary;       /* one line, translated */
+	const char *description;   /* the long description (English) */
+	int effective;             /* 0 while the tunable has no effect yet */
+	void *reserved[4];
+} devcache_tunable_desc_t;
+
+DEVCACHE_API size_t devcache_tunable_count(void);
+DEVCACHE_API int devcache_tunable_describe(size_t index, devcache_tunable_desc_t *desc);
+/* The current value of a tunable in ctx, formatted as it would be written in
+ * devcache.conf, and where it came from ("default", "FILE:LINE",
+ * "DEVCACHE_OPTIONS", "DEVCACHE_BACKEND_PATH", "devcache_open").
+ * origin_p may be NULL; the origin string lives as long as ctx. */
+DEVCACHE_API int devcache_config_get(devcache_ctx_t *ctx, const char *name, char *buf,
+				     size_t buf_size, const char **origin_p);
+/* Check one configuration file without applying it.  Every error is passed to
+ * log_fn (or the default handler) at DEVCACHE_LOG_ERROR; the first one is also
+ * the detail message.  Returns 0 or DEVCACHE_ECONFIG (DEVCACHE_EIO when the
+ * file cannot be read). */
+DEVCACHE_API int devcache_config_check_file(const char *path, devcache_log_fn log_fn,
+					    void *user);
+
+/* ---- Backends and devices ----------------------------------------------- */
+enum devcache_backend_status {
+	DEVCACHE_BACKEND_LOADED = 0,      /* loaded, possibly with zero devices */
+	DEVCACHE_BACKEND_UNAVAILABLE = 1, /* found but refused or failed */
+	DEVCACHE_BACKEND_EXCLUDED = 2,    /* excluded by the backends tunable */
+	DEVCACHE_BACKEND_NOT_FOUND = 3    /* named in the backends tunable, not found */
+};
+
+typedef struct devcache_backend_info {
+	const char *name;
+	const char *path;   /* module file, "built-in" for host */
+	enum devcache_backend_status status;
+	const char *reason; /* why unavailable, or why it has no device; "" otherwise */
+	unsigned device_count;
+	void *reserved[4];
+} devcache_backend_info_t;
+
+DEVCACHE_API size_t devcache_backend_count(devcache_ctx_t *ctx);
+DEVCACHE_API int devcache_backend_info(devcache_ctx_t *ctx, size_t index,
+				       devcache_backend_info_t *info);
+
+typedef struct devcache_device devcache_device_t;
+
+/* Capability bits of a device. */
+#define DEVCACHE_CAP_VMM 0x1u         /* virtual memory: reserve, map, unmap */
+#define DEVCACHE_CAP_IPC 0x2u         /* export memory to another process */
+#define DEVCACHE_CAP_HOST_MEMORY 0x4u /* device memory is ordinary host memory */
+#define DEVCACHE_CAP_ASYNC_COPY 0x8u  /* copies overlap with the host */
+
+typedef struct devcache_device_info {
+	char id[32];          /* "host", "cuda:0" */
+	char name[256];       /* the vendor's product name */
+	char backend[32];
+	char pci_bus_id[32];  /* "" when not applicable */
+	int ordinal;          /* index within its backend */
+	uint64_t total_memory;
+	uint64_t free_memory;
+	uint64_t caps;        /* DEVCACHE_CAP_* */
+	uint64_t reserved[8];
+} devcache_device_info_t;
+
+DEVCACHE_API size_t devcache_device_count(devcache_ctx_t *ctx);
+DEVCACHE_API int devcache_device_at(devcache_ctx_t *ctx, size_t index, devcache_device_t **dev_p);
+/* Names: "host", "cuda:0", "hip:1", "ze:0"; "cuda" means "cuda:0". */
+DEVCACHE_API int devcache_device_get(devcache_ctx_t *ctx, const char *name,
+				     devcache_device_t **dev_p);
+DEVCACHE_API int devcache_device_info(devcache_device_t *dev, devcache_device_info_t *info);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DEVCACHE_H */

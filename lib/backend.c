@@ -1,0 +1,428 @@
+/* backend.c - find, select, load and check backend modules; start the built-in host backend. */
+#include "backend.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Every entry a backend must provide, checked after its init. */
+#define MANDATORY_ENTRIES(X)                                                                    \
+	X(init) X(fini) X(device_count) X(device_info) X(mem_get_info) X(mem_alloc) X(mem_free)   \
+	X(host_alloc) X(host_free) X(host_register) X(host_unregister) X(memcpy_htod)             \
+	X(memcpy_dtoh) X(stream_create) X(stream_destroy) X(stream_synchronize) X(event_create)   \
+	X(event_destroy) X(event_record) X(event_query) X(event_synchronize)
+#define VMM_ENTRIES(X)                                                                          \
+	X(vm_granularity) X(vm_reserve) X(vm_release) X(vm_create) X(vm_destroy) X(vm_map)        \
+	X(vm_unmap)
+#define IPC_ENTRIES(X) X(ipc_export) X(ipc_import) X(ipc_close)
+
+#define RETURN_IF_MISSING(f)                                                                    \
+	if (!ops->f)                                                                             \
+		return #f;
+
+static const char *missing_mandatory(const struct devcache_backend_ops *ops)
+{
+	MANDATORY_ENTRIES(RETURN_IF_MISSING)
+	return NULL;
+}
+
+static const char *missing_vmm(const struct devcache_backend_ops *ops)
+{
+	VMM_ENTRIES(RETURN_IF_MISSING)
+	return NULL;
+}
+
+static const char *missing_ipc(const struct devcache_backend_ops *ops)
+{
+	IPC_ENTRIES(RETURN_IF_MISSING)
+	return NULL;
+}
+
+/* ---- what the core offers a backend -------------------------------------- */
+
+static void host_log(void *cookie, enum devcache_log_level level, const char *fmt, ...)
+{
+	struct backend *be = cookie;
+	char text[1536];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	log_msg(&be->ctx->log, level, "%s: %s", be->name, text);
+}
+
+static const char *host_tunable(void *cookie, const char *name)
+{
+	struct backend *be = cookie;
+	int id = tunable_find(name);
+
+	return id < 0 ? NULL : be->ctx->tun_text[id];
+}
+
+/* ---- records -------------------------------------------------------------- */
+
+static struct backend *backend_new(devcache_ctx_t *ctx, const char *name, const char *path)
+{
+	struct backend *be = calloc(1, sizeof *be);
+	struct backend **grown = realloc(ctx->backends, (ctx->n_backends + 1) * sizeof *grown);
+
+	if (grown)
+		ctx->backends = grown;
+	if (!be || !grown || !(be->name = strdup(name)) || !(be->path = strdup(path))) {
+		if (be) {
+			free(be->name);
+			free(be);
+		}
+		err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return NULL;
+	}
+	be->ctx = ctx;
+	be->host = (struct devcache_backend_host){
+		.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
+		.cookie = be,
+		.log = host_log,
+		.tunable = host_tunable,
+		.error = err_set,
+	};
+	ctx->backends[ctx->n_backends++] = be;
+	return be;
+}
+
+static void set_status(struct backend *be, enum devcache_backend_status status, const char *fmt,
+		       ...) DEVCACHE_PRINTF(3, 4);
+
+static void set_status(struct backend *be, enum devcache_backend_status status, const char *fmt,
+		       ...)
+{
+	va_list ap;
+
+	free(be->reason);
+	va_start(ap, fmt);
+	if (vasprintf(&be->reason, fmt, ap) < 0)
+		be->reason = NULL;
+	va_end(ap);
+	be->status = status;
+	if (status != DEVCACHE_BACKEND_LOADED)
+		log_msg(&be->ctx->log, DEVCACHE_LOG_DEBUG, _("backend %s (%s): %s"), be->name,
+			be->path, be->reason ? be->reason : "");
+}
+
+static void backend_stop(struct backend *be)
+{
+	if (be->ops && be->state)
+		be->ops->fini(be->state);
+	be->state = NULL;
+	be->ops = NULL;
+	if (be->dl)
+		dlclose(be->dl);
+	be->dl = NULL;
+}
+
+static int add_device(devcache_ctx_t *ctx, struct backend *be, int ordinal)
+{
+	struct devcache_device *grown = realloc(ctx->devices, (ctx->n_devices + 1) * sizeof *grown);
+
+	if (!grown)
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	ctx->devices = grown;
+	struct devcache_device *dev = &ctx->devices[ctx->n_devices];
+	memset(dev, 0, sizeof *dev);
+	int rc = be->ops->device_info(be->state, ordinal, &dev->info);
+	if (rc) {
+		log_msg(&ctx->log, DEVCACHE_LOG_WARNING, _("backend %s: device %d skipped: %s"),
+			be->name, ordinal, devcache_last_error());
+		return 0;
+	}
+	dev->info.name[sizeof dev->info.name - 1] = '\0';
+	dev->info.pci_bus_id[sizeof dev->info.pci_bus_id - 1] = '\0';
+	/* The core never calls an optional entry a device cannot back. */
+	const char *gap;
+	if ((dev->info.caps & DEVCACHE_CAP_VMM) && (gap = missing_vmm(be->ops))) {
+		log_msg(&ctx->log, DEVCACHE_LOG_DEBUG,
+			_("backend %s: virtual-memory capability ignored: no %s entry"), be->name, gap);
+		dev->info.caps &= ~(uint64_t)DEVCACHE_CAP_VMM;
+	}
+	if ((dev->info.caps & DEVCACHE_CAP_IPC) && (gap = missing_ipc(be->ops))) {
+		log_msg(&ctx->log, DEVCACHE_LOG_DEBUG,
+			_("backend %s: IPC capability ignored: no %s entry"), be->name, gap);
+		dev->info.caps &= ~(uint64_t)DEVCACHE_CAP_IPC;
+	}
+	dev->ctx = ctx;
+	dev->backend = be;
+	dev->ordinal = ordinal;
+	if (strcmp(be->name, "host") == 0)
+		snprintf(dev->id, sizeof dev->id, "host");
+	else
+		snprintf(dev->id, sizeof dev->id, "%s:%d", be->name, ordinal);
+	ctx->n_devices++;
+	return 0;
+}
+
+/* Initialise, check, and enumerate; a failure makes the backend unavailable,
+ * never the context. */
+static void backend_start(devcache_ctx_t *ctx, struct backend *be,
+			  const struct devcache_backend_ops *ops)
+{
+	char why[512] = "";
+	const char *missing;
+	int n = 0, rc;
+
+	if (!ops->init || !ops->fini) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("missing mandatory entry %s"),
+			   ops->init ? "fini" : "init");
+		return;
+	}
+	err_clear();
+	rc = ops->init(&be->host, &be->state, why, sizeof why);
+	if (rc) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("initialisation failed: %s"),
+			   *devcache_last_error() ? devcache_last_error() : devcache_strerror(rc));
+		return;
+	}
+	be->ops = ops;
+	if ((missing = missing_mandatory(ops))) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("missing mandatory entry %s"), missing);
+		backend_stop(be);
+		return;
+	}
+	rc = ops->device_count(be->state, &n);
+	if (rc || n < 0) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("cannot count devices: %s"),
+			   rc ? devcache_last_error() : _("negative count"));
+		backend_stop(be);
+		return;
+	}
+	be->status = DEVCACHE_BACKEND_LOADED;
+	if (n == 0)
+		set_status(be, DEVCACHE_BACKEND_LOADED, "%s", *why ? why : _("no device found"));
+	for (int i = 0; i < n; i++)
+		if (add_device(ctx, be, i) == 0)
+			be->n_devices++;
+	log_msg(&ctx->log, DEVCACHE_LOG_DEBUG, _("backend %s (%s): loaded, %d device(s)%s%s"),
+		be->name, be->path, be->n_devices, n ? "" : ": ", n ? "" : be->reason);
+}
+
+static void backend_load_module(devcache_ctx_t *ctx, struct backend *be)
+{
+	devcache_backend_entry_fn entry;
+	const struct devcache_backend_ops *ops;
+
+	dlerror();
+	be->dl = dlopen(be->path, RTLD_NOW | RTLD_LOCAL);
+	if (!be->dl) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("cannot load module: %s"), dlerror());
+		return;
+	}
+	*(void **)&entry = dlsym(be->dl, DEVCACHE_BACKEND_ENTRY);
+	if (!entry || !(ops = entry())) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE,
+			   _("not a libdevcache backend module (no %s)"), DEVCACHE_BACKEND_ENTRY);
+	} else if (ops->abi_version != DEVCACHE_BACKEND_ABI_VERSION) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE,
+			   _("built for backend ABI %u, but this libdevcache uses ABI %u"),
+			   ops->abi_version, DEVCACHE_BACKEND_ABI_VERSION);
+	} else if (!ops->name || strcmp(ops->name, be->name) != 0) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE,
+			   _("the module calls itself '%s', not '%s'"), ops->name ? ops->name : "",
+			   be->name);
+	} else {
+		backend_start(ctx, be, ops);
+	}
+	if (be->status != DEVCACHE_BACKEND_LOADED)
+		backend_stop(be);
+}
+
+/* ---- discovery and selection ---------------------------------------------- */
+
+struct found {
+	char *name, *path;
+};
+
+static bool valid_module_name(const char *s, size_t len)
+{
+	if (len == 0 || len > 24)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+			return false;
+	return strncmp(s, "host", len) != 0 || len != 4;
+}
+
+static int found_rank(const char *name)
+{
+	static const char *const preferred[] = {"cuda", "hip", "ze"};
+
+	for (int i = 0; i < 3; i++)
+		if (strcmp(name, preferred[i]) == 0)
+			return i;
+	return 3;
+}
+
+static int found_cmp(const void *a, const void *b)
+{
+	const struct found *x = a, *y = b;
+	int rx = found_rank(x->name), ry = found_rank(y->name);
+
+	return rx != ry ? rx - ry : strcmp(x->name, y->name);
+}
+
+static struct found *find_found(struct found *f, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(f[i].name, name) == 0)
+			return &f[i];
+	return NULL;
+}
+
+/* Modules are NAME.so in the directories of backend_path; the first wins. */
+static int scan(const char *pathlist, struct found **out, size_t *n_out)
+{
+	struct found *f = NULL;
+	size_t n = 0;
+	char *copy = strdup(pathlist), *save = NULL;
+
+	if (!copy)
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		DIR *d = opendir(dir);
+		struct dirent *e;
+
+		if (!d)
+			continue;
+		while ((e = readdir(d))) {
+			size_t len = strlen(e->d_name);
+
+			if (len < 4 || strcmp(e->d_name + len - 3, ".so") != 0 ||
+			    !valid_module_name(e->d_name, len - 3))
+				continue;
+			char *name = strndup(e->d_name, len - 3), *path = NULL;
+			struct found *grown = realloc(f, (n + 1) * sizeof *f);
+
+			if (grown)
+				f = grown;
+			if (!name || !grown || asprintf(&path, "%s/%s", dir, e->d_name) < 0) {
+				free(name);
+				closedir(d);
+				goto nomem;
+			}
+			if (find_found(f, n, name)) {
+				free(name);
+				free(path);
+				continue;
+			}
+			f[n++] = (struct found){name, path};
+		}
+		closedir(d);
+	}
+	free(copy);
+	qsort(f, n, sizeof *f, found_cmp);
+	*out = f;
+	*n_out = n;
+	return 0;
+nomem:
+	free(copy);
+	for (size_t i = 0; i < n; i++)
+		free(f[i].name), free(f[i].path);
+	free(f);
+	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+}
+
+static bool listed(const struct tunable_value *sel, const char *name, bool excluded)
+{
+	for (size_t i = 0; i < sel->n_items; i++) {
+		const char *item = sel->items[i];
+
+		if ((item[0] == '^') == excluded && strcmp(item + excluded, name) == 0)
+			return true;
+	}
+	return false;
+}
+
+static int load_selected(devcache_ctx_t *ctx, struct found *f, size_t n)
+{
+	const struct tunable_value *sel = &ctx->tun.v[TUN_backends];
+	const char *path = ctx->tun_text[TUN_backend_path];
+	bool any_positive = false;
+	struct backend *be;
+
+	for (size_t i = 0; i < sel->n_items; i++)
+		any_positive = any_positive || sel->items[i][0] != '^';
+	if (listed(sel, "host", true))
+		log_msg(&ctx->log, DEVCACHE_LOG_WARNING,
+			_("the host backend is built in and cannot be excluded"));
+	/* Named backends, in the order named; "all" (or no name) adds the rest. */
+	for (size_t i = 0; i <= sel->n_items; i++) {
+		const char *item = i < sel->n_items ? sel->items[i] : NULL;
+		bool all = item ? strcmp(item, "all") == 0 : !any_positive;
+
+		if (item && (item[0] == '^' || strcmp(item, "host") == 0))
+			continue;
+		for (size_t k = 0; k < n; k++) {
+			if (!f[k].path || (all ? listed(sel, f[k].name, true)
+					       : strcmp(f[k].name, item ? item : "") != 0))
+				continue;
+			if (!(be = backend_new(ctx, f[k].name, f[k].path)))
+				return DEVCACHE_ENOMEM;
+			backend_load_module(ctx, be);
+			free(f[k].path);
+			f[k].path = NULL; /* taken */
+		}
+		if (item && !all && !find_found(f, n, item)) {
+			if (!(be = backend_new(ctx, item, "")))
+				return DEVCACHE_ENOMEM;
+			set_status(be, DEVCACHE_BACKEND_NOT_FOUND, _("no module %s.so in %s"), item,
+				   path);
+		}
+	}
+	for (size_t k = 0; k < n; k++) {
+		if (!f[k].path)
+			continue;
+		if (!(be = backend_new(ctx, f[k].name, f[k].path)))
+			return DEVCACHE_ENOMEM;
+		set_status(be, DEVCACHE_BACKEND_EXCLUDED,
+			   listed(sel, f[k].name, true) ? _("excluded by the backends tunable")
+							: _("not named in the backends tunable"));
+	}
+	return 0;
+}
+
+int backends_load(devcache_ctx_t *ctx)
+{
+	struct found *f = NULL;
+	size_t n = 0;
+	struct backend *host = backend_new(ctx, "host", "built-in");
+	int rc;
+
+	if (!host)
+		return DEVCACHE_ENOMEM;
+	backend_start(ctx, host, host_backend_ops());
+	if (host->status != DEVCACHE_BACKEND_LOADED || host->n_devices != 1)
+		return err_set(DEVCACHE_EBACKEND, _("the host backend failed: %s"),
+			       host->reason ? host->reason : "");
+	rc = scan(ctx->tun_text[TUN_backend_path], &f, &n);
+	if (rc == 0)
+		rc = load_selected(ctx, f, n);
+	for (size_t i = 0; i < n; i++)
+		free(f[i].name), free(f[i].path);
+	free(f);
+	return rc;
+}
+
+void backends_unload(devcache_ctx_t *ctx)
+{
+	for (size_t i = ctx->n_backends; i-- > 0;) {
+		struct backend *be = ctx->backends[i];
+
+		backend_stop(be);
+		free(be->name);
+		free(be->path);
+		free(be->reason);
+		free(be);
+	}
+	free(ctx->backends);
+	ctx->backends = NULL;
+	ctx->n_backends = 0;
+}

@@ -1,0 +1,305 @@
+/* config.c - the configuration sources (files, environment, option strings) and their precedence. */
+#include "internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/auxv.h>
+
+extern char **environ;
+
+/* Apply "key = value" from source; origin names it in errors and in
+ * `devcache config`. */
+static int apply_pair(struct tunable_set *set, const char *key, const char *value,
+		      const char *origin, struct log_state *log)
+{
+	char why[768];
+	struct tunable_value v;
+	int id = tunable_find(key);
+
+	if (id < 0) {
+		int c = compat_find(key);
+
+		if (c >= 0) {
+			log_msg(log, DEVCACHE_LOG_INFO,
+				_("%s: %s is a PyTorch option that libdevcache accepts and ignores (%s)"),
+				origin, key, compat_defs[c].note);
+			return 0;
+		}
+		const char *hint = tunable_suggest(key);
+
+		if (hint)
+			return err_set(DEVCACHE_ECONFIG, _("%s: unknown tunable '%s' (did you mean '%s'?)"),
+				       origin, key, hint);
+		return err_set(DEVCACHE_ECONFIG,
+			       _("%s: unknown tunable '%s' (devcache config lists them all)"), origin,
+			       key);
+	}
+	int rc = tunable_parse(id, value, &v, why, sizeof why);
+
+	if (rc)
+		return err_set(rc, "%s: %s: %s", origin, key, why);
+	return tunable_assign(set, id, &v, origin);
+}
+
+static bool is_list(const char *key)
+{
+	int id = tunable_find(key);
+
+	return id >= 0 && tunable_defs[id].type == TT_LIST;
+}
+
+/* Cut text at top-level commas: brackets protect the commas of a list. */
+static size_t next_item(const char *s, size_t *len_p)
+{
+	size_t i = 0;
+	int depth = 0;
+
+	for (; s[i] && (s[i] != ',' || depth > 0); i++) {
+		if (s[i] == '[')
+			depth++;
+		else if (s[i] == ']' && depth > 0)
+			depth--;
+	}
+	*len_p = i;
+	return s[i] ? i + 1 : i;
+}
+
+/* "key:value,key:value" as PYTORCH_CUDA_ALLOC_CONF; an item with no colon
+ * continues the list of the key before it ("backends:cuda,hip"). */
+int config_apply_string(struct tunable_set *set, const char *text, const char *source,
+			struct log_state *log)
+{
+	char *key = NULL, *value = NULL;
+	int rc = 0;
+
+	for (const char *s = text; *s && !rc;) {
+		size_t len, step = next_item(s, &len);
+		char *item = strndup(s, len);
+
+		s += step;
+		if (!item) {
+			rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+			break;
+		}
+		char *t = item + strspn(item, " \t\n");
+		size_t sep = strcspn(t, ":=");
+
+		if (!*t) {
+			free(item); /* "a:1,,b:2" or a trailing comma */
+			continue;
+		}
+		if (t[sep] == '\0' && key && is_list(key) && value[0] != '[') {
+			char *joined;
+
+			if (asprintf(&joined, "%s,%s", value, t) < 0) {
+				rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+			} else {
+				free(value);
+				value = joined;
+			}
+			free(item);
+			continue;
+		}
+		if (key) {
+			rc = apply_pair(set, key, value, source, log);
+			free(key);
+			free(value);
+			key = value = NULL;
+		}
+		if (!rc && t[sep] == '\0') {
+			rc = err_set(DEVCACHE_ECONFIG, _("%s: expected KEY:VALUE, found '%s'"), source, t);
+		} else if (!rc) {
+			size_t klen = sep;
+
+			while (klen && isspace((unsigned char)t[klen - 1]))
+				klen--;
+			key = strndup(t, klen);
+			value = strdup(t + sep + 1);
+			if (!key || !value)
+				rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+			else if (!*key)
+				rc = err_set(DEVCACHE_ECONFIG, _("%s: missing key before '%s'"), source, t);
+		}
+		free(item);
+	}
+	if (!rc && key)
+		rc = apply_pair(set, key, value, source, log);
+	free(key);
+	free(value);
+	return rc;
+}
+
+/* Parse one line of a file; 0 for a blank or comment line. */
+static int apply_line(struct tunable_set *set, char *line, const char *origin,
+		      struct log_state *log)
+{
+	char *s = line + strspn(line, " \t");
+	size_t len = strcspn(s, "\r\n");
+
+	s[len] = '\0';
+	if (*s == '#' || *s == '\0')
+		return 0;
+	for (char *c = s + 1; *c; c++)
+		if (*c == '#' && (c[-1] == ' ' || c[-1] == '\t')) {
+			*c = '\0';
+			break;
+		}
+	size_t klen = strcspn(s, " \t=:");
+	char *sep = s + klen + strspn(s + klen, " \t");
+
+	if (klen == 0 || (*sep != '=' && *sep != ':'))
+		return err_set(DEVCACHE_ECONFIG, _("%s: expected 'KEY = VALUE', found '%s'"),
+			       origin, s);
+	s[klen] = '\0';
+	return apply_pair(set, s, sep + 1, origin, log);
+}
+
+int config_apply_file(struct tunable_set *set, const char *path, bool must_exist,
+		      struct log_state *log, config_report_fn report, void *user)
+{
+	FILE *f = fopen(path, "re");
+	char *line = NULL, origin[4096 + 32];
+	size_t cap = 0;
+	int rc = 0, first = 0;
+
+	if (!f) {
+		if (errno == ENOENT && !must_exist)
+			return 0;
+		rc = err_set(errno == ENOENT ? DEVCACHE_ECONFIG : DEVCACHE_EIO,
+			     _("%s: cannot open configuration file: %s"), path, strerror(errno));
+		if (report)
+			report(user, devcache_last_error());
+		return rc;
+	}
+	for (unsigned long n = 1; getline(&line, &cap, f) >= 0; n++) {
+		snprintf(origin, sizeof origin, "%s:%lu", path, n);
+		rc = apply_line(set, line, origin, log);
+		if (rc && report) {
+			report(user, devcache_last_error());
+			if (!first)
+				first = rc;
+			continue;
+		}
+		if (rc)
+			break;
+	}
+	if (!rc && ferror(f))
+		rc = err_set(DEVCACHE_EIO, _("%s: read error: %s"), path, strerror(errno));
+	free(line);
+	fclose(f);
+	return first ? first : rc;
+}
+
+int config_apply_sources(struct tunable_set *set, const struct config_sources *src,
+			 struct log_state *log)
+{
+	int rc = 0;
+
+	if (src->system_file)
+		rc = config_apply_file(set, src->system_file, false, log, NULL, NULL);
+	if (!rc && src->user_file)
+		rc = config_apply_file(set, src->user_file, false, log, NULL, NULL);
+	if (!rc && src->conf_file)
+		rc = config_apply_file(set, src->conf_file, true, log, NULL, NULL);
+	if (!rc && src->backend_path) {
+		char why[512];
+		struct tunable_value v;
+
+		rc = tunable_parse(TUN_backend_path, src->backend_path, &v, why, sizeof why);
+		if (rc)
+			rc = err_set(rc, "DEVCACHE_BACKEND_PATH: %s", why);
+		else
+			rc = tunable_assign(set, TUN_backend_path, &v, "DEVCACHE_BACKEND_PATH");
+	}
+	if (!rc && src->env_options)
+		rc = config_apply_string(set, src->env_options, "DEVCACHE_OPTIONS", log);
+	if (!rc && src->options)
+		rc = config_apply_string(set, src->options, "devcache_open", log);
+	return rc;
+}
+
+/* Set-user-ID and similar programs read no DEVCACHE_* variable at all. */
+static bool secure_mode(void)
+{
+	return getauxval(AT_SECURE) != 0;
+}
+
+static const char *env(const char *name)
+{
+	const char *v = secure_getenv(name);
+
+	return v && *v ? v : NULL;
+}
+
+char *config_sources_from_env(struct config_sources *src)
+{
+	const char *xdg = env("XDG_CONFIG_HOME"), *home = env("HOME");
+	char *user = NULL;
+
+	src->system_file = SYSCONFDIR "/devcache.conf";
+	if (secure_mode())
+		return NULL;
+	if (xdg && xdg[0] == '/') {
+		if (asprintf(&user, "%s/devcache/devcache.conf", xdg) < 0)
+			user = NULL;
+	} else if (home) {
+		if (asprintf(&user, "%s/.config/devcache/devcache.conf", home) < 0)
+			user = NULL;
+	}
+	src->user_file = user;
+	src->conf_file = env("DEVCACHE_CONF");
+	src->backend_path = env("DEVCACHE_BACKEND_PATH");
+	src->env_options = env("DEVCACHE_OPTIONS");
+	return user;
+}
+
+static const char *const known_env[] = {
+	"DEVCACHE_CONF", "DEVCACHE_OPTIONS", "DEVCACHE_BACKEND_PATH", "DEVCACHE_LOCALEDIR",
+};
+
+/* A typo in a variable name would otherwise be silently ignored. */
+void config_warn_unknown_env(struct log_state *log)
+{
+	if (secure_mode())
+		return;
+	for (char **e = environ; e && *e; e++) {
+		size_t len = strcspn(*e, "=");
+		char name[128];
+		bool known = false;
+
+		if (strncmp(*e, "DEVCACHE_", 9) != 0 || len >= sizeof name)
+			continue;
+		snprintf(name, sizeof name, "%.*s", (int)len, *e);
+		for (size_t i = 0; i < sizeof known_env / sizeof *known_env; i++)
+			known = known || strcmp(name, known_env[i]) == 0;
+		if (known)
+			continue;
+		const char *tunable = tunable_suggest(name + 9);
+		if (tunable && strcasecmp(tunable, name + 9) == 0) {
+			log_msg(log, DEVCACHE_LOG_WARNING,
+				_("environment variable %s is ignored: set tunables with "
+				  "DEVCACHE_OPTIONS=%s:VALUE"),
+				name, tunable);
+			continue;
+		}
+		const char *best = NULL;
+		for (size_t i = 0; i < sizeof known_env / sizeof *known_env; i++)
+			if (strncmp(name, known_env[i], 11) == 0 ||
+			    strcasecmp(name, known_env[i]) == 0)
+				best = known_env[i];
+		if (best)
+			log_msg(log, DEVCACHE_LOG_WARNING,
+				_("unknown environment variable %s is ignored (did you mean %s?)"),
+				name, best);
+		else
+			log_msg(log, DEVCACHE_LOG_WARNING,
+				_("unknown environment variable %s is ignored (libdevcache reads "
+				  "DEVCACHE_CONF, DEVCACHE_OPTIONS, DEVCACHE_BACKEND_PATH and "
+				  "DEVCACHE_LOCALEDIR)"),
+				name);
+	}
+}

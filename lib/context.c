@@ -1,0 +1,102 @@
+/* context.c - open and close a context: configuration, logging, backends and devices together. */
+#include "backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void ctx_free(devcache_ctx_t *ctx)
+{
+	backends_unload(ctx);
+	free(ctx->devices);
+	for (int i = 0; i < TUN_COUNT; i++)
+		free(ctx->tun_text[i]);
+	tunable_set_free(&ctx->tun);
+	log_destroy(&ctx->log);
+	free(ctx);
+}
+
+static int configure(devcache_ctx_t *ctx, const devcache_open_args_t *args)
+{
+	struct config_sources src = {.system_file = SYSCONFDIR "/devcache.conf"};
+	char *user = NULL;
+	int rc = tunable_set_defaults(&ctx->tun);
+
+	if (rc)
+		return rc;
+	if (!(args->flags & DEVCACHE_OPEN_NO_ENV)) {
+		user = config_sources_from_env(&src);
+		config_warn_unknown_env(&ctx->log);
+	}
+	if (args->flags & DEVCACHE_OPEN_NO_FILES)
+		src.system_file = src.user_file = src.conf_file = NULL;
+	src.options = args->options;
+	rc = config_apply_sources(&ctx->tun, &src, &ctx->log);
+	free(user);
+	for (int i = 0; i < TUN_COUNT && !rc; i++) {
+		char text[4096];
+
+		tunable_format(i, &ctx->tun.v[i], text, sizeof text);
+		if (!(ctx->tun_text[i] = strdup(text)))
+			rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	}
+	return rc;
+}
+
+int devcache_open_ex(devcache_ctx_t **ctx_p, const devcache_open_args_t *args)
+{
+	devcache_open_args_t a = {0};
+	devcache_ctx_t *ctx;
+	int rc;
+
+	if (!ctx_p || !args)
+		return err_set(DEVCACHE_EINVAL, _("devcache_open_ex: NULL argument"));
+	*ctx_p = NULL;
+	if (args->struct_size < offsetof(devcache_open_args_t, reserved) ||
+	    args->struct_size > sizeof a)
+		return err_set(DEVCACHE_EINVAL,
+			       _("devcache_open_ex: struct_size %zu is not that of any known "
+				 "devcache_open_args_t"),
+			       args->struct_size);
+	memcpy(&a, args, args->struct_size);
+	if (a.flags & ~(DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV))
+		return err_set(DEVCACHE_EINVAL, _("devcache_open_ex: unknown flags 0x%x"), a.flags);
+	if (!(ctx = calloc(1, sizeof *ctx)))
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	log_init(&ctx->log, a.log_fn, a.log_user);
+	err_clear();
+	rc = configure(ctx, &a);
+	/* Messages queued while reading the configuration pass at the level it
+	 * asked for, or at the default one when it could not be read. */
+	log_flush(&ctx->log, rc ? DEVCACHE_LOG_WARNING : ctx->tun.v[TUN_log_level].u.e);
+	if (rc == 0)
+		rc = backends_load(ctx);
+	if (rc) {
+		ctx_free(ctx);
+		return rc;
+	}
+	*ctx_p = ctx;
+	return 0;
+}
+
+int devcache_open(devcache_ctx_t **ctx_p, const char *options)
+{
+	devcache_open_args_t args = {.struct_size = sizeof args, .options = options};
+
+	return devcache_open_ex(ctx_p, &args);
+}
+
+void devcache_close(devcache_ctx_t *ctx)
+{
+	if (ctx)
+		ctx_free(ctx);
+}
+
+void devcache_set_log_handler(devcache_ctx_t *ctx, devcache_log_fn fn, void *user)
+{
+	if (!ctx)
+		return;
+	pthread_mutex_lock(&ctx->log.lock);
+	ctx->log.fn = fn ? fn : log_default_handler;
+	ctx->log.user = fn ? user : NULL;
+	pthread_mutex_unlock(&ctx->log.lock);
+}

@@ -1,0 +1,107 @@
+/* internal.h - declarations shared by the parts of the library, never installed. */
+#ifndef DEVCACHE_INTERNAL_H
+#define DEVCACHE_INTERNAL_H
+
+#include "config.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+
+#include <devcache.h>
+#include <devcache-backend.h>
+
+#include "tunables.h"
+
+/* ---- i18n --------------------------------------------------------------- */
+const char *i18n_gettext(const char *msgid) __attribute__((format_arg(1)));
+#define _(s) i18n_gettext(s)
+#ifndef N_
+#define N_(s) s
+#endif
+
+/* ---- errors ------------------------------------------------------------- */
+/* Set this thread's detail message and return code. */
+int err_set(int code, const char *fmt, ...) DEVCACHE_PRINTF(2, 3);
+int err_setv(int code, const char *fmt, va_list ap) DEVCACHE_PRINTF(2, 0);
+void err_clear(void);
+
+/* ---- logging ------------------------------------------------------------ */
+struct log_entry {
+	enum devcache_log_level level;
+	char *text;
+};
+
+struct log_state {
+	pthread_mutex_t lock;
+	devcache_log_fn fn;
+	void *user;
+	int level;              /* the log_level tunable */
+	bool deferring;         /* while opening: queue until log_level is known */
+	struct log_entry *queue;
+	size_t queued, queue_cap;
+};
+
+void log_init(struct log_state *log, devcache_log_fn fn, void *user);
+void log_destroy(struct log_state *log);
+void log_msg(struct log_state *log, enum devcache_log_level level, const char *fmt, ...)
+	DEVCACHE_PRINTF(3, 4);
+void log_msgv(struct log_state *log, enum devcache_log_level level, const char *fmt,
+	      va_list ap) DEVCACHE_PRINTF(3, 0);
+/* Stop deferring: pass the queued messages at or below level on, drop the rest. */
+void log_flush(struct log_state *log, int level);
+void log_default_handler(void *user, enum devcache_log_level level, const char *msg);
+const char *log_level_name(enum devcache_log_level level);
+
+/* ---- config ------------------------------------------------------------- */
+/* Receives each error when a caller wants all of them rather than the first. */
+typedef void (*config_report_fn)(void *user, const char *message);
+
+/* The sources devcache_open reads, named explicitly so tests can point them
+ * anywhere. NULL members are skipped. */
+struct config_sources {
+	const char *system_file;  /* missing: skipped */
+	const char *user_file;    /* missing: skipped */
+	const char *conf_file;    /* DEVCACHE_CONF: missing is an error */
+	const char *backend_path; /* DEVCACHE_BACKEND_PATH */
+	const char *env_options;  /* DEVCACHE_OPTIONS */
+	const char *options;      /* devcache_open's string */
+};
+
+int config_apply_string(struct tunable_set *set, const char *text, const char *source,
+			struct log_state *log);
+int config_apply_file(struct tunable_set *set, const char *path, bool must_exist,
+		      struct log_state *log, config_report_fn report, void *user);
+int config_apply_sources(struct tunable_set *set, const struct config_sources *src,
+			 struct log_state *log);
+/* Fill src from the environment; returns the user file path to free. */
+char *config_sources_from_env(struct config_sources *src);
+void config_warn_unknown_env(struct log_state *log);
+
+/* ---- context, backends, devices ----------------------------------------- */
+struct backend;
+
+struct devcache_device {
+	devcache_ctx_t *ctx;
+	struct backend *backend;
+	int ordinal;
+	char id[32];
+	devcache_backend_device_t info;
+};
+
+struct devcache_ctx {
+	struct log_state log;
+	struct tunable_set tun;
+	char *tun_text[TUN_COUNT]; /* each value formatted, for backends */
+	struct backend **backends;
+	size_t n_backends;
+	struct devcache_device *devices;
+	size_t n_devices;
+};
+
+int backends_load(devcache_ctx_t *ctx);
+void backends_unload(devcache_ctx_t *ctx);
+
+const struct devcache_backend_ops *host_backend_ops(void);
+
+#endif

@@ -1,0 +1,688 @@
+/* tunables.c - parse, check, format and hold tunable values; every source goes through tunable_parse. */
+#include "internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int tunable_find(const char *name)
+{
+	for (int i = 0; i < TUN_COUNT; i++)
+		if (strcmp(tunable_defs[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+int compat_find(const char *name)
+{
+	for (size_t i = 0; i < compat_count; i++)
+		if (strcmp(compat_defs[i].name, name) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* Case-insensitive edit distance, capped: enough to catch typos. */
+static size_t distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	size_t row[64];
+
+	if (la >= 63 || lb >= 63)
+		return SIZE_MAX;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0];
+
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j];
+			size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+			size_t best = diag + cost;
+
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			if (up + 1 < best)
+				best = up + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+const char *tunable_suggest(const char *name)
+{
+	const char *best = NULL;
+	size_t best_d = SIZE_MAX;
+
+	for (int i = 0; i < TUN_COUNT; i++) {
+		const char *cand = tunable_defs[i].name;
+		size_t d = distance(name, cand);
+
+		/* A prefix (max_split_size for max_split_size_mb) is a likely slip too. */
+		if (strlen(name) >= 4 && strncasecmp(cand, name, strlen(name)) == 0)
+			d = d < 3 ? d : 3;
+		if (d < best_d) {
+			best_d = d;
+			best = cand;
+		}
+	}
+	return best_d <= 3 && best_d * 3 <= strlen(name) + 3 ? best : NULL;
+}
+
+/* ---- numbers and sizes ---------------------------------------------------- */
+
+static const char *skip_space(const char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	return s;
+}
+
+static bool is_blank(const char *s)
+{
+	return *skip_space(s) == '\0';
+}
+
+/* A size: digits, an optional fraction, an optional binary unit. */
+static int parse_size_text(const char *text, bool bare_mib, uint64_t *out)
+{
+	const char *s = skip_space(text);
+	char *end;
+	uint64_t mult;
+
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	unsigned long long whole = strtoull(s, &end, 10);
+	if (errno)
+		return -1;
+	double frac = 0;
+	if (*end == '.') {
+		const char *f = end + 1;
+		double scale = 0.1;
+
+		if (!isdigit((unsigned char)*f))
+			return -1;
+		for (; isdigit((unsigned char)*f); f++, scale /= 10)
+			frac += (*f - '0') * scale;
+		end = (char *)f;
+	}
+	const char *unit = skip_space(end);
+	size_t ulen = strlen(unit);
+	while (ulen && isspace((unsigned char)unit[ulen - 1]))
+		ulen--;
+	if (ulen == 0) {
+		mult = bare_mib ? 1ULL << 20 : 1;
+	} else {
+		static const char letters[] = "bkmgt";
+		const char *p = strchr(letters, tolower((unsigned char)unit[0]));
+
+		if (!p)
+			return -1;
+		mult = 1ULL << (10 * (p - letters));
+		/* K, KB, KiB; but B alone, not "BB" or "BiB" */
+		if (ulen == 2 && (p == letters || tolower((unsigned char)unit[1]) != 'b'))
+			return -1;
+		if (ulen == 3 && (p == letters || tolower((unsigned char)unit[1]) != 'i' ||
+				  tolower((unsigned char)unit[2]) != 'b'))
+			return -1;
+		if (ulen > 3)
+			return -1;
+	}
+	if (whole > UINT64_MAX / mult)
+		return -1;
+	uint64_t bytes = whole * mult;
+	double extra = frac * (double)mult;
+	if (extra != floor(extra))
+		return -1; /* a fraction of a byte */
+	if ((double)(UINT64_MAX - bytes) < extra)
+		return -1;
+	*out = bytes + (uint64_t)extra;
+	return 0;
+}
+
+void format_size(uint64_t bytes, char *buf, size_t size)
+{
+	static const char units[] = "KMGT";
+
+	for (int u = 3; u >= 0; u--) {
+		uint64_t m = 1ULL << (10 * (u + 1));
+
+		if (bytes >= m && bytes % m == 0) {
+			snprintf(buf, size, "%" PRIu64 "%c", bytes / m, units[u]);
+			return;
+		}
+	}
+	snprintf(buf, size, "%" PRIu64, bytes);
+}
+
+static int parse_ll(const char *text, long long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoll(skip_space(text), &end, 10);
+	return errno || end == skip_space(text) || !is_blank(end) ? -1 : 0;
+}
+
+static int parse_double(const char *text, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(skip_space(text), &end);
+	return errno || end == skip_space(text) || !is_blank(end) || !isfinite(*out) ? -1 : 0;
+}
+
+/* ---- ranges: "[lo,hi]", "(lo,hi)", either bound may be empty ------------ */
+
+struct range {
+	bool has_lo, has_hi, lo_open, hi_open;
+	double lo, hi; /* ints, floats and sizes all fit well enough for checks */
+	char lo_text[32], hi_text[32];
+};
+
+static void parse_range(const struct tunable_def *def, struct range *r)
+{
+	const char *s = def->range;
+	const char *comma = strchr(s, ',');
+	size_t len = strlen(s);
+
+	memset(r, 0, sizeof *r);
+	if (len < 3 || !comma)
+		return;
+	r->lo_open = s[0] == '(';
+	r->hi_open = s[len - 1] == ')';
+	snprintf(r->lo_text, sizeof r->lo_text, "%.*s", (int)(comma - s - 1), s + 1);
+	snprintf(r->hi_text, sizeof r->hi_text, "%.*s", (int)(s + len - 1 - comma - 1), comma + 1);
+	for (int k = 0; k < 2; k++) {
+		const char *t = k ? r->hi_text : r->lo_text;
+		double *d = k ? &r->hi : &r->lo;
+		bool *has = k ? &r->has_hi : &r->has_lo;
+		uint64_t sz;
+
+		if (!*t)
+			continue;
+		*has = true;
+		if (def->type == TT_SIZE && parse_size_text(t, false, &sz) == 0)
+			*d = (double)sz;
+		else
+			*d = strtod(t, NULL);
+	}
+}
+
+static bool in_range(const struct range *r, double v)
+{
+	if (r->has_lo && (r->lo_open ? v <= r->lo : v < r->lo))
+		return false;
+	if (r->has_hi && (r->hi_open ? v >= r->hi : v > r->hi))
+		return false;
+	return true;
+}
+
+static void describe_range(const struct range *r, char *buf, size_t size)
+{
+	char lo[96] = "", hi[96] = "";
+
+	if (r->has_lo)
+		snprintf(lo, sizeof lo, r->lo_open ? _("greater than %s") : _("at least %s"),
+			 r->lo_text);
+	if (r->has_hi)
+		snprintf(hi, sizeof hi, r->hi_open ? _("less than %s") : _("at most %s"),
+			 r->hi_text);
+	if (*lo && *hi)
+		snprintf(buf, size, _("%s and %s"), lo, hi);
+	else
+		snprintf(buf, size, "%s%s", lo, hi);
+}
+
+/* ---- lists ---------------------------------------------------------------- */
+
+static char *trim_dup(const char *s, size_t len)
+{
+	while (len && isspace((unsigned char)*s))
+		s++, len--;
+	while (len && isspace((unsigned char)s[len - 1]))
+		len--;
+	return strndup(s, len);
+}
+
+/* Split "a,b" or "[a,b]" into trimmed items. */
+static int split_list(const char *text, char ***items_p, size_t *n_p, bool *bracketed_p,
+		      char *why, size_t why_size)
+{
+	const char *s = skip_space(text);
+	size_t len = strlen(s);
+	char **items = NULL;
+	size_t n = 0;
+	int rc = DEVCACHE_ECONFIG;
+
+	while (len && isspace((unsigned char)s[len - 1]))
+		len--;
+	*bracketed_p = len && s[0] == '[';
+	if (*bracketed_p) {
+		if (s[len - 1] != ']') {
+			snprintf(why, why_size, _("'%s' has no closing ']'"), text);
+			return DEVCACHE_ECONFIG;
+		}
+		s++, len -= 2;
+	}
+	for (size_t start = 0, i = 0; i <= len; i++) {
+		if (i < len && s[i] != ',')
+			continue;
+		char *item = trim_dup(s + start, i - start);
+		char **grown = item ? realloc(items, (n + 1) * sizeof *items) : NULL;
+
+		if (!grown) {
+			free(item);
+			snprintf(why, why_size, _("out of memory"));
+			rc = DEVCACHE_ENOMEM;
+			goto fail;
+		}
+		items = grown;
+		items[n++] = item;
+		if (!*item) {
+			snprintf(why, why_size, _("empty item in list '%s'"), text);
+			goto fail;
+		}
+		start = i + 1;
+	}
+	*items_p = items;
+	*n_p = n;
+	return 0;
+fail:
+	for (size_t i = 0; i < n; i++)
+		free(items[i]);
+	free(items);
+	return rc;
+}
+
+static bool is_pow2(unsigned long long v)
+{
+	return v && !(v & (v - 1));
+}
+
+static int log2_floor(unsigned long long v)
+{
+	return 63 - __builtin_clzll(v);
+}
+
+static int parse_count(const char *s, unsigned long long *out)
+{
+	char *end;
+
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	*out = strtoull(s, &end, 10);
+	return errno || *end ? -1 : 0;
+}
+
+/* PyTorch's roundup_power2_divisions, with its exact semantics: a pair K:N
+ * sets the interval [K MiB, 2K MiB); the first pair also fills every interval
+ * below it; ">:N" fills from the last interval named (inclusive) upward. */
+static int parse_divisions(struct tunable_value *v, bool bracketed, char *why, size_t why_size)
+{
+	unsigned long long n;
+	int last = 0;
+	bool first = true;
+
+	memset(v->divisions, 0, sizeof v->divisions);
+	if (v->n_items == 1 && !strchr(v->items[0], ':') && !bracketed) {
+		if (parse_count(v->items[0], &n) || (n && !is_pow2(n)) || n > 1u << 20)
+			goto bad;
+		for (int i = 0; i < DIVISION_INTERVALS; i++)
+			v->divisions[i] = (unsigned)n;
+		return 0;
+	}
+	for (size_t k = 0; k < v->n_items; k++) {
+		char *item = v->items[k], *colon = strchr(item, ':');
+		unsigned long long key;
+
+		if (!colon)
+			goto bad;
+		*colon = '\0';
+		char *key_text = trim_dup(item, strlen(item)), *val_text = trim_dup(colon + 1, strlen(colon + 1));
+		*colon = ':';
+		int bad_pair = !key_text || !val_text || parse_count(val_text, &n) ||
+			       (n && !is_pow2(n)) || n > 1u << 20;
+		bool rest = key_text && strcmp(key_text, ">") == 0;
+		if (!bad_pair && !rest && (parse_count(key_text, &key) || !is_pow2(key)))
+			bad_pair = 1;
+		free(key_text);
+		free(val_text);
+		if (bad_pair)
+			goto bad;
+		if (rest) {
+			for (int i = last; i < DIVISION_INTERVALS; i++)
+				v->divisions[i] = (unsigned)n;
+			continue;
+		}
+		int idx = log2_floor(key);
+		if (idx >= DIVISION_INTERVALS)
+			idx = DIVISION_INTERVALS - 1;
+		if (first)
+			for (int i = 0; i < idx; i++)
+				v->divisions[i] = (unsigned)n;
+		first = false;
+		v->divisions[idx] = (unsigned)n;
+		last = idx;
+	}
+	return 0;
+bad:
+	snprintf(why, why_size,
+		 _("invalid divisions '%s' (expected 0, a power of two, or a list of "
+		   "INTERVAL:DIVISIONS such as [256:1,512:2,>:8], where INTERVAL is a power "
+		   "of two in MiB or '>' and DIVISIONS is 0 or a power of two)"),
+		 v->str);
+	return DEVCACHE_ECONFIG;
+}
+
+static bool valid_backend_item(const char *item)
+{
+	if (*item == '^')
+		item++;
+	if (!islower((unsigned char)*item))
+		return false;
+	for (; *item; item++)
+		if (!islower((unsigned char)*item) && !isdigit((unsigned char)*item) && *item != '_')
+			return false;
+	return true;
+}
+
+static int parse_list(enum tunable_id id, const char *text, struct tunable_value *v, char *why,
+		      size_t why_size)
+{
+	bool bracketed;
+	int rc = split_list(text, &v->items, &v->n_items, &bracketed, why, why_size);
+
+	if (rc)
+		return rc;
+	size_t total = 1;
+	for (size_t i = 0; i < v->n_items; i++)
+		total += strlen(v->items[i]) + 1;
+	v->str = malloc(total + 2);
+	if (!v->str) {
+		snprintf(why, why_size, _("out of memory"));
+		return DEVCACHE_ENOMEM;
+	}
+	char *p = v->str;
+	if (bracketed)
+		*p++ = '[';
+	for (size_t i = 0; i < v->n_items; i++)
+		p += sprintf(p, "%s%s", i ? "," : "", v->items[i]);
+	strcpy(p, bracketed ? "]" : "");
+	if (tunable_defs[id].flags & T_DIVISIONS)
+		return parse_divisions(v, bracketed, why, why_size);
+	if (id == TUN_backends)
+		for (size_t i = 0; i < v->n_items; i++)
+			if (!valid_backend_item(v->items[i])) {
+				snprintf(why, why_size,
+					 _("invalid backend name '%s' (expected a name such as cuda, "
+					   "all, or ^name to exclude one)"),
+					 v->items[i]);
+				return DEVCACHE_ECONFIG;
+			}
+	return 0;
+}
+
+/* ---- one entry point for every type -------------------------------------- */
+
+static void expected_text(const struct tunable_def *def, char *buf, size_t size)
+{
+	char extra[64] = "";
+
+	switch (def->type) {
+	case TT_BOOL:
+		snprintf(buf, size, "%s", _("true or false (also yes/no, on/off, 1/0)"));
+		return;
+	case TT_INT:
+		snprintf(buf, size, "%s", _("an integer"));
+		return;
+	case TT_FLOAT:
+		snprintf(buf, size, "%s", _("a number such as 0.5"));
+		return;
+	case TT_SIZE:
+		if (def->flags & T_AUTO)
+			snprintf(extra, sizeof extra, "%s", _(", or auto"));
+		if (def->flags & T_UNLIMITED)
+			snprintf(extra, sizeof extra, "%s", _(", or unlimited"));
+		snprintf(buf, size,
+			 def->flags & T_MIB ? _("a size in MiB such as 512, or with a unit such "
+						"as 2G%s")
+					    : _("a size such as 4096, 64K, 512M or 2G%s"),
+			 extra);
+		return;
+	case TT_ENUM: {
+		char list[128];
+		size_t i = 0;
+
+		for (const char *r = def->range; *r && i + 3 < sizeof list; r++) {
+			if (*r == '|') {
+				list[i++] = ',';
+				list[i++] = ' ';
+			} else {
+				list[i++] = *r;
+			}
+		}
+		list[i] = '\0';
+		snprintf(buf, size, _("one of: %s"), list);
+		return;
+	}
+	default:
+		snprintf(buf, size, "%s", _("a value"));
+	}
+}
+
+static int parse_enum(const struct tunable_def *def, const char *text, int *out)
+{
+	const char *r = def->range;
+	size_t len = strlen(text);
+
+	for (int idx = 0; *r; idx++) {
+		const char *bar = strchr(r, '|');
+		size_t rl = bar ? (size_t)(bar - r) : strlen(r);
+
+		if (rl == len && strncasecmp(r, text, len) == 0) {
+			*out = idx;
+			return 0;
+		}
+		r += rl + (bar != NULL);
+	}
+	return -1;
+}
+
+static int parse_bool(const char *text, bool *out)
+{
+	static const char *const yes[] = {"true", "yes", "on", "1"};
+	static const char *const no[] = {"false", "no", "off", "0"};
+
+	for (size_t i = 0; i < 4; i++) {
+		if (strcasecmp(text, yes[i]) == 0)
+			return *out = true, 0;
+		if (strcasecmp(text, no[i]) == 0)
+			return *out = false, 0;
+	}
+	return -1;
+}
+
+int tunable_parse(enum tunable_id id, const char *raw, struct tunable_value *out, char *why,
+		  size_t why_size)
+{
+	const struct tunable_def *def = &tunable_defs[id];
+	char expected[256], *text = trim_dup(raw, strlen(raw));
+	struct range range;
+	double num = 0;
+	int rc = 0;
+
+	memset(out, 0, sizeof *out);
+	if (!text) {
+		snprintf(why, why_size, _("out of memory"));
+		return DEVCACHE_ENOMEM;
+	}
+	expected_text(def, expected, sizeof expected);
+	parse_range(def, &range);
+	if (!*text && def->type != TT_STRING) {
+		snprintf(why, why_size, _("missing value (expected %s)"), expected);
+		rc = DEVCACHE_ECONFIG;
+		goto out;
+	}
+	if ((def->flags & T_AUTO) && strcasecmp(text, "auto") == 0) {
+		out->special = TV_AUTO;
+		goto out;
+	}
+	if ((def->flags & T_UNLIMITED) && strcasecmp(text, "unlimited") == 0) {
+		out->special = TV_UNLIMITED;
+		out->u.size = UINT64_MAX;
+		goto out;
+	}
+	switch (def->type) {
+	case TT_BOOL:
+		rc = parse_bool(text, &out->u.b);
+		break;
+	case TT_INT:
+		rc = parse_ll(text, &out->u.i);
+		num = (double)out->u.i;
+		break;
+	case TT_FLOAT:
+		rc = parse_double(text, &out->u.f);
+		num = out->u.f;
+		break;
+	case TT_SIZE:
+		rc = parse_size_text(text, def->flags & T_MIB, &out->u.size);
+		num = (double)out->u.size;
+		break;
+	case TT_ENUM:
+		rc = parse_enum(def, text, &out->u.e);
+		break;
+	case TT_STRING:
+		out->str = strdup(text);
+		if (!out->str) {
+			snprintf(why, why_size, _("out of memory"));
+			rc = DEVCACHE_ENOMEM;
+		}
+		goto out;
+	case TT_LIST:
+		rc = parse_list(id, text, out, why, why_size);
+		goto out;
+	}
+	if (rc) {
+		snprintf(why, why_size, _("invalid %s '%s' (expected %s)"),
+			 tunable_type_name(def->type), text, expected);
+		rc = DEVCACHE_ECONFIG;
+	} else if (def->type != TT_BOOL && def->type != TT_ENUM && !in_range(&range, num)) {
+		char accepted[192];
+
+		describe_range(&range, accepted, sizeof accepted);
+		snprintf(why, why_size, _("'%s' is out of range (accepted: %s%s%s)"), text,
+			 accepted, def->flags & T_UNLIMITED ? _(", or unlimited") : "",
+			 def->flags & T_AUTO ? _(", or auto") : "");
+		rc = DEVCACHE_ECONFIG;
+	}
+out:
+	free(text);
+	if (rc)
+		tunable_value_free(out);
+	return rc;
+}
+
+void tunable_value_free(struct tunable_value *v)
+{
+	for (size_t i = 0; i < v->n_items; i++)
+		free(v->items[i]);
+	free(v->items);
+	free(v->str);
+	free(v->origin);
+	memset(v, 0, sizeof *v);
+}
+
+int tunable_assign(struct tunable_set *set, enum tunable_id id, struct tunable_value *value,
+		   const char *origin)
+{
+	char *copy = strdup(origin);
+
+	if (!copy) {
+		tunable_value_free(value);
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	}
+	tunable_value_free(&set->v[id]);
+	set->v[id] = *value;
+	set->v[id].origin = copy;
+	memset(value, 0, sizeof *value);
+	return 0;
+}
+
+int tunable_set_defaults(struct tunable_set *set)
+{
+	memset(set, 0, sizeof *set);
+	for (int i = 0; i < TUN_COUNT; i++) {
+		struct tunable_value v;
+		char why[512];
+		int rc = tunable_parse(i, tunable_defs[i].defval, &v, why, sizeof why);
+
+		/* Defaults go through the user's parser, so a bad one is a bug in
+		 * tunables.def that the test suite catches. */
+		if (rc == 0)
+			rc = tunable_assign(set, i, &v, "default");
+		else
+			err_set(rc, "%s: %s: %s", _("built-in default"), tunable_defs[i].name, why);
+		if (rc) {
+			tunable_set_free(set);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+void tunable_set_free(struct tunable_set *set)
+{
+	for (int i = 0; i < TUN_COUNT; i++)
+		tunable_value_free(&set->v[i]);
+}
+
+void tunable_format(enum tunable_id id, const struct tunable_value *v, char *buf, size_t size)
+{
+	const struct tunable_def *def = &tunable_defs[id];
+
+	if (v->special == TV_AUTO) {
+		snprintf(buf, size, "auto");
+		return;
+	}
+	if (v->special == TV_UNLIMITED) {
+		snprintf(buf, size, "unlimited");
+		return;
+	}
+	switch (def->type) {
+	case TT_BOOL:
+		snprintf(buf, size, "%s", v->u.b ? "true" : "false");
+		break;
+	case TT_INT:
+		snprintf(buf, size, "%lld", v->u.i);
+		break;
+	case TT_FLOAT:
+		snprintf(buf, size, "%g", v->u.f);
+		break;
+	case TT_SIZE:
+		format_size(v->u.size, buf, size);
+		break;
+	case TT_ENUM: {
+		const char *r = def->range;
+
+		for (int i = 0; i < v->u.e && strchr(r, '|'); i++)
+			r = strchr(r, '|') + 1;
+		snprintf(buf, size, "%.*s", (int)strcspn(r, "|"), r);
+		break;
+	}
+	case TT_STRING:
+	case TT_LIST:
+		snprintf(buf, size, "%s", v->str ? v->str : "");
+		break;
+	}
+}

@@ -1,0 +1,57 @@
+/* tunables.h - parsed tunable values, their origins, and the parsers for each type. */
+#ifndef DEVCACHE_TUNABLES_H
+#define DEVCACHE_TUNABLES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tunable-table.h"
+
+enum tunable_special { TV_VALUE = 0, TV_AUTO, TV_UNLIMITED };
+
+/* roundup_power2_divisions, resolved: one entry per power-of-two interval
+ * from 1 MiB (index 0) to 32 GiB and above (index 15), as PyTorch. */
+#define DIVISION_INTERVALS 16
+
+struct tunable_value {
+	enum tunable_special special;
+	union {
+		bool b;
+		long long i;
+		double f;
+		uint64_t size;
+		int e;
+	} u;
+	char *str;      /* STRING; LIST: the items joined by commas */
+	char **items;   /* LIST */
+	size_t n_items;
+	unsigned divisions[DIVISION_INTERVALS]; /* T_DIVISIONS */
+	char *origin;   /* "default", "FILE:LINE", "DEVCACHE_OPTIONS", ... */
+};
+
+struct tunable_set {
+	struct tunable_value v[TUN_COUNT];
+};
+
+int tunable_find(const char *name);
+int compat_find(const char *name);
+/* The known name closest to name, or NULL when none is close. */
+const char *tunable_suggest(const char *name);
+
+/* Parse text as the value of tunable id into out.  On failure returns
+ * DEVCACHE_ECONFIG and writes what is wrong and what is accepted to why. */
+int tunable_parse(enum tunable_id id, const char *text, struct tunable_value *out, char *why,
+		  size_t why_size);
+void tunable_value_free(struct tunable_value *v);
+/* Replace set->v[id] by value (taken over), recording origin. */
+int tunable_assign(struct tunable_set *set, enum tunable_id id, struct tunable_value *value,
+		   const char *origin);
+int tunable_set_defaults(struct tunable_set *set);
+void tunable_set_free(struct tunable_set *set);
+/* Format as it would be written in devcache.conf. */
+void tunable_format(enum tunable_id id, const struct tunable_value *v, char *buf, size_t size);
+/* Format a byte count the way sizes are written: 512, 64K, 20M, 1.5G. */
+void format_size(uint64_t bytes, char *buf, size_t size);
+
+#endif

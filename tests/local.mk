@@ -1,0 +1,87 @@
+## tests/local.mk - `make check`: cmocka programs with TAP output, through automake's tap-driver.
+
+LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
+# Tests never read the machine's or the user's configuration, and find the
+# tool, the test modules and the German catalogue in the build tree.
+AM_TESTS_ENVIRONMENT = \
+	unset DEVCACHE_CONF DEVCACHE_OPTIONS DEVCACHE_BACKEND_PATH; \
+	export XDG_CONFIG_HOME='$(abs_top_builddir)/tests/no-xdg'; \
+	export DEVCACHE_LOCALEDIR='$(abs_top_builddir)/tests/locale'; \
+	export TEST_TOOL='$(abs_top_builddir)/tools/devcache'; \
+	export TEST_MODULES='$(abs_top_builddir)/tests/modules/.libs'; \
+	export TEST_SRCDIR='$(abs_top_srcdir)/tests'; \
+	export MAN_BUILDDIR='$(abs_top_builddir)/man'; \
+	export GROFF='$(GROFF)';
+
+EXTRA_DIST += tests/tap.h
+
+# ---- test-only backend modules (never installed) ---------------------------
+check_LTLIBRARIES += \
+	tests/modules/good.la tests/modules/badabi.la tests/modules/missing.la \
+	tests/modules/failinit.la tests/modules/nodevice.la tests/modules/notbackend.la \
+	tests/modules/misnamed.la
+test_module_ldflags = -module -avoid-version -shared -rpath /nowhere
+EXTRA_DIST += tests/modules/fake.h
+tests_modules_good_la_SOURCES = tests/modules/good.c
+tests_modules_good_la_LDFLAGS = $(test_module_ldflags)
+tests_modules_badabi_la_SOURCES = tests/modules/badabi.c
+tests_modules_badabi_la_LDFLAGS = $(test_module_ldflags)
+tests_modules_missing_la_SOURCES = tests/modules/missing.c
+tests_modules_missing_la_LDFLAGS = $(test_module_ldflags)
+tests_modules_failinit_la_SOURCES = tests/modules/failinit.c
+tests_modules_failinit_la_LDFLAGS = $(test_module_ldflags)
+tests_modules_nodevice_la_SOURCES = tests/modules/nodevice.c
+tests_modules_nodevice_la_LDFLAGS = $(test_module_ldflags)
+tests_modules_notbackend_la_SOURCES = tests/modules/notbackend.c
+tests_modules_notbackend_la_LDFLAGS = $(test_module_ldflags)
+tests_modules_misnamed_la_SOURCES = tests/modules/misnamed.c
+tests_modules_misnamed_la_LDFLAGS = $(test_module_ldflags)
+
+# ---- the German catalogue, where the tests can find it uninstalled ----------
+tests/locale/de/LC_MESSAGES/$(PACKAGE).mo: $(top_srcdir)/po/de.po
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && $(MSGFMT_PROG) -o $@ $(top_srcdir)/po/de.po
+check_DATA = tests/locale/de/LC_MESSAGES/$(PACKAGE).mo
+clean-local: clean-test-locale
+clean-test-locale:
+	-rm -rf tests/locale tests/no-xdg tests/tmp-*
+.PHONY: clean-test-locale
+
+# ---- the test programs -------------------------------------------------------
+unit_tests = \
+	tests/test-version tests/test-errors tests/test-tunables tests/test-config \
+	tests/test-loader tests/test-host tests/test-tool tests/test-i18n
+
+if HAVE_CMOCKA
+check_PROGRAMS += $(unit_tests)
+TESTS += $(unit_tests)
+test_cflags = $(AM_CFLAGS) $(CMOCKA_CFLAGS) -pthread
+test_ldadd = lib/libdevcache-core.la $(CMOCKA_LIBS) $(LTLIBINTL) -lpthread
+tests_test_version_SOURCES = tests/test-version.c tests/tap.h
+tests_test_version_CFLAGS = $(test_cflags)
+tests_test_version_LDADD = libdevcache.la $(CMOCKA_LIBS)
+tests_test_errors_SOURCES = tests/test-errors.c tests/tap.h
+tests_test_errors_CFLAGS = $(test_cflags)
+tests_test_errors_LDADD = $(test_ldadd)
+tests_test_tunables_SOURCES = tests/test-tunables.c tests/tap.h
+tests_test_tunables_CFLAGS = $(test_cflags)
+tests_test_tunables_LDADD = $(test_ldadd)
+tests_test_config_SOURCES = tests/test-config.c tests/tap.h
+tests_test_config_CFLAGS = $(test_cflags)
+tests_test_config_LDADD = $(test_ldadd)
+tests_test_loader_SOURCES = tests/test-loader.c tests/tap.h
+tests_test_loader_CFLAGS = $(test_cflags)
+tests_test_loader_LDADD = $(test_ldadd)
+tests_test_host_SOURCES = tests/test-host.c tests/tap.h
+tests_test_host_CFLAGS = $(test_cflags)
+tests_test_host_LDADD = $(test_ldadd)
+tests_test_tool_SOURCES = tests/test-tool.c tests/tap.h
+tests_test_tool_CFLAGS = $(test_cflags)
+tests_test_tool_LDADD = $(test_ldadd)
+tests_test_i18n_SOURCES = tests/test-i18n.c tests/tap.h
+tests_test_i18n_CFLAGS = $(test_cflags)
+tests_test_i18n_LDADD = $(test_ldadd)
+else
+check-local:
+	@echo "make check needs cmocka (Debian: apt-get install libcmocka-dev), then ./configure again" >&2
+	@exit 1
+endif

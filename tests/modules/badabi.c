@@ -1,0 +1,4 @@
+/* badabi.c - a test backend built for another ABI version. */
+#define FAKE_NAME "badabi"
+#define FAKE_ABI 999
+#include "fake.h"

@@ -1,0 +1,4 @@
+/* failinit.c - a test backend whose init fails the way a driver would. */
+#define FAKE_NAME "failinit"
+#define FAKE_INIT_FAILS "simulated driver failure: CUDA_ERROR_NO_DEVICE"
+#include "fake.h"

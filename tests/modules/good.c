@@ -1,0 +1,3 @@
+/* good.c - a well-formed test backend with two devices. */
+#define FAKE_NAME "good"
+#include "fake.h"

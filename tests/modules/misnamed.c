@@ -1,0 +1,3 @@
+/* misnamed.c - a test backend whose ops name differs from its file name. */
+#define FAKE_NAME "other"
+#include "fake.h"

@@ -1,0 +1,5 @@
+/* nodevice.c - a test backend that loads but finds no device, and says why. */
+#define FAKE_NAME "nodevice"
+#define FAKE_DEVICES 0
+#define FAKE_WHY "simulated runtime: no accelerator present"
+#include "fake.h"

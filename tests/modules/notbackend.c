@@ -1,0 +1,7 @@
+/* notbackend.c - a shared object in the module directory that is not a backend. */
+int notbackend_answer(void);
+
+int notbackend_answer(void)
+{
+	return 42;
+}
