@@ -53,14 +53,14 @@ static void print_backends(devcache_ctx_t *ctx)
 
 		if (devcache_backend_info(ctx, i, &b))
 			continue;
-		printf("  %-8s %-10s", b.name, status_text(b.status));
+		printf("  %-10s %s", b.name, status_text(b.status));
 		if (b.status == DEVCACHE_BACKEND_LOADED)
-			printf(_(" %u device(s)"), b.device_count);
+			printf(_(", %u device(s)"), b.device_count);
 		if (*b.reason)
-			printf("%s%s", b.status == DEVCACHE_BACKEND_LOADED ? ": " : " ", b.reason);
+			printf(": %s", b.reason);
 		printf("\n");
 		if (strcmp(b.path, "built-in") != 0 && *b.path)
-			printf("  %-8s %s\n", "", b.path);
+			printf("  %-10s %s\n", "", b.path);
 	}
 	if (n == 1)
 		printf(_("  (no backend module found)\n"));
@@ -93,10 +93,10 @@ int cmd_info(const struct tool *t, int argc, char **argv)
 		}
 		tool_format_bytes(info.total_memory, total, sizeof total);
 		tool_format_bytes(info.free_memory, free_mem, sizeof free_mem);
-		printf("  %-8s %s\n", info.id, info.name);
+		printf("  %-10s %s\n", info.id, info.name);
 		if (*info.pci_bus_id)
-			printf("  %-8s %s %s\n", "", _("PCI bus:"), info.pci_bus_id);
-		printf("  %-8s ", "");
+			printf("  %-10s %s %s\n", "", _("PCI bus:"), info.pci_bus_id);
+		printf("  %-10s ", "");
 		printf(_("memory: %s free of %s; capabilities: "), free_mem, total);
 		print_caps(info.caps);
 		printf("\n");

@@ -1,0 +1,254 @@
+/* test-tool.c - the devcache command: its output and its exit statuses (0 ok, 1 runtime, 2 usage/config). */
+#include "tap.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <devcache.h>
+
+struct result {
+	int status;
+	char out[65536];
+	char err[65536];
+};
+
+static void slurp(int fd, char *buf, size_t size)
+{
+	ssize_t n = pread(fd, buf, size - 1, 0);
+
+	buf[n > 0 ? n : 0] = '\0';
+	close(fd);
+}
+
+/* Run the tool with extra environment ("NAME=VALUE", or "-NAME" to unset). */
+static void run(struct result *r, const char *const *env, const char *const *args)
+{
+	char out_path[] = "/tmp/devcache-test-outXXXXXX", err_path[] = "/tmp/devcache-test-errXXXXXX";
+	int out = mkstemp(out_path), err = mkstemp(err_path), status;
+	const char *argv[32] = {test_env("TEST_TOOL")};
+	size_t n = 1;
+
+	assert_true(out >= 0 && err >= 0);
+	unlink(out_path);
+	unlink(err_path);
+	for (; args && *args && n < 31; args++)
+		argv[n++] = *args;
+	argv[n] = NULL;
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		for (; env && *env; env++)
+			if (**env == '-')
+				unsetenv(*env + 1);
+			else
+				putenv((char *)*env);
+		dup2(out, 1);
+		dup2(err, 2);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	r->status = WEXITSTATUS(status);
+	slurp(out, r->out, sizeof r->out);
+	slurp(err, r->err, sizeof r->err);
+}
+
+static struct result r;
+
+#define RUN(env, ...)                                                                      \
+	do {                                                                               \
+		const char *args_[] = {__VA_ARGS__, NULL};                                 \
+		run(&r, env, args_);                                                       \
+	} while (0)
+
+static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
+
+static void help_and_version(void **state)
+{
+	char version[64];
+
+	(void)state;
+	RUN(plain, "--help");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "Usage: devcache [OPTION]... COMMAND");
+	assert_contains(r.out, "info");
+	assert_contains(r.out, "config --check FILE");
+	assert_contains(r.out, "Exit status: 0 success, 1 runtime failure, 2 usage");
+	RUN(plain, "help");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "Usage: devcache");
+	RUN(plain, "--version");
+	assert_int_equal(r.status, 0);
+	snprintf(version, sizeof version, "devcache (libdevcache) %s\n", devcache_version_string());
+	assert_string_equal(r.out, version);
+}
+
+static void usage_errors_exit_2(void **state)
+{
+	(void)state;
+	RUN(plain, NULL);
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "Usage: devcache");
+	RUN(plain, "frobnicate");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "devcache: unknown command 'frobnicate'");
+	RUN(plain, "--no-such-option");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "Try 'devcache --help'");
+	RUN(plain, "info", "extra");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "info takes no arguments");
+	RUN(plain, "config", "extra");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "unexpected argument 'extra'");
+	RUN(plain, "config", "--bogus");
+	assert_int_equal(r.status, 2);
+}
+
+static void info_lists_host(void **state)
+{
+	(void)state;
+	RUN(plain, "info");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "libdevcache ");
+	assert_contains(r.out, "host       loaded, 1 device(s)");
+	assert_contains(r.out, "Devices:\n  host       Host memory");
+	assert_contains(r.out, "capabilities: host-memory");
+	assert_string_equal(r.err, "");
+}
+
+static void info_explains_each_backend(void **state)
+{
+	char path[4096];
+	const char *env[] = {path, "LANGUAGE=C", "LC_ALL=C", NULL};
+
+	(void)state;
+	snprintf(path, sizeof path, "DEVCACHE_BACKEND_PATH=%s", test_env("TEST_MODULES"));
+	RUN(env, "info");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "good       loaded, 2 device(s)\n");
+	assert_contains(r.out, "badabi     unavailable: built for backend ABI 999");
+	assert_contains(r.out, "nodevice   loaded, 0 device(s): simulated runtime");
+	assert_contains(r.out, "good:1     Fake device 1");
+	assert_contains(r.out, "PCI bus: 0000:02:00.0");
+	RUN(env, "-o", "backends:^good", "info");
+	assert_contains(r.out, "good       excluded: excluded by the backends tunable");
+	RUN(env, "-v", "-v", "info");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.err, "libdevcache: debug: backend missing");
+	assert_contains(r.err, "missing mandatory entry mem_alloc");
+}
+
+static void config_prints_every_tunable(void **state)
+{
+	(void)state;
+	RUN(plain, "config");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "NAME");
+	assert_contains(r.out, "ORIGIN");
+	for (size_t i = 0; i < devcache_tunable_count(); i++) {
+		devcache_tunable_desc_t d;
+		char line[512];
+
+		assert_int_equal(devcache_tunable_describe(i, &d), 0);
+		snprintf(line, sizeof line, "\n%s ", d.name);
+		assert_contains(r.out, line);
+		assert_contains(r.out, d.summary);
+	}
+	assert_contains(r.out, "default");
+	assert_contains(r.out, "(no effect yet)");
+}
+
+static void config_shows_values_and_origins(void **state)
+{
+	const char *env[] = {"DEVCACHE_OPTIONS=max_split_size_mb:512,log_level:error", "LANGUAGE=C",
+			     NULL};
+
+	(void)state;
+	RUN(env, "-o", "log_level:info", "config");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "512M");
+	assert_contains(r.out, "DEVCACHE_OPTIONS");
+	assert_contains(r.out, "info ");
+	assert_contains(r.out, "devcache_open");
+}
+
+static void config_errors_exit_2_naming_tunable_and_value(void **state)
+{
+	const char *env[] = {"DEVCACHE_OPTIONS=max_split_size_mb:abc", "LANGUAGE=C", NULL};
+
+	(void)state;
+	RUN(env, "config");
+	assert_int_equal(r.status, 2);
+	assert_string_equal(r.out, "");
+	assert_contains(r.err, "devcache: DEVCACHE_OPTIONS: max_split_size_mb: invalid size 'abc'");
+	RUN(plain, "-o", "no_such_tunable:1", "info");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "devcache_open: unknown tunable 'no_such_tunable'");
+	RUN(plain, "-o", "max_split_size:512", "config");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "did you mean 'max_split_size_mb'?");
+}
+
+static void config_check_validates_a_file(void **state)
+{
+	char dir[] = "/tmp/devcache-test-XXXXXX", good[256], bad[256];
+	FILE *f;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(good, sizeof good, "%s/good.conf", dir);
+	snprintf(bad, sizeof bad, "%s/bad.conf", dir);
+	f = fopen(good, "w");
+	fputs("# a comment\nmax_split_size_mb = 512\nbackends: cuda, hip  # trailing\n", f);
+	fclose(f);
+	f = fopen(bad, "w");
+	fputs("caching = true\nmemory_fraction = 2\n\nlog_level = loud\n", f);
+	fclose(f);
+	RUN(plain, "config", "--check", good);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "good.conf: valid");
+	RUN(plain, "config", "--check", bad);
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "bad.conf:2: memory_fraction: '2' is out of range");
+	assert_contains(r.err, "bad.conf:4: log_level: invalid enum 'loud'");
+	assert_contains(r.err, "one of: none, error, warning, info, debug");
+	unlink(good);
+	unlink(bad);
+	RUN(plain, "config", "--check", bad);
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "cannot open configuration file");
+	RUN(plain, "config", "--check", dir);
+	assert_int_equal(r.status, 1);
+	rmdir(dir);
+}
+
+static void unknown_environment_variables_are_warned_about(void **state)
+{
+	const char *env[] = {"DEVCACHE_OPTION=caching:0", "LANGUAGE=C", NULL};
+
+	(void)state;
+	RUN(env, "info");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.err, "libdevcache: warning: unknown environment variable DEVCACHE_OPTION "
+			       "is ignored (did you mean DEVCACHE_OPTIONS?)");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(help_and_version),
+		cmocka_unit_test(usage_errors_exit_2),
+		cmocka_unit_test(info_lists_host),
+		cmocka_unit_test(info_explains_each_backend),
+		cmocka_unit_test(config_prints_every_tunable),
+		cmocka_unit_test(config_shows_values_and_origins),
+		cmocka_unit_test(config_errors_exit_2_naming_tunable_and_value),
+		cmocka_unit_test(config_check_validates_a_file),
+		cmocka_unit_test(unknown_environment_variables_are_warned_about),
+	};
+	return RUN_TAP(tests);
+}
