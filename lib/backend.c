@@ -43,6 +43,9 @@ static const char *missing_ipc(const struct devcache_backend_ops *ops)
 /* ---- what the core offers a backend -------------------------------------- */
 
 static void host_log(void *cookie, enum devcache_log_level level, const char *fmt, ...)
+	DEVCACHE_PRINTF(3, 4);
+
+static void host_log(void *cookie, enum devcache_log_level level, const char *fmt, ...)
 {
 	struct backend *be = cookie;
 	char text[1536];

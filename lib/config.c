@@ -187,8 +187,11 @@ int config_apply_file(struct tunable_set *set, const char *path, bool must_exist
 		if (rc)
 			break;
 	}
-	if (!rc && ferror(f))
+	if (!rc && ferror(f)) {
 		rc = err_set(DEVCACHE_EIO, _("%s: read error: %s"), path, strerror(errno));
+		if (report)
+			report(user, devcache_last_error());
+	}
 	free(line);
 	fclose(f);
 	return first ? first : rc;

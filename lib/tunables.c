@@ -103,15 +103,19 @@ static int parse_size_text(const char *text, bool bare_mib, uint64_t *out)
 	unsigned long long whole = strtoull(s, &end, 10);
 	if (errno)
 		return -1;
-	double frac = 0;
+	/* The fraction as an exact ratio, so 1.75G is exactly 1879048192 bytes. */
+	uint64_t frac_num = 0, frac_den = 1;
 	if (*end == '.') {
 		const char *f = end + 1;
-		double scale = 0.1;
 
 		if (!isdigit((unsigned char)*f))
 			return -1;
-		for (; isdigit((unsigned char)*f); f++, scale /= 10)
-			frac += (*f - '0') * scale;
+		for (; isdigit((unsigned char)*f); f++) {
+			if (frac_den >= 1000000000000000000ULL)
+				return -1;
+			frac_num = frac_num * 10 + (uint64_t)(*f - '0');
+			frac_den *= 10;
+		}
 		end = (char *)f;
 	}
 	const char *unit = skip_space(end);
@@ -139,10 +143,11 @@ static int parse_size_text(const char *text, bool bare_mib, uint64_t *out)
 	if (whole > UINT64_MAX / mult)
 		return -1;
 	uint64_t bytes = whole * mult;
-	double extra = frac * (double)mult;
-	if (extra != floor(extra))
+	unsigned __int128 extra = (unsigned __int128)frac_num * mult;
+	if (extra % frac_den)
 		return -1; /* a fraction of a byte */
-	if ((double)(UINT64_MAX - bytes) < extra)
+	extra /= frac_den;
+	if (extra > UINT64_MAX - bytes)
 		return -1;
 	*out = bytes + (uint64_t)extra;
 	return 0;
@@ -667,10 +672,18 @@ void tunable_format(enum tunable_id id, const struct tunable_value *v, char *buf
 		snprintf(buf, size, "%lld", v->u.i);
 		break;
 	case TT_FLOAT:
-		snprintf(buf, size, "%g", v->u.f);
+		/* The shortest text that reads back as the same double. */
+		for (int prec = 1; prec <= 17; prec++) {
+			snprintf(buf, size, "%.*g", prec, v->u.f);
+			if (strtod(buf, NULL) == v->u.f)
+				break;
+		}
 		break;
 	case TT_SIZE:
 		format_size(v->u.size, buf, size);
+		/* A bare number would read back as MiB. */
+		if ((def->flags & T_MIB) && buf[strspn(buf, "0123456789")] == '\0')
+			snprintf(buf + strlen(buf), size - strlen(buf), "B");
 		break;
 	case TT_ENUM: {
 		const char *r = def->range;

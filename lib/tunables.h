@@ -51,7 +51,7 @@ int tunable_set_defaults(struct tunable_set *set);
 void tunable_set_free(struct tunable_set *set);
 /* Format as it would be written in devcache.conf. */
 void tunable_format(enum tunable_id id, const struct tunable_value *v, char *buf, size_t size);
-/* Format a byte count the way sizes are written: 512, 64K, 20M, 1.5G. */
+/* Format a byte count exactly, with the largest unit that divides it: 512, 64K, 1536M. */
 void format_size(uint64_t bytes, char *buf, size_t size);
 
 #endif

@@ -1,6 +1,7 @@
 ## tests/local.mk - `make check`: cmocka programs with TAP output, through automake's tap-driver.
 
 LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
+LOG_COMPILER = env AWK='$(AWK)' $(SHELL) $(top_srcdir)/tests/run-tap.sh
 # Tests never read the machine's or the user's configuration, and find the
 # tool, the test modules and the German catalogue in the build tree.
 AM_TESTS_ENVIRONMENT = \
@@ -10,10 +11,11 @@ AM_TESTS_ENVIRONMENT = \
 	export TEST_TOOL='$(abs_top_builddir)/tools/devcache'; \
 	export TEST_MODULES='$(abs_top_builddir)/tests/modules/.libs'; \
 	export TEST_SRCDIR='$(abs_top_srcdir)/tests'; \
+	export TEST_PODIR='$(abs_top_srcdir)/po'; \
 	export MAN_BUILDDIR='$(abs_top_builddir)/man'; \
 	export GROFF='$(GROFF)';
 
-EXTRA_DIST += tests/tap.h
+EXTRA_DIST += tests/tap.h tests/run-tap.sh
 
 # ---- test-only backend modules (never installed) ---------------------------
 check_LTLIBRARIES += \
@@ -74,10 +76,10 @@ tests_test_loader_LDADD = $(test_ldadd)
 tests_test_host_SOURCES = tests/test-host.c tests/tap.h
 tests_test_host_CFLAGS = $(test_cflags)
 tests_test_host_LDADD = $(test_ldadd)
-tests_test_tool_SOURCES = tests/test-tool.c tests/tap.h
+tests_test_tool_SOURCES = tests/test-tool.c tests/tap.h tests/spawn.c tests/spawn.h
 tests_test_tool_CFLAGS = $(test_cflags)
 tests_test_tool_LDADD = $(test_ldadd)
-tests_test_i18n_SOURCES = tests/test-i18n.c tests/tap.h
+tests_test_i18n_SOURCES = tests/test-i18n.c tests/tap.h tests/spawn.c tests/spawn.h
 tests_test_i18n_CFLAGS = $(test_cflags)
 tests_test_i18n_LDADD = $(test_ldadd)
 else

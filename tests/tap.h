@@ -22,6 +22,15 @@
 			fail_msg("expected \"%s\" in \"%s\"", n_, h_ ? h_ : "(null)");           \
 	} while (0)
 
+/* Skip the current test, saying why (tests/run-tap.sh puts the reason on the
+ * TAP line: "ok N # SKIP reason"). */
+#define skip_because(...)                                                                      \
+	do {                                                                                   \
+		print_message("# skip-reason: " __VA_ARGS__);                                      \
+		print_message("\n");                                                               \
+		skip();                                                                            \
+	} while (0)
+
 /* An environment variable the test needs, or a failed test naming it. */
 static inline const char *test_env(const char *name)
 {

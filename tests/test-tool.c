@@ -1,67 +1,19 @@
 /* test-tool.c - the devcache command: its output and its exit statuses (0 ok, 1 runtime, 2 usage/config). */
 #include "tap.h"
 
-#include <fcntl.h>
 #include <stdio.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <devcache.h>
 
-struct result {
-	int status;
-	char out[65536];
-	char err[65536];
-};
-
-static void slurp(int fd, char *buf, size_t size)
-{
-	ssize_t n = pread(fd, buf, size - 1, 0);
-
-	buf[n > 0 ? n : 0] = '\0';
-	close(fd);
-}
-
-/* Run the tool with extra environment ("NAME=VALUE", or "-NAME" to unset). */
-static void run(struct result *r, const char *const *env, const char *const *args)
-{
-	char out_path[] = "/tmp/devcache-test-outXXXXXX", err_path[] = "/tmp/devcache-test-errXXXXXX";
-	int out = mkstemp(out_path), err = mkstemp(err_path), status;
-	const char *argv[32] = {test_env("TEST_TOOL")};
-	size_t n = 1;
-
-	assert_true(out >= 0 && err >= 0);
-	unlink(out_path);
-	unlink(err_path);
-	for (; args && *args && n < 31; args++)
-		argv[n++] = *args;
-	argv[n] = NULL;
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		for (; env && *env; env++)
-			if (**env == '-')
-				unsetenv(*env + 1);
-			else
-				putenv((char *)*env);
-		dup2(out, 1);
-		dup2(err, 2);
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status));
-	r->status = WEXITSTATUS(status);
-	slurp(out, r->out, sizeof r->out);
-	slurp(err, r->err, sizeof r->err);
-}
+#include "spawn.h"
 
 static struct result r;
 
 #define RUN(env, ...)                                                                      \
 	do {                                                                               \
 		const char *args_[] = {__VA_ARGS__, NULL};                                 \
-		run(&r, env, args_);                                                       \
+		spawn_tool(&r, env, args_);                                                       \
 	} while (0)
 
 static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};

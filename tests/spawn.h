@@ -1,0 +1,15 @@
+/* spawn.h - run the devcache tool from a test and capture what it prints. */
+#ifndef DEVCACHE_TEST_SPAWN_H
+#define DEVCACHE_TEST_SPAWN_H
+
+struct result {
+	int status; /* exit status */
+	char out[65536];
+	char err[65536];
+};
+
+/* Run $TEST_TOOL with args (NULL-terminated) and extra environment entries
+ * ("NAME=VALUE", or "-NAME" to unset); fails the test if it cannot. */
+void spawn_tool(struct result *r, const char *const *env, const char *const *args);
+
+#endif

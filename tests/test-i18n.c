@@ -1,0 +1,104 @@
+/* test-i18n.c - the German catalogue: complete, used by the library and by the devcache tool. */
+#include "tap.h"
+
+#include <locale.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <devcache.h>
+
+#include "spawn.h"
+
+/* The locale the German tests run in: a real German one where the machine has
+ * it, otherwise C.UTF-8 with LANGUAGE=de, which glibc honours too. */
+static const char *locale_name;
+
+static void need_locale(void)
+{
+	if (!locale_name)
+		skip_because("neither de_DE.UTF-8 nor C.UTF-8 is available");
+}
+
+static void catalogue_is_complete(void **state)
+{
+	const char *po = test_env("TEST_PODIR");
+	char cmd[4096], line[512], all[4096] = "";
+	FILE *p;
+
+	(void)state;
+	snprintf(cmd, sizeof cmd, "%s/libdevcache.pot", po);
+	if (access(cmd, R_OK) != 0)
+		skip_because("po/libdevcache.pot has not been generated (is xgettext installed?)");
+	if (system("msgmerge --version >/dev/null 2>&1") != 0)
+		skip_because("msgmerge is not installed");
+	/* Merge first, so a message added to the sources and not yet to de.po counts. */
+	snprintf(cmd, sizeof cmd,
+		 "LC_ALL=C LANGUAGE= msgmerge --quiet '%s/de.po' '%s/libdevcache.pot' -o - | "
+		 "LC_ALL=C LANGUAGE= msgfmt -c --statistics -o /dev/null - 2>&1",
+		 po, po);
+	assert_non_null(p = popen(cmd, "r"));
+	while (fgets(line, sizeof line, p))
+		strncat(all, line, sizeof all - strlen(all) - 1);
+	assert_int_equal(pclose(p), 0);
+	assert_contains(all, "translated message");
+	if (strstr(all, "fuzzy") || strstr(all, "untranslated"))
+		fail_msg("po/de.po is incomplete: %s(run make update-po and translate)", all);
+}
+
+static void library_messages_are_german(void **state)
+{
+	devcache_ctx_t *ctx;
+
+	(void)state;
+	need_locale();
+	assert_string_equal(devcache_strerror(DEVCACHE_ENOMEM), "Speicher erschöpft");
+	assert_string_equal(devcache_strerror(DEVCACHE_ECONFIG), "Konfigurationsfehler");
+	devcache_open_args_t args = {.struct_size = sizeof args,
+				     .options = "max_split_size_mb:abc",
+				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV};
+	assert_int_equal(devcache_open_ex(&ctx, &args), DEVCACHE_ECONFIG);
+	assert_contains(devcache_last_error(),
+			"devcache_open: max_split_size_mb: ungültiger size-Wert „abc“ (erwartet:");
+}
+
+static void tool_speaks_german(void **state)
+{
+	char lc_all[64];
+	const char *env[] = {"LANGUAGE=de", lc_all, NULL};
+	struct result *r = malloc(sizeof *r);
+
+	(void)state;
+	need_locale();
+	assert_non_null(r);
+	snprintf(lc_all, sizeof lc_all, "LC_ALL=%s", locale_name);
+	spawn_tool(r, env, (const char *const[]){"--help", NULL});
+	assert_int_equal(r->status, 0);
+	assert_contains(r->out, "Aufruf: devcache [OPTION]... BEFEHL [ARG]...");
+	spawn_tool(r, env, (const char *const[]){"frobnicate", NULL});
+	assert_int_equal(r->status, 2);
+	assert_contains(r->err, "„devcache --help“ gibt weitere Informationen.");
+	/* The library's messages reach the tool's user in German too. */
+	const char *bad[] = {"LANGUAGE=de", lc_all, "DEVCACHE_OPTIONS=max_split_size_mb:abc", NULL};
+	spawn_tool(r, bad, (const char *const[]){"config", NULL});
+	assert_int_equal(r->status, 2);
+	assert_contains(r->err, "DEVCACHE_OPTIONS: max_split_size_mb: ungültiger size-Wert „abc“");
+	free(r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(catalogue_is_complete),
+		cmocka_unit_test(library_messages_are_german),
+		cmocka_unit_test(tool_speaks_german),
+	};
+
+	if (setlocale(LC_ALL, "de_DE.UTF-8")) {
+		locale_name = "de_DE.UTF-8";
+	} else if (setlocale(LC_ALL, "C.UTF-8")) {
+		locale_name = "C.UTF-8";
+	}
+	setenv("LANGUAGE", "de", 1);
+	printf("# German tests run in locale %s\n", locale_name ? locale_name : "(none)");
+	return RUN_TAP(tests);
+}
