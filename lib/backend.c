@@ -321,7 +321,8 @@ static int scan(const char *pathlist, struct found **out, size_t *n_out)
 		closedir(d);
 	}
 	free(copy);
-	qsort(f, n, sizeof *f, found_cmp);
+	if (n > 1) /* qsort(NULL, 0) is undefined */
+		qsort(f, n, sizeof *f, found_cmp);
 	*out = f;
 	*n_out = n;
 	return 0;
