@@ -38,9 +38,8 @@ typedef struct devcache_backend_device {
 	uint64_t reserved[8];
 } devcache_backend_device_t;
 
-/* Streams and events are the backend's own opaque handles.  Stream NULL is
- * the device's default stream. */
-typedef void *devcache_stream_t;
+/* Streams (devcache_stream_t, in devcache.h) and events are the backend's own
+ * opaque handles.  Stream NULL is the device's default stream. */
 typedef void *devcache_event_t;
 
 /* Every entry returns 0 or a negative DEVCACHE_E* code; on failure it writes a

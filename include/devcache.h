@@ -167,6 +167,97 @@ DEVCACHE_API int devcache_device_get(devcache_ctx_t *ctx, const char *name,
 				     devcache_device_t **dev_p);
 DEVCACHE_API int devcache_device_info(devcache_device_t *dev, devcache_device_info_t *info);
 
+/* ---- Streams -------------------------------------------------------------
+ * A stream is the backend's own handle (a cudaStream_t, hipStream_t or Level
+ * Zero command list); NULL is the device's default stream.  Programs that
+ * have their own streams pass them as they are. */
+typedef void *devcache_stream_t;
+
+DEVCACHE_API int devcache_stream_create(devcache_device_t *dev, devcache_stream_t *stream_p);
+DEVCACHE_API int devcache_stream_destroy(devcache_device_t *dev, devcache_stream_t stream);
+DEVCACHE_API int devcache_stream_synchronize(devcache_device_t *dev, devcache_stream_t stream);
+
+/* ---- The caching allocator -------------------------------------------------
+ * Device memory, cached for reuse with PyTorch's policy (see libdevcache(3)
+ * and the allocator tunables in devcache.conf(5)).  A block belongs to the
+ * stream it was allocated on and is reused only on that stream once freed,
+ * unless devcache_record_stream() named other streams that use it. */
+DEVCACHE_API int devcache_alloc(devcache_device_t *dev, size_t size, devcache_stream_t stream,
+				void **ptr_p);
+DEVCACHE_API int devcache_free(devcache_device_t *dev, void *ptr);
+/* The block at ptr is also used on stream: once freed, it is not reused
+ * until the work queued on stream at the time of the free has completed. */
+DEVCACHE_API int devcache_record_stream(devcache_device_t *dev, void *ptr,
+					devcache_stream_t stream);
+/* Return every cached, unused segment to the driver. */
+DEVCACHE_API int devcache_empty_cache(devcache_device_t *dev);
+
+/* Pinned host memory for fast copies to and from dev, cached the same way. */
+DEVCACHE_API int devcache_host_alloc(devcache_device_t *dev, size_t size, void **ptr_p);
+DEVCACHE_API int devcache_host_free(devcache_device_t *dev, void *ptr);
+DEVCACHE_API int devcache_host_empty_cache(devcache_device_t *dev);
+
+/* ---- Allocator statistics (PyTorch's memory_stats) ------------------------ */
+enum devcache_pool {
+	DEVCACHE_POOL_ALL = 0,   /* PyTorch's "all" */
+	DEVCACHE_POOL_SMALL = 1, /* requests up to 1 MiB */
+	DEVCACHE_POOL_LARGE = 2,
+	DEVCACHE_POOL_COUNT = 3
+};
+
+typedef struct devcache_stat {
+	int64_t current;
+	int64_t peak;
+	int64_t allocated; /* total increases since the last reset */
+	int64_t freed;     /* total decreases since the last reset */
+} devcache_stat_t;
+
+typedef struct devcache_stats {
+	/* Each indexed by enum devcache_pool. */
+	devcache_stat_t allocation[DEVCACHE_POOL_COUNT];     /* blocks handed out */
+	devcache_stat_t segment[DEVCACHE_POOL_COUNT];        /* driver allocations */
+	devcache_stat_t active[DEVCACHE_POOL_COUNT];         /* handed out, or freed but in use by a stream */
+	devcache_stat_t inactive_split[DEVCACHE_POOL_COUNT]; /* free blocks in split segments */
+	devcache_stat_t allocated_bytes[DEVCACHE_POOL_COUNT];
+	devcache_stat_t reserved_bytes[DEVCACHE_POOL_COUNT];
+	devcache_stat_t active_bytes[DEVCACHE_POOL_COUNT];
+	devcache_stat_t inactive_split_bytes[DEVCACHE_POOL_COUNT];
+	devcache_stat_t requested_bytes[DEVCACHE_POOL_COUNT]; /* as asked, before rounding */
+	devcache_stat_t oversize_allocations; /* blocks at or above max_split_size_mb */
+	devcache_stat_t oversize_segments;
+	uint64_t num_alloc_retries;    /* driver allocations retried after freeing cache */
+	uint64_t num_ooms;             /* allocations that failed */
+	uint64_t num_sync_all_streams; /* times every stream was synchronised to free cache */
+	uint64_t num_device_alloc;     /* driver allocation calls */
+	uint64_t num_device_free;      /* driver free calls */
+	/* Fragmentation, which PyTorch does not report: */
+	uint64_t largest_free_block;   /* the largest cached free block, bytes */
+	double fragmentation;          /* reserved but unallocated, as a fraction of reserved */
+	uint64_t reserved[16];
+} devcache_stats_t;
+
+DEVCACHE_API int devcache_stats(devcache_device_t *dev, devcache_stats_t *stats);
+DEVCACHE_API int devcache_host_stats(devcache_device_t *dev, devcache_stats_t *stats);
+DEVCACHE_API int devcache_reset_peak(devcache_device_t *dev);
+DEVCACHE_API int devcache_reset_accumulated(devcache_device_t *dev);
+/* The memory summary table, laid out like torch.cuda.memory_summary(). */
+DEVCACHE_API int devcache_summary(devcache_device_t *dev, FILE *out);
+/* JSON: every segment and its blocks (address, size, requested size, state, stream). */
+DEVCACHE_API int devcache_snapshot(devcache_device_t *dev, FILE *out);
+
+/* ---- Memory pressure -------------------------------------------------------
+ * When an allocation on a device cannot be served even after the cache is
+ * emptied, the allocator calls every registered pressure callback (the
+ * model cache evicts through one) and retries.  A callback returns the
+ * number of bytes it released on that device (0 if none); it runs without
+ * the allocator's locks held and may free device memory. */
+typedef size_t (*devcache_pressure_fn)(void *user, devcache_device_t *dev, size_t bytes_needed);
+
+DEVCACHE_API int devcache_pressure_register(devcache_ctx_t *ctx, devcache_pressure_fn fn,
+					   void *user);
+DEVCACHE_API int devcache_pressure_unregister(devcache_ctx_t *ctx, devcache_pressure_fn fn,
+					     void *user);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,17 +1,23 @@
 /* context.c - open and close a context: configuration, logging, backends and devices together. */
 #include "backend.h"
+#include "trace.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static void ctx_free(devcache_ctx_t *ctx)
 {
+	devices_stop_allocators(ctx);
+	for (size_t i = 0; i < ctx->n_traces; i++)
+		trace_close(ctx->traces[i]);
+	free(ctx->traces);
 	backends_unload(ctx);
 	free(ctx->devices);
 	for (int i = 0; i < TUN_COUNT; i++)
 		free(ctx->tun_text[i]);
 	tunable_set_free(&ctx->tun);
 	log_destroy(&ctx->log);
+	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 }
 
@@ -63,6 +69,7 @@ int devcache_open_ex(devcache_ctx_t **ctx_p, const devcache_open_args_t *args)
 	if (!(ctx = calloc(1, sizeof *ctx)))
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	log_init(&ctx->log, a.log_fn, a.log_user);
+	pthread_mutex_init(&ctx->lock, NULL);
 	err_clear();
 	rc = configure(ctx, &a);
 	/* Messages queued while reading the configuration pass at the level it
@@ -70,6 +77,8 @@ int devcache_open_ex(devcache_ctx_t **ctx_p, const devcache_open_args_t *args)
 	log_flush(&ctx->log, rc ? DEVCACHE_LOG_WARNING : ctx->tun.v[TUN_log_level].u.e);
 	if (rc == 0)
 		rc = backends_load(ctx);
+	if (rc == 0)
+		rc = devices_start_allocators(ctx);
 	if (rc) {
 		ctx_free(ctx);
 		return rc;

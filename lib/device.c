@@ -1,4 +1,5 @@
 /* device.c - naming, finding and describing backends and devices. */
+#include "alloc.h"
 #include "backend.h"
 
 #include <ctype.h>
@@ -113,4 +114,27 @@ int devcache_device_info(devcache_device_t *dev, devcache_device_info_t *info)
 	info->free_memory = free_mem;
 	info->caps = dev->info.caps;
 	return 0;
+}
+
+int devices_start_allocators(devcache_ctx_t *ctx)
+{
+	for (size_t i = 0; i < ctx->n_devices; i++) {
+		struct devcache_device *dev = &ctx->devices[i];
+		int rc = allocator_create(dev, ALLOC_DEVICE, &dev->alloc);
+
+		if (rc == 0)
+			rc = allocator_create(dev, ALLOC_PINNED, &dev->pinned);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+void devices_stop_allocators(devcache_ctx_t *ctx)
+{
+	for (size_t i = 0; i < ctx->n_devices; i++) {
+		allocator_destroy(ctx->devices[i].alloc);
+		allocator_destroy(ctx->devices[i].pinned);
+		ctx->devices[i].alloc = ctx->devices[i].pinned = NULL;
+	}
 }

@@ -81,12 +81,24 @@ void config_warn_unknown_env(struct log_state *log);
 /* ---- context, backends, devices ----------------------------------------- */
 struct backend;
 
+struct allocator;
+struct trace;
+
 struct devcache_device {
 	devcache_ctx_t *ctx;
 	struct backend *backend;
 	int ordinal;
 	char id[32];
 	devcache_backend_device_t info;
+	struct allocator *alloc;  /* device memory */
+	struct allocator *pinned; /* pinned host memory for this device */
+};
+
+#define DEVCACHE_MAX_PRESSURE 16
+
+struct pressure_cb {
+	devcache_pressure_fn fn;
+	void *user;
 };
 
 struct devcache_ctx {
@@ -97,7 +109,17 @@ struct devcache_ctx {
 	size_t n_backends;
 	struct devcache_device *devices;
 	size_t n_devices;
+	pthread_mutex_t lock; /* pressure callbacks, the shared trace */
+	struct pressure_cb pressure[DEVCACHE_MAX_PRESSURE];
+	size_t n_pressure;
+	struct trace **traces; /* open allocation traces, shared by file name */
+	size_t n_traces;
+	uint64_t trace_ids;    /* allocation IDs in traces, unique per context; atomic */
 };
+
+/* Create and destroy the allocators of every device. */
+int devices_start_allocators(devcache_ctx_t *ctx);
+void devices_stop_allocators(devcache_ctx_t *ctx);
 
 int backends_load(devcache_ctx_t *ctx);
 void backends_unload(devcache_ctx_t *ctx);

@@ -24,7 +24,8 @@
 #define GROFF_PATH ""
 #endif
 
-static const char *const handwritten[] = {"devcache.1", "libdevcache.3", "devcache.conf.5"};
+static const char *const handwritten[] = {"devcache.1", "libdevcache.3", "devcache.conf.5",
+						 "devcache-trace.5"};
 
 /* Names in devcache.h that are not part of what a user reads about. */
 static const char *const undocumented_ok[] = {

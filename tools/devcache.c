@@ -68,6 +68,7 @@ static void usage(FILE *out)
 		"  info                  list the backends and devices found\n"
 		"  config                print every tunable with its value and origin\n"
 		"  config --check FILE   check a configuration file\n"
+		"  replay TRACE...       replay allocation traces through the allocator\n"
 		"  help                  show this help\n"),
 	      out);
 	fputs("\n", out);
@@ -96,6 +97,7 @@ static const struct command {
 } commands[] = {
 	{"info", cmd_info},
 	{"config", cmd_config},
+	{"replay", cmd_replay},
 	{"help", cmd_help},
 };
 

@@ -23,6 +23,29 @@
 
 const struct devcache_backend_ops *devcache_backend_module(void);
 
+/* Test controls, reached with dlsym() by tests that dlopen() this module:
+ * device memory is limited to the device's total (dev + 1 GiB), and events
+ * stay pending while hold_events is set, as work queued on a busy GPU. */
+void fake_hold_events(int hold);
+unsigned long fake_allocs(void);
+
+static uint64_t used[FAKE_DEVICES > 0 ? FAKE_DEVICES : 1];
+static unsigned long n_allocs;
+static int hold_events;
+
+void fake_hold_events(int hold)
+{
+	__atomic_store_n(&hold_events, hold, __ATOMIC_RELAXED);
+}
+
+unsigned long fake_allocs(void)
+{
+	return __atomic_load_n(&n_allocs, __ATOMIC_RELAXED);
+}
+
+/* Like a driver: 512-byte aligned, the size kept in a header before it. */
+#define FAKE_HEADER 512
+
 static int fake_init(const struct devcache_backend_host *host, void **state_p, char *why,
 		     size_t why_size)
 {
@@ -67,32 +90,54 @@ static int fake_mem_get_info(void *state, int dev, uint64_t *free_p, uint64_t *t
 {
 	(void)state;
 	*total_p = (uint64_t)(dev + 1) << 30;
-	*free_p = *total_p / 2;
+	*free_p = *total_p - __atomic_load_n(&used[dev], __ATOMIC_RELAXED);
 	return 0;
 }
 
-static int fake_mem_alloc(void *state, int dev, size_t size, void **ptr_p)
+/* Unused where a module leaves the entry out on purpose. */
+__attribute__((unused)) static int fake_mem_alloc(void *state, int dev, size_t size, void **ptr_p)
 {
-	(void)state, (void)dev;
-	*ptr_p = malloc(size ? size : 1);
-	return *ptr_p ? 0 : DEVCACHE_ENOMEM;
+	const struct devcache_backend_host *host = state;
+	uint64_t cap = (uint64_t)(dev + 1) << 30;
+	uint64_t now;
+	char *p;
+
+	__atomic_add_fetch(&n_allocs, 1, __ATOMIC_RELAXED); /* calls, failed ones too */
+	now = __atomic_add_fetch(&used[dev], size, __ATOMIC_RELAXED);
+
+	if (now > cap || !(p = aligned_alloc(FAKE_HEADER, FAKE_HEADER + ((size + 511) & ~(size_t)511)))) {
+		__atomic_sub_fetch(&used[dev], size, __ATOMIC_RELAXED);
+		return host->error(DEVCACHE_ENOMEM, "fake: out of memory: %zu bytes", size);
+	}
+	*(size_t *)p = size;
+	*(int *)(p + sizeof(size_t)) = dev;
+	*ptr_p = p + FAKE_HEADER;
+	return 0;
 }
 
 static int fake_free(void *state, int dev, void *ptr)
 {
 	(void)state, (void)dev;
-	free(ptr);
+	if (!ptr)
+		return 0;
+	char *p = (char *)ptr - FAKE_HEADER;
+	__atomic_sub_fetch(&used[*(int *)(p + sizeof(size_t))], *(size_t *)p, __ATOMIC_RELAXED);
+	free(p);
 	return 0;
 }
 
 static int fake_host_alloc(void *state, size_t size, void **ptr_p)
 {
-	return fake_mem_alloc(state, 0, size, ptr_p);
+	(void)state;
+	*ptr_p = malloc(size ? size : 1);
+	return *ptr_p ? 0 : DEVCACHE_ENOMEM;
 }
 
 static int fake_host_free(void *state, void *ptr)
 {
-	return fake_free(state, 0, ptr);
+	(void)state;
+	free(ptr);
+	return 0;
 }
 
 static int fake_register(void *state, void *ptr, size_t size)
@@ -117,12 +162,29 @@ static int fake_copy(void *state, int dev, void *dst, const void *src, size_t si
 
 static int fake_handle_create(void *state, int dev, void **handle_p)
 {
-	return fake_mem_alloc(state, dev, 1, handle_p);
+	(void)state, (void)dev;
+	*handle_p = malloc(1);
+	return *handle_p ? 0 : DEVCACHE_ENOMEM;
 }
 
-static int fake_nop(void *state, int dev, void *handle)
+static int fake_handle_destroy(void *state, int dev, void *handle)
+{
+	(void)state, (void)dev;
+	free(handle);
+	return 0;
+}
+
+static int fake_event_query(void *state, int dev, void *event)
+{
+	(void)state, (void)dev, (void)event;
+	return __atomic_load_n(&hold_events, __ATOMIC_RELAXED) ? DEVCACHE_EAGAIN : 0;
+}
+
+/* Waiting for work completes it. */
+static int fake_wait(void *state, int dev, void *handle)
 {
 	(void)state, (void)dev, (void)handle;
+	fake_hold_events(0);
 	return 0;
 }
 
@@ -149,13 +211,13 @@ static const struct devcache_backend_ops fake_ops = {
 	.memcpy_htod = fake_copy,
 	.memcpy_dtoh = fake_copy,
 	.stream_create = fake_handle_create,
-	.stream_destroy = fake_free,
-	.stream_synchronize = fake_nop,
+	.stream_destroy = fake_handle_destroy,
+	.stream_synchronize = fake_wait,
 	.event_create = fake_handle_create,
-	.event_destroy = fake_free,
+	.event_destroy = fake_handle_destroy,
 	.event_record = fake_record,
-	.event_query = fake_nop,
-	.event_synchronize = fake_nop,
+	.event_query = fake_event_query,
+	.event_synchronize = fake_wait,
 };
 
 const struct devcache_backend_ops *devcache_backend_module(void)

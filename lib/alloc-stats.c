@@ -1,0 +1,144 @@
+/* alloc-stats.c - the allocator's statistics (PyTorch's memory_stats), their resets, and the JSON snapshot. */
+#include "alloc.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+void allocator_stats(struct allocator *a, devcache_stats_t *out)
+{
+	size_t largest = 0;
+
+	pthread_mutex_lock(&a->lock);
+	*out = a->stats;
+	for (size_t i = 0; i < a->n_pools; i++) {
+		size_t s = index_largest(&a->pools[i]->small), l = index_largest(&a->pools[i]->large);
+
+		largest = s > largest ? s : largest;
+		largest = l > largest ? l : largest;
+	}
+	pthread_mutex_unlock(&a->lock);
+	out->largest_free_block = largest;
+	int64_t reserved = out->reserved_bytes[DEVCACHE_POOL_ALL].current;
+	int64_t allocated = out->allocated_bytes[DEVCACHE_POOL_ALL].current;
+	out->fragmentation = reserved ? (double)(reserved - allocated) / (double)reserved : 0.0;
+}
+
+int devcache_stats(devcache_device_t *dev, devcache_stats_t *stats)
+{
+	if (!dev || !stats)
+		return err_set(DEVCACHE_EINVAL, _("devcache_stats: NULL argument"));
+	allocator_stats(dev->alloc, stats);
+	return 0;
+}
+
+int devcache_host_stats(devcache_device_t *dev, devcache_stats_t *stats)
+{
+	if (!dev || !stats)
+		return err_set(DEVCACHE_EINVAL, _("devcache_host_stats: NULL argument"));
+	allocator_stats(dev->pinned, stats);
+	return 0;
+}
+
+#define EACH_STAT_ARRAY(X)                                                                      \
+	X(allocation) X(segment) X(active) X(inactive_split) X(allocated_bytes) X(reserved_bytes) \
+	X(active_bytes) X(inactive_split_bytes) X(requested_bytes)
+
+static void reset(struct allocator *a, bool peaks)
+{
+	pthread_mutex_lock(&a->lock);
+	devcache_stats_t *s = &a->stats;
+#define RESET_ARRAY(name)                                                                       \
+	for (int p = 0; p < DEVCACHE_POOL_COUNT; p++)                                          \
+		reset_stat(&s->name[p], peaks);
+#define reset_stat(st, pk)                                                                      \
+	do {                                                                                   \
+		if (pk)                                                                        \
+			(st)->peak = (st)->current;                                            \
+		else                                                                           \
+			(st)->allocated = (st)->freed = 0;                                     \
+	} while (0)
+	EACH_STAT_ARRAY(RESET_ARRAY)
+	reset_stat(&s->oversize_allocations, peaks);
+	reset_stat(&s->oversize_segments, peaks);
+	if (!peaks) {
+		s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
+		s->num_device_alloc = s->num_device_free = 0;
+	}
+#undef reset_stat
+#undef RESET_ARRAY
+	pthread_mutex_unlock(&a->lock);
+}
+
+int devcache_reset_peak(devcache_device_t *dev)
+{
+	if (!dev)
+		return err_set(DEVCACHE_EINVAL, _("devcache_reset_peak: NULL device"));
+	reset(dev->alloc, true);
+	reset(dev->pinned, true);
+	return 0;
+}
+
+int devcache_reset_accumulated(devcache_device_t *dev)
+{
+	if (!dev)
+		return err_set(DEVCACHE_EINVAL, _("devcache_reset_accumulated: NULL device"));
+	reset(dev->alloc, false);
+	reset(dev->pinned, false);
+	return 0;
+}
+
+static const char *block_state(const struct block *b)
+{
+	if (b->allocated)
+		return "active_allocated";
+	return b->is_free ? "inactive" : "active_pending_free";
+}
+
+/* Segments in address order make the snapshot easy to read. */
+static int by_base(const void *x, const void *y)
+{
+	const struct segment *a = *(struct segment *const *)x, *b = *(struct segment *const *)y;
+
+	return a->base < b->base ? -1 : a->base > b->base;
+}
+
+int devcache_snapshot(devcache_device_t *dev, FILE *out)
+{
+	if (!dev || !out)
+		return err_set(DEVCACHE_EINVAL, _("devcache_snapshot: NULL argument"));
+	struct allocator *a = dev->alloc;
+	size_t n = 0, i = 0;
+
+	pthread_mutex_lock(&a->lock);
+	for (struct segment *s = a->segments; s; s = s->snext)
+		n++;
+	struct segment **segs = malloc((n ? n : 1) * sizeof *segs);
+	if (!segs) {
+		pthread_mutex_unlock(&a->lock);
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	}
+	for (struct segment *s = a->segments; s; s = s->snext)
+		segs[i++] = s;
+	qsort(segs, n, sizeof *segs, by_base);
+	/* Device IDs are [a-z0-9:_], so they need no JSON escaping. */
+	fprintf(out, "{\"device\":\"%s\",\"segments\":[", dev->id);
+	for (i = 0; i < n; i++) {
+		struct segment *s = segs[i];
+		fprintf(out,
+			"%s\n {\"address\":%" PRIuPTR ",\"size\":%zu,\"pool\":\"%s\",\"stream\":%u,"
+			"\"blocks\":[",
+			i ? "," : "", s->base, s->size, s->small ? "small" : "large", s->pool->index);
+		for (const struct block *b = s->first; b; b = b->next)
+			fprintf(out,
+				"%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,"
+				"\"state\":\"%s\"}",
+				b->prev ? "," : "", b->addr, b->size, b->allocated ? b->requested : 0,
+				block_state(b));
+		fprintf(out, "]}");
+	}
+	fprintf(out, "%s]}\n", n ? "\n" : "");
+	pthread_mutex_unlock(&a->lock);
+	free(segs);
+	return ferror(out) ? err_set(DEVCACHE_EIO, _("devcache_snapshot: write error")) : 0;
+}

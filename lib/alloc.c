@@ -1,0 +1,971 @@
+/* alloc.c - the caching allocator: PyTorch's policy over the backend vtable, for every device. */
+#include "alloc.h"
+#include "backend.h"
+#include "trace.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- driver calls --------------------------------------------------------- */
+
+static int driver_alloc(struct allocator *a, size_t size, void **ptr_p)
+{
+	struct backend *be = a->dev->backend;
+
+	if (a->kind == ALLOC_PINNED)
+		return be->ops->host_alloc(be->state, size, ptr_p);
+	return be->ops->mem_alloc(be->state, a->dev->ordinal, size, ptr_p);
+}
+
+static void driver_free(struct allocator *a, void *ptr)
+{
+	struct backend *be = a->dev->backend;
+	int rc = a->kind == ALLOC_PINNED ? be->ops->host_free(be->state, ptr)
+					 : be->ops->mem_free(be->state, a->dev->ordinal, ptr);
+
+	/* Nothing can be done about a driver that will not take memory back
+	 * but say so: the memory is lost to this process. */
+	if (rc)
+		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR, _("%s: the driver refused to free %p: %s"),
+			a->dev->id, ptr, devcache_last_error());
+}
+
+/* ---- block structs: a slab, so the hot path never calls malloc ----------- */
+
+static struct block *block_new(struct allocator *a)
+{
+	if (!a->spare_blocks) {
+		enum { PER_SLAB = 256 };
+		void **slabs = realloc(a->slabs, (a->n_slabs + 1) * sizeof *slabs);
+		struct block *slab = slabs ? calloc(PER_SLAB, sizeof *slab) : NULL;
+
+		if (slabs)
+			a->slabs = slabs;
+		if (!slab)
+			return NULL;
+		a->slabs[a->n_slabs++] = slab;
+		for (int i = 0; i < PER_SLAB; i++) {
+			slab[i].hnext = a->spare_blocks;
+			a->spare_blocks = &slab[i];
+		}
+	}
+	struct block *b = a->spare_blocks;
+	a->spare_blocks = b->hnext;
+	/* Every field the allocator reads before writing, and no more. */
+	b->prev = b->next = b->fprev = b->fnext = b->iprev = b->inext = NULL;
+	b->uses = NULL;
+	b->pending_events = 0;
+	b->allocated = b->is_free = b->oversize = false;
+	b->requested = 0;
+	b->trace_id = 0;
+	return b;
+}
+
+static void block_delete(struct allocator *a, struct block *b)
+{
+	while (b->uses) {
+		struct stream_use *u = b->uses;
+
+		b->uses = u->next;
+		free(u);
+	}
+	b->hnext = a->spare_blocks;
+	a->spare_blocks = b;
+}
+
+/* ---- allocated blocks by address: open addressing, linear probing -------- */
+
+static size_t slot_of(const struct allocator *a, uintptr_t addr)
+{
+	return (size_t)(((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull >> 20) & (a->table_cap - 1);
+}
+
+static int table_grow(struct allocator *a)
+{
+	size_t old_cap = a->table_cap, cap = old_cap ? old_cap * 2 : 1024;
+	struct block **old = a->table, **t = calloc(cap, sizeof *t);
+
+	if (!t)
+		return DEVCACHE_ENOMEM;
+	a->table = t;
+	a->table_cap = cap;
+	for (size_t i = 0; i < old_cap; i++)
+		if (old[i]) {
+			size_t s = slot_of(a, old[i]->addr);
+
+			while (t[s])
+				s = (s + 1) & (cap - 1);
+			t[s] = old[i];
+		}
+	free(old);
+	return 0;
+}
+
+static int table_insert(struct allocator *a, struct block *b)
+{
+	if (2 * (a->table_used + 1) > a->table_cap && table_grow(a))
+		return DEVCACHE_ENOMEM;
+	size_t s = slot_of(a, b->addr);
+	while (a->table[s])
+		s = (s + 1) & (a->table_cap - 1);
+	a->table[s] = b;
+	a->table_used++;
+	return 0;
+}
+
+static size_t table_slot(const struct allocator *a, uintptr_t addr)
+{
+	size_t mask = a->table_cap - 1, s = slot_of(a, addr);
+
+	while (a->table[s] && a->table[s]->addr != addr)
+		s = (s + 1) & mask;
+	return s;
+}
+
+static struct block *table_find(const struct allocator *a, uintptr_t addr)
+{
+	return a->table_cap ? a->table[table_slot(a, addr)] : NULL;
+}
+
+/* Remove and return the block at addr.  Backward-shift deletion keeps probe
+ * chains whole without tombstones: each following entry moves into the hole
+ * unless its home slot lies cyclically between the hole and itself. */
+static struct block *table_take(struct allocator *a, uintptr_t addr)
+{
+	if (!a->table_cap)
+		return NULL;
+	size_t mask = a->table_cap - 1, hole = table_slot(a, addr);
+	struct block *found = a->table[hole];
+
+	if (!found)
+		return NULL;
+	a->table[hole] = NULL;
+	for (size_t j = (hole + 1) & mask; a->table[j]; j = (j + 1) & mask) {
+		size_t home = slot_of(a, a->table[j]->addr);
+		bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+
+		if (stays)
+			continue;
+		a->table[hole] = a->table[j];
+		a->table[j] = NULL;
+		hole = j;
+	}
+	a->table_used--;
+	return found;
+}
+
+/* ---- policy: sizes and pools ---------------------------------------------- */
+
+static size_t round_up(size_t size, size_t unit)
+{
+	return (size + unit - 1) / unit * unit;
+}
+
+/* PyTorch's roundup_power2_divisions: round up to the next of N equal steps
+ * between the powers of two around size. */
+static size_t round_divisions(size_t size, unsigned divisions)
+{
+	size_t floor2 = (size_t)1 << (63 - __builtin_clzll(size));
+	size_t step = floor2 >> (31 - __builtin_clz(divisions));
+
+	if (size == floor2)
+		return size;
+	if (step == 0)
+		return floor2 << 1;
+	size_t down = size & ~(step - 1);
+	return down == size ? size : down + step;
+}
+
+size_t alloc_round_size(const struct allocator *a, size_t size)
+{
+	if (size < ALLOC_ROUND)
+		return ALLOC_ROUND;
+	int idx = 63 - __builtin_clzll(size) - 20;
+	unsigned div = a->divisions[idx < 0 ? 0 : idx >= DIVISION_INTERVALS ? DIVISION_INTERVALS - 1 : idx];
+
+	if (div > 1 && size > ALLOC_ROUND * div)
+		return round_divisions(size, div);
+	return round_up(size, ALLOC_ROUND);
+}
+
+static size_t segment_size(const struct allocator *a, size_t rsize)
+{
+	if (!a->caching)
+		return rsize;
+	if (rsize <= ALLOC_SMALL_SIZE)
+		return ALLOC_SMALL_BUFFER;
+	if (rsize < ALLOC_MIN_LARGE)
+		return a->large_segment_size;
+	return round_up(rsize, ALLOC_ROUND_LARGE);
+}
+
+static struct stream_pool *pool_for(struct allocator *a, devcache_stream_t stream)
+{
+	if (a->last_pool && a->last_pool->stream == stream)
+		return a->last_pool;
+	for (size_t i = 0; i < a->n_pools; i++)
+		if (a->pools[i]->stream == stream)
+			return a->last_pool = a->pools[i];
+	if (a->n_pools == a->pools_cap) {
+		size_t cap = a->pools_cap ? 2 * a->pools_cap : 4;
+		struct stream_pool **p = realloc(a->pools, cap * sizeof *p);
+
+		if (!p)
+			return NULL;
+		a->pools = p;
+		a->pools_cap = cap;
+	}
+	struct stream_pool *pool = calloc(1, sizeof *pool);
+	if (!pool)
+		return NULL;
+	pool->stream = stream;
+	/* In traces the default stream is 0 and the others count from 1 in the
+	 * order they are first used. */
+	pool->index = stream ? ++a->stream_indices : 0;
+	a->pools[a->n_pools++] = pool;
+	return a->last_pool = pool;
+}
+
+static struct free_index *index_of(struct segment *seg)
+{
+	return seg->small ? &seg->pool->small : &seg->pool->large;
+}
+
+/* ---- free blocks and idle segments ---------------------------------------- */
+
+static bool whole_segment(const struct block *b)
+{
+	return !b->prev && !b->next;
+}
+
+static void idle_remove(struct allocator *a, struct block *b)
+{
+	if (b->iprev)
+		b->iprev->inext = b->inext;
+	else if (a->idle_head == b)
+		a->idle_head = b->inext;
+	if (b->inext)
+		b->inext->iprev = b->iprev;
+	else if (a->idle_tail == b)
+		a->idle_tail = b->iprev;
+	b->iprev = b->inext = NULL;
+}
+
+static void make_free(struct allocator *a, struct block *b)
+{
+	index_insert(index_of(b->seg), b, a->max_split_size);
+	if (whole_segment(b)) {
+		/* Idle segments are released oldest first by garbage collection. */
+		b->idle_since = a->clock;
+		b->iprev = a->idle_tail;
+		b->inext = NULL;
+		if (a->idle_tail)
+			a->idle_tail->inext = b;
+		else
+			a->idle_head = b;
+		a->idle_tail = b;
+	} else {
+		stats_change(a->stats.inactive_split, b->seg->small, 1);
+		stats_change(a->stats.inactive_split_bytes, b->seg->small, (int64_t)b->size);
+	}
+}
+
+static void take_free(struct allocator *a, struct block *b)
+{
+	index_remove(index_of(b->seg), b);
+	if (whole_segment(b)) {
+		idle_remove(a, b);
+	} else {
+		stats_change(a->stats.inactive_split, b->seg->small, -1);
+		stats_change(a->stats.inactive_split_bytes, b->seg->small, -(int64_t)b->size);
+	}
+}
+
+/* Give a whole free segment back to the driver. */
+static void release_segment(struct allocator *a, struct block *b)
+{
+	struct segment *seg = b->seg;
+
+	take_free(a, b);
+	driver_free(a, seg->handle);
+	a->stats.num_device_free++;
+	a->reserved_total -= seg->size;
+	stats_change(a->stats.segment, seg->small, -1);
+	stats_change(a->stats.reserved_bytes, seg->small, -(int64_t)seg->size);
+	if (seg->size >= a->max_split_size)
+		stat_change(&a->stats.oversize_segments, -1);
+	if (seg->sprev)
+		seg->sprev->snext = seg->snext;
+	else
+		a->segments = seg->snext;
+	if (seg->snext)
+		seg->snext->sprev = seg->sprev;
+	free(seg);
+	block_delete(a, b);
+}
+
+/* Return a freed block to its pool, merging it with free neighbours. */
+static void free_block(struct allocator *a, struct block *b)
+{
+	bool small = b->seg->small;
+
+	stats_change(a->stats.active, small, -1);
+	stats_change(a->stats.active_bytes, small, -(int64_t)b->size);
+	for (int side = 0; side < 2; side++) {
+		struct block *n = side ? b->next : b->prev;
+
+		if (!n || !n->is_free)
+			continue;
+		take_free(a, n);
+		if (side) {
+			b->size += n->size;
+			b->next = n->next;
+		} else {
+			b->addr = n->addr;
+			b->size += n->size;
+			b->prev = n->prev;
+			if (b->seg->first == n)
+				b->seg->first = b;
+		}
+		if (b->next)
+			b->next->prev = b;
+		if (b->prev)
+			b->prev->next = b;
+		block_delete(a, n);
+	}
+	make_free(a, b);
+	/* Pass-through (caching off): straight back to the driver. */
+	if (!a->caching && whole_segment(b))
+		release_segment(a, b);
+}
+
+/* ---- events for blocks used on other streams ------------------------------- */
+
+static void process_events(struct allocator *a, bool wait)
+{
+	struct backend *be = a->dev->backend;
+	struct pending_event **link = &a->events_head, *prev = NULL;
+
+	while (*link) {
+		struct pending_event *pe = *link;
+		int rc = wait ? be->ops->event_synchronize(be->state, a->dev->ordinal, pe->event)
+			      : be->ops->event_query(be->state, a->dev->ordinal, pe->event);
+
+		if (rc == DEVCACHE_EAGAIN) {
+			prev = pe;
+			link = &pe->next;
+			continue;
+		}
+		/* A failed query cannot tell us when the stream is done with the
+		 * block; only a completed one frees it. */
+		if (rc) {
+			log_msg(&a->dev->ctx->log, DEVCACHE_LOG_WARNING,
+				_("%s: event query failed, block %p kept: %s"), a->dev->id,
+				(void *)pe->block->addr, devcache_last_error());
+			prev = pe;
+			link = &pe->next;
+			if (!wait)
+				continue;
+			break;
+		}
+		be->ops->event_destroy(be->state, a->dev->ordinal, pe->event);
+		*link = pe->next;
+		if (a->events_tail == pe)
+			a->events_tail = prev;
+		if (--pe->block->pending_events == 0)
+			free_block(a, pe->block);
+		free(pe);
+	}
+}
+
+/* Record an event on each stream that used b; b is free once all complete. */
+static int defer_free(struct allocator *a, struct block *b)
+{
+	struct backend *be = a->dev->backend;
+
+	while (b->uses) {
+		struct stream_use *u = b->uses;
+		struct pending_event *pe = calloc(1, sizeof *pe);
+		int rc = pe ? be->ops->event_create(be->state, a->dev->ordinal, &pe->event)
+			    : DEVCACHE_ENOMEM;
+
+		if (rc == 0) {
+			rc = be->ops->event_record(be->state, a->dev->ordinal, pe->event, u->stream);
+			if (rc)
+				be->ops->event_destroy(be->state, a->dev->ordinal, pe->event);
+		}
+		if (rc) {
+			/* Without an event the only safe way is to wait for the stream. */
+			free(pe);
+			if (be->ops->stream_synchronize(be->state, a->dev->ordinal, u->stream))
+				return err_set(DEVCACHE_EBACKEND,
+					       _("%s: cannot track the use of %p on a stream: %s"),
+					       a->dev->id, (void *)b->addr, devcache_last_error());
+		} else {
+			pe->block = b;
+			b->pending_events++;
+			if (a->events_tail)
+				a->events_tail->next = pe;
+			else
+				a->events_head = pe;
+			a->events_tail = pe;
+		}
+		b->uses = u->next;
+		free(u);
+	}
+	if (b->pending_events == 0)
+		free_block(a, b);
+	return 0;
+}
+
+/* ---- growing and shrinking the cache ---------------------------------------- */
+
+static struct block *alloc_segment(struct allocator *a, struct stream_pool *pool, bool small,
+				   size_t size, bool retry, bool *capped)
+{
+	void *ptr = NULL;
+	struct segment *seg;
+	struct block *b;
+
+	if (retry)
+		a->stats.num_alloc_retries++;
+	if (a->reserved_total + size > a->cap || a->reserved_total + size < size) {
+		*capped = true;
+		return NULL;
+	}
+	if (!(seg = calloc(1, sizeof *seg)) || !(b = block_new(a))) {
+		free(seg);
+		return NULL;
+	}
+	if (driver_alloc(a, size, &ptr)) {
+		free(seg);
+		block_delete(a, b);
+		return NULL;
+	}
+	a->stats.num_device_alloc++;
+	*seg = (struct segment){.base = (uintptr_t)ptr, .size = size, .handle = ptr,
+				.pool = pool, .small = small, .snext = a->segments};
+	if (a->segments)
+		a->segments->sprev = seg;
+	a->segments = seg;
+	b->addr = seg->base;
+	b->size = size;
+	b->seg = seg;
+	seg->first = b;
+	a->reserved_total += size;
+	stats_change(a->stats.segment, small, 1);
+	stats_change(a->stats.reserved_bytes, small, (int64_t)size);
+	if (size >= a->max_split_size)
+		stat_change(&a->stats.oversize_segments, 1);
+	/* Accounted as a free whole segment, taken at once by the caller. */
+	make_free(a, b);
+	return b;
+}
+
+/* Garbage collection: before reserved memory would pass the threshold,
+ * release idle segments, those idle longest first. */
+static void collect_garbage(struct allocator *a, size_t incoming)
+{
+	uint64_t limit = (uint64_t)(a->gc_threshold * (double)a->cap);
+
+	while (a->idle_head && a->reserved_total + incoming > limit)
+		release_segment(a, a->idle_head);
+}
+
+/* PyTorch's release_available_cached_blocks: free one cached oversize block
+ * big enough for the request, or else the largest ones until enough is
+ * free. Only oversize blocks exist only when max_split_size_mb is set. */
+static bool release_oversize(struct allocator *a, struct stream_pool *pool, size_t rsize)
+{
+	if (a->max_split_size == SIZE_MAX)
+		return false;
+	size_t want = rsize > a->max_split_size ? rsize : a->max_split_size;
+	struct block *b = index_find_oversize(&pool->large, want);
+
+	if (b) {
+		release_segment(a, b);
+		return true;
+	}
+	size_t released = 0;
+	while (released < rsize && (b = index_largest_oversize(&pool->large))) {
+		released += b->size;
+		release_segment(a, b);
+	}
+	return released >= rsize;
+}
+
+/* Wait for every pending event, then give every idle segment back. */
+static void release_cached(struct allocator *a)
+{
+	if (a->events_head) {
+		process_events(a, true);
+		a->stats.num_sync_all_streams++;
+	}
+	while (a->idle_head)
+		release_segment(a, a->idle_head);
+}
+
+/* ---- finding a block ------------------------------------------------------- */
+
+static struct block *find_cached(struct allocator *a, struct stream_pool *pool, bool small,
+				 size_t rsize)
+{
+	struct free_index *ix = small ? &pool->small : &pool->large;
+
+	if (!a->caching || ix->count == 0)
+		return NULL;
+	if (rsize < a->max_split_size)
+		return index_find(ix, rsize);
+	/* An oversize request takes a cached oversize block only if the waste
+	 * stays under max_non_split_rounding_mb. */
+	struct block *b = index_find_oversize(ix, rsize);
+	return b && b->size < rsize + a->max_non_split_rounding ? b : NULL;
+}
+
+static bool should_split(const struct allocator *a, const struct block *b, size_t rsize)
+{
+	size_t rest = b->size - rsize;
+
+	if (!a->caching)
+		return false;
+	if (b->seg->small)
+		return rest >= ALLOC_ROUND;
+	return rsize < a->max_split_size && rest > ALLOC_SMALL_SIZE;
+}
+
+/* Take the block from its free list and split off what is not needed.
+ * Metadata is made ready first, so a failure leaves the cache as it was. */
+static int use_block(struct allocator *a, struct block *b, size_t rsize, size_t requested)
+{
+	struct block *rest = NULL;
+
+	if ((2 * (a->table_used + 1) > a->table_cap && table_grow(a)) ||
+	    (should_split(a, b, rsize) && !(rest = block_new(a))))
+		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
+	take_free(a, b);
+	if (rest) {
+		rest->addr = b->addr + rsize;
+		rest->size = b->size - rsize;
+		rest->seg = b->seg;
+		rest->prev = b;
+		rest->next = b->next;
+		if (b->next)
+			b->next->prev = rest;
+		b->next = rest;
+		b->size = rsize;
+		make_free(a, rest);
+	}
+	table_insert(a, b);
+	bool small = b->seg->small;
+	b->allocated = true;
+	b->requested = requested;
+	stats_change(a->stats.allocation, small, 1);
+	stats_change(a->stats.allocated_bytes, small, (int64_t)b->size);
+	stats_change(a->stats.active, small, 1);
+	stats_change(a->stats.active_bytes, small, (int64_t)b->size);
+	stats_change(a->stats.requested_bytes, small, (int64_t)requested);
+	if (b->size >= a->max_split_size)
+		stat_change(&a->stats.oversize_allocations, 1);
+	return 0;
+}
+
+/* ---- out of memory ------------------------------------------------------------ */
+
+static size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need);
+
+static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool capped)
+{
+	struct backend *be = a->dev->backend;
+	uint64_t free_mem = 0, total = 0;
+	char req[32], cap[32], fr[32], tot[32], alloc[32], unused[32];
+	int64_t allocated = a->stats.allocated_bytes[DEVCACHE_POOL_ALL].current;
+
+	a->stats.num_ooms++;
+	be->ops->mem_get_info(be->state, a->dev->ordinal, &free_mem, &total);
+	format_size(seg_size, req, sizeof req);
+	format_size(a->cap, cap, sizeof cap);
+	format_size(free_mem, fr, sizeof fr);
+	format_size(total, tot, sizeof tot);
+	format_size((uint64_t)allocated, alloc, sizeof alloc);
+	format_size(a->reserved_total - (uint64_t)allocated, unused, sizeof unused);
+	return err_set(DEVCACHE_ENOMEM,
+		       _("%s: out of memory: cannot allocate %zu bytes (a %s segment)%s; "
+			 "the device has %s of which %s is free; libdevcache has %s allocated "
+			 "and %s reserved but unallocated%s"),
+		       a->dev->id, requested, req,
+		       capped ? _(" without passing the memory_fraction cap") : "", tot, fr, alloc,
+		       unused,
+		       a->reserved_total - (uint64_t)allocated > a->reserved_total / 4
+			       ? _("; that much unallocated memory means fragmentation: try "
+				   "max_split_size_mb or expandable_segments (devcache.conf(5))")
+			       : capped ? _("; raise memory_fraction (devcache.conf(5))") : "");
+}
+
+/* The whole allocation path; called and returns with a->lock held, though
+ * the pressure callbacks run with it released. */
+static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, void **ptr_p)
+{
+	size_t rsize = alloc_round_size(a, size);
+	bool small = rsize <= ALLOC_SMALL_SIZE, capped = false;
+	struct stream_pool *pool = pool_for(a, stream);
+	struct block *b;
+
+	if (!pool)
+		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
+	a->clock++;
+	if (a->events_head)
+		process_events(a, false);
+	size_t seg = segment_size(a, rsize);
+	if (!(b = find_cached(a, pool, small, rsize))) {
+		if (a->gc_threshold > 0)
+			collect_garbage(a, seg);
+		b = alloc_segment(a, pool, small, seg, false, &capped);
+		if (!b && release_oversize(a, pool, rsize))
+			b = alloc_segment(a, pool, small, seg, true, &capped);
+		if (!b) {
+			release_cached(a);
+			b = alloc_segment(a, pool, small, seg, true, &capped);
+		}
+		if (!b) {
+			devcache_ctx_t *ctx = a->dev->ctx;
+
+			pthread_mutex_unlock(&a->lock);
+			size_t freed = call_pressure(ctx, a->dev, seg);
+			pthread_mutex_lock(&a->lock);
+			if (freed) {
+				pool = pool_for(a, stream);
+				b = pool ? find_cached(a, pool, small, rsize) : NULL;
+				if (!b && pool)
+					b = alloc_segment(a, pool, small, seg, true, &capped);
+			}
+		}
+	}
+	if (!b)
+		return out_of_memory(a, size, seg, capped);
+	int rc = use_block(a, b, rsize, size);
+	if (rc)
+		return rc;
+	if (a->trace) {
+		b->trace_id = __atomic_add_fetch(&a->dev->ctx->trace_ids, 1, __ATOMIC_RELAXED);
+		trace_alloc(a->trace, b->trace_id, size, pool->index);
+	}
+	*ptr_p = (void *)b->addr;
+	return 0;
+}
+
+/* ---- the context's pressure callbacks -------------------------------------- */
+
+static size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need)
+{
+	struct pressure_cb cbs[DEVCACHE_MAX_PRESSURE];
+	size_t n, freed = 0;
+
+	pthread_mutex_lock(&ctx->lock);
+	n = ctx->n_pressure;
+	memcpy(cbs, ctx->pressure, n * sizeof *cbs);
+	pthread_mutex_unlock(&ctx->lock);
+	for (size_t i = 0; i < n; i++)
+		freed += cbs[i].fn(cbs[i].user, dev, need);
+	return freed;
+}
+
+int devcache_pressure_register(devcache_ctx_t *ctx, devcache_pressure_fn fn, void *user)
+{
+	int rc = 0;
+
+	if (!ctx || !fn)
+		return err_set(DEVCACHE_EINVAL, _("devcache_pressure_register: NULL argument"));
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->n_pressure == DEVCACHE_MAX_PRESSURE)
+		rc = err_set(DEVCACHE_EBUSY, _("devcache_pressure_register: %d callbacks already"),
+			     DEVCACHE_MAX_PRESSURE);
+	else
+		ctx->pressure[ctx->n_pressure++] = (struct pressure_cb){fn, user};
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+int devcache_pressure_unregister(devcache_ctx_t *ctx, devcache_pressure_fn fn, void *user)
+{
+	int rc = DEVCACHE_ENOENT;
+
+	if (!ctx || !fn)
+		return err_set(DEVCACHE_EINVAL, _("devcache_pressure_unregister: NULL argument"));
+	pthread_mutex_lock(&ctx->lock);
+	for (size_t i = 0; i < ctx->n_pressure; i++)
+		if (ctx->pressure[i].fn == fn && ctx->pressure[i].user == user) {
+			ctx->pressure[i] = ctx->pressure[--ctx->n_pressure];
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&ctx->lock);
+	return rc ? err_set(rc, _("devcache_pressure_unregister: no such callback")) : 0;
+}
+
+/* ---- creating and destroying allocators -------------------------------------- */
+
+/* Devices whose trace names expand to one file share it: the context owns
+ * every open trace, and an allocator only borrows one. */
+static int open_trace(struct allocator *a)
+{
+	devcache_ctx_t *ctx = a->dev->ctx;
+	const char *name = ctx->tun.v[TUN_trace].str;
+	char *path = NULL;
+	int rc;
+
+	if (!name || !*name || a->kind == ALLOC_PINNED)
+		return 0;
+	if ((rc = trace_expand(name, a->dev->id, &path)))
+		return rc;
+	pthread_mutex_lock(&ctx->lock);
+	for (size_t i = 0; i < ctx->n_traces && !a->trace; i++)
+		if (strcmp(trace_path(ctx->traces[i]), path) == 0) {
+			a->trace = ctx->traces[i];
+			trace_add_device(a->trace, a->dev->id);
+		}
+	if (!a->trace) {
+		struct trace **grown = realloc(ctx->traces, (ctx->n_traces + 1) * sizeof *grown);
+
+		if (!grown)
+			rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		else if ((ctx->traces = grown, rc = trace_open(&a->trace, name, a->dev->id, &ctx->log)) == 0)
+			ctx->traces[ctx->n_traces++] = a->trace;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	free(path);
+	return rc;
+}
+
+int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct allocator **a_p)
+{
+	const struct tunable_set *t = &dev->ctx->tun;
+	struct backend *be = dev->backend;
+	struct allocator *a = calloc(1, sizeof *a);
+	uint64_t free_mem = 0, total = 0;
+	int rc;
+
+	if (!a)
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	pthread_mutex_init(&a->lock, NULL);
+	a->dev = dev;
+	a->kind = kind;
+	a->caching = t->v[TUN_caching].u.b;
+	a->max_split_size = t->v[TUN_max_split_size_mb].special == TV_UNLIMITED
+				    ? SIZE_MAX
+				    : t->v[TUN_max_split_size_mb].u.size;
+	a->max_non_split_rounding = t->v[TUN_max_non_split_rounding_mb].u.size;
+	a->large_segment_size = round_up(t->v[TUN_large_segment_size_mb].u.size, ALLOC_ROUND_LARGE);
+	memcpy(a->divisions, t->v[TUN_roundup_power2_divisions].divisions, sizeof a->divisions);
+	a->gc_threshold = t->v[TUN_garbage_collection_threshold].u.f;
+	if (be->ops->mem_get_info(be->state, dev->ordinal, &free_mem, &total) || !total)
+		total = dev->info.total_memory;
+	a->cap = kind == ALLOC_PINNED ? UINT64_MAX
+				     : (uint64_t)(t->v[TUN_memory_fraction].u.f * (double)total);
+	if ((rc = open_trace(a))) {
+		allocator_destroy(a);
+		return rc;
+	}
+	*a_p = a;
+	return 0;
+}
+
+void allocator_destroy(struct allocator *a)
+{
+	if (!a)
+		return;
+	if (a->events_head)
+		process_events(a, true);
+	size_t live = a->table_used;
+	if (live)
+		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_WARNING,
+			_("%s: %zu block(s) still allocated when the context closed"), a->dev->id,
+			live);
+	/* Whatever is left, live blocks included, goes back to the driver. */
+	while (a->segments) {
+		struct segment *seg = a->segments;
+
+		a->segments = seg->snext;
+		driver_free(a, seg->handle);
+		free(seg);
+	}
+	for (size_t i = 0; i < a->n_pools; i++)
+		free(a->pools[i]);
+	for (size_t i = 0; i < a->n_slabs; i++)
+		free(a->slabs[i]);
+	free(a->pools);
+	free(a->slabs);
+	free(a->table);
+	pthread_mutex_destroy(&a->lock);
+	free(a);
+}
+
+/* ---- the public API ---------------------------------------------------------- */
+
+static int check_dev(devcache_device_t *dev, const char *fn)
+{
+	if (!dev)
+		return err_set(DEVCACHE_EINVAL, _("%s: NULL device"), fn);
+	return 0;
+}
+
+static int do_alloc(struct allocator *a, size_t size, devcache_stream_t stream, void **ptr_p)
+{
+	int rc;
+
+	if (size == 0) {
+		*ptr_p = NULL;
+		return 0;
+	}
+	if (size > SIZE_MAX / 2)
+		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes"), a->dev->id, size);
+	pthread_mutex_lock(&a->lock);
+	rc = allocate(a, size, stream, ptr_p);
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+static int do_free(struct allocator *a, void *ptr, const char *what)
+{
+	int rc = 0;
+
+	if (!ptr)
+		return 0;
+	pthread_mutex_lock(&a->lock);
+	struct block *b = table_take(a, (uintptr_t)ptr);
+	if (!b) {
+		rc = err_set(DEVCACHE_EINVAL,
+			     _("%s: %p was not allocated by %s on this device, or was freed already"),
+			     a->dev->id, ptr, what);
+	} else {
+		bool small = b->seg->small;
+
+		b->allocated = false;
+		stats_change(a->stats.allocation, small, -1);
+		stats_change(a->stats.allocated_bytes, small, -(int64_t)b->size);
+		stats_change(a->stats.requested_bytes, small, -(int64_t)b->requested);
+		if (b->size >= a->max_split_size)
+			stat_change(&a->stats.oversize_allocations, -1);
+		if (a->trace)
+			trace_free(a->trace, b->trace_id);
+		if (b->uses)
+			rc = defer_free(a, b);
+		else
+			free_block(a, b);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+int devcache_alloc(devcache_device_t *dev, size_t size, devcache_stream_t stream, void **ptr_p)
+{
+	if (check_dev(dev, "devcache_alloc") || !ptr_p)
+		return err_set(DEVCACHE_EINVAL, _("devcache_alloc: NULL argument"));
+	return do_alloc(dev->alloc, size, stream, ptr_p);
+}
+
+int devcache_free(devcache_device_t *dev, void *ptr)
+{
+	int rc = check_dev(dev, "devcache_free");
+
+	return rc ? rc : do_free(dev->alloc, ptr, "devcache_alloc");
+}
+
+int devcache_host_alloc(devcache_device_t *dev, size_t size, void **ptr_p)
+{
+	if (check_dev(dev, "devcache_host_alloc") || !ptr_p)
+		return err_set(DEVCACHE_EINVAL, _("devcache_host_alloc: NULL argument"));
+	return do_alloc(dev->pinned, size, NULL, ptr_p);
+}
+
+int devcache_host_free(devcache_device_t *dev, void *ptr)
+{
+	int rc = check_dev(dev, "devcache_host_free");
+
+	return rc ? rc : do_free(dev->pinned, ptr, "devcache_host_alloc");
+}
+
+int devcache_record_stream(devcache_device_t *dev, void *ptr, devcache_stream_t stream)
+{
+	int rc = check_dev(dev, "devcache_record_stream");
+	struct allocator *a;
+
+	if (rc)
+		return rc;
+	a = dev->alloc;
+	pthread_mutex_lock(&a->lock);
+	struct block *b = table_find(a, (uintptr_t)ptr);
+	if (!b) {
+		rc = err_set(DEVCACHE_EINVAL, _("%s: %p is not an allocated block of this device"),
+			     dev->id, ptr);
+	} else {
+		bool known = stream == b->seg->pool->stream;
+
+		for (struct stream_use *u = b->uses; u && !known; u = u->next)
+			known = u->stream == stream;
+		if (!known) {
+			struct stream_use *u = malloc(sizeof *u);
+
+			if (!u) {
+				rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+			} else {
+				u->stream = stream;
+				u->next = b->uses;
+				b->uses = u;
+			}
+		}
+	}
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+static int empty(struct allocator *a)
+{
+	pthread_mutex_lock(&a->lock);
+	release_cached(a);
+	pthread_mutex_unlock(&a->lock);
+	return 0;
+}
+
+int devcache_empty_cache(devcache_device_t *dev)
+{
+	int rc = check_dev(dev, "devcache_empty_cache");
+
+	return rc ? rc : empty(dev->alloc);
+}
+
+int devcache_host_empty_cache(devcache_device_t *dev)
+{
+	int rc = check_dev(dev, "devcache_host_empty_cache");
+
+	return rc ? rc : empty(dev->pinned);
+}
+
+/* ---- streams ------------------------------------------------------------------ */
+
+int devcache_stream_create(devcache_device_t *dev, devcache_stream_t *stream_p)
+{
+	if (!dev || !stream_p)
+		return err_set(DEVCACHE_EINVAL, _("devcache_stream_create: NULL argument"));
+	struct backend *be = dev->backend;
+	return be->ops->stream_create(be->state, dev->ordinal, stream_p);
+}
+
+int devcache_stream_destroy(devcache_device_t *dev, devcache_stream_t stream)
+{
+	if (!dev)
+		return err_set(DEVCACHE_EINVAL, _("devcache_stream_destroy: NULL device"));
+	if (!stream)
+		return 0; /* the default stream is not destroyed */
+	struct backend *be = dev->backend;
+	return be->ops->stream_destroy(be->state, dev->ordinal, stream);
+}
+
+int devcache_stream_synchronize(devcache_device_t *dev, devcache_stream_t stream)
+{
+	if (!dev)
+		return err_set(DEVCACHE_EINVAL, _("devcache_stream_synchronize: NULL device"));
+	struct backend *be = dev->backend;
+	return be->ops->stream_synchronize(be->state, dev->ordinal, stream);
+}

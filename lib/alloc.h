@@ -1,0 +1,159 @@
+/* alloc.h - the caching allocator's internal structures: blocks, segments, free-block index, pools. */
+#ifndef DEVCACHE_ALLOC_H
+#define DEVCACHE_ALLOC_H
+
+#include "internal.h"
+
+/* PyTorch's constants, so the policy matches its native allocator. */
+#define ALLOC_ROUND ((size_t)512)           /* every request is a multiple of this */
+#define ALLOC_SMALL_SIZE ((size_t)1 << 20)  /* largest request of the small pool */
+#define ALLOC_SMALL_BUFFER ((size_t)2 << 20) /* small-pool segment size */
+#define ALLOC_MIN_LARGE ((size_t)10 << 20)  /* requests below: a large_segment_size_mb segment */
+#define ALLOC_ROUND_LARGE ((size_t)2 << 20) /* larger requests are rounded to this */
+
+/* The free-block index: two-level segregated lists, in the manner of TLSF.
+ * The first level is the power of two below a block's size; the second
+ * splits each power of two into INDEX_SL equal classes.  A bitmap per level
+ * says which lists are non-empty, so finding the smallest class that can
+ * hold a request is two find-first-set instructions, whatever the number of
+ * free blocks: O(1), where PyTorch walks a balanced tree. */
+#define INDEX_SL_BITS 5
+#define INDEX_SL (1u << INDEX_SL_BITS)
+#define INDEX_FL 64
+
+struct block;
+
+struct free_index {
+	uint64_t fl_bitmap;
+	uint32_t sl_bitmap[INDEX_FL];
+	struct block *heads[INDEX_FL][INDEX_SL];
+	/* Blocks at or above max_split_size_mb are few and never split: an
+	 * ordered list gives PyTorch's exact best fit among them. */
+	struct block *oversize;
+	size_t count; /* blocks in the index and the oversize list */
+};
+
+struct segment;
+struct stream_pool;
+
+struct block {
+	uintptr_t addr;
+	size_t size;      /* after rounding */
+	size_t requested; /* as asked, while allocated */
+	struct block *prev, *next;   /* address neighbours in the segment */
+	struct block *fprev, *fnext; /* free list, or pending list */
+	struct block *iprev, *inext; /* idle list: free whole segments, oldest first */
+	struct block *hnext;         /* unused slab link */
+	struct segment *seg;
+	uint64_t trace_id;
+	uint64_t idle_since;         /* allocator clock when it became an idle segment */
+	struct stream_use *uses;     /* streams named by devcache_record_stream */
+	int pending_events;          /* events to complete before it is free */
+	bool allocated;
+	bool is_free;                /* in a free list */
+	bool oversize;               /* in the oversize list */
+	uint8_t fl, sl;
+};
+
+struct segment {
+	uintptr_t base;
+	size_t size;
+	void *handle; /* what the driver returned */
+	struct stream_pool *pool;
+	struct block *first; /* the block at base */
+	bool small;
+	struct segment *sprev, *snext;
+};
+
+struct stream_use {
+	devcache_stream_t stream;
+	struct stream_use *next;
+};
+
+/* Freed blocks are reused only on the stream they were allocated on. */
+struct stream_pool {
+	devcache_stream_t stream;
+	unsigned index; /* 0 for the default stream, then in order of first use */
+	struct free_index small, large;
+};
+
+/* A pending event: a freed block waits until work queued on another stream
+ * before the free has completed. */
+struct pending_event {
+	devcache_event_t event;
+	struct block *block;
+	struct pending_event *next;
+};
+
+enum alloc_kind { ALLOC_DEVICE, ALLOC_PINNED };
+
+struct allocator {
+	pthread_mutex_t lock;
+	struct devcache_device *dev;
+	enum alloc_kind kind;
+	/* tunables, read once */
+	bool caching;
+	size_t max_split_size;
+	size_t max_non_split_rounding;
+	size_t large_segment_size;
+	unsigned divisions[DIVISION_INTERVALS];
+	double gc_threshold;
+	uint64_t cap; /* memory_fraction of the device's memory */
+	uint64_t reserved_total;
+	uint64_t clock; /* counts allocations; ages idle segments */
+
+	struct stream_pool **pools;
+	size_t n_pools, pools_cap;
+	struct stream_pool *last_pool; /* most recently used: the common case */
+
+	struct block **table; /* allocated blocks by address: open addressing */
+	size_t table_cap, table_used;
+
+	struct block *idle_head, *idle_tail;
+	struct pending_event *events_head, *events_tail;
+	struct segment *segments;
+	struct block *spare_blocks; /* block structs ready for reuse */
+	void **slabs;
+	size_t n_slabs;
+
+	struct trace *trace; /* borrowed from the context */
+	unsigned stream_indices;
+	devcache_stats_t stats;
+};
+
+/* alloc-index.c */
+void index_insert(struct free_index *ix, struct block *b, size_t max_split);
+void index_remove(struct free_index *ix, struct block *b);
+struct block *index_find(struct free_index *ix, size_t size);
+struct block *index_find_oversize(struct free_index *ix, size_t size);
+struct block *index_largest_oversize(struct free_index *ix);
+size_t index_largest(const struct free_index *ix);
+
+/* alloc.c */
+int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct allocator **a_p);
+void allocator_destroy(struct allocator *a);
+size_t alloc_round_size(const struct allocator *a, size_t size);
+
+/* alloc-stats.c */
+void allocator_stats(struct allocator *a, devcache_stats_t *out);
+
+/* Statistics change on every allocation and free: inline, branch-light. */
+static inline void stat_change(devcache_stat_t *s, int64_t delta)
+{
+	s->current += delta;
+	if (delta > 0) {
+		s->allocated += delta;
+		s->peak = s->current > s->peak ? s->current : s->peak;
+	} else {
+		s->freed -= delta;
+	}
+}
+
+/* Every statistic is kept for all pools and for the block's own. */
+static inline void stats_change(devcache_stat_t *array, bool small, int64_t delta)
+{
+	stat_change(&array[DEVCACHE_POOL_ALL], delta);
+	stat_change(&array[small ? DEVCACHE_POOL_SMALL : DEVCACHE_POOL_LARGE], delta);
+}
+
+#endif

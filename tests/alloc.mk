@@ -1,0 +1,17 @@
+## tests/alloc.mk - the caching allocator's tests.
+EXTRA_DIST += tests/alloc-fixture.h
+alloc_tests = tests/test-alloc-policy tests/test-alloc-oom tests/test-alloc-random
+
+if HAVE_CMOCKA
+check_PROGRAMS += $(alloc_tests)
+TESTS += $(alloc_tests)
+tests_test_alloc_policy_SOURCES = tests/test-alloc-policy.c tests/alloc-fixture.h tests/tap.h
+tests_test_alloc_policy_CFLAGS = $(test_cflags)
+tests_test_alloc_policy_LDADD = $(test_ldadd)
+tests_test_alloc_oom_SOURCES = tests/test-alloc-oom.c tests/alloc-fixture.h tests/tap.h
+tests_test_alloc_oom_CFLAGS = $(test_cflags)
+tests_test_alloc_oom_LDADD = $(test_ldadd)
+tests_test_alloc_random_SOURCES = tests/test-alloc-random.c tests/alloc-fixture.h tests/tap.h
+tests_test_alloc_random_CFLAGS = $(test_cflags)
+tests_test_alloc_random_LDADD = $(test_ldadd)
+endif

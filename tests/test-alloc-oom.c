@@ -1,0 +1,233 @@
+/* test-alloc-oom.c - each step of the out-of-memory sequence, and streams: record_stream, per-stream reuse. */
+#include "tap.h"
+
+#include <dlfcn.h>
+
+#include "alloc-fixture.h"
+
+/* good:0 has 1 GiB and refuses an allocation past it, as a GPU would. */
+
+static void releases_cached_oversize_blocks_first(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "good:0", "max_split_size_mb:64");
+	fx_free(&f, fx_alloc(&f, 600 * MiB, NULL));
+	/* 600 MiB does not fit 500 within 20 MiB, and 424 MiB are left. */
+	fx_alloc(&f, 500 * MiB, NULL);
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.num_alloc_retries, 1);
+	assert_int_equal(s.num_device_free, 1);
+	assert_int_equal(s.num_ooms, 0);
+	assert_int_equal(s.num_sync_all_streams, 0);
+	devcache_close(f.ctx);
+}
+
+static void then_releases_every_idle_segment(void **state)
+{
+	struct fx f;
+	void *p[9];
+
+	(void)state;
+	fx_open(&f, "good:0", NULL);
+	for (int i = 0; i < 9; i++)
+		p[i] = fx_alloc(&f, 100 * MiB, NULL);
+	for (int i = 0; i < 9; i++)
+		fx_free(&f, p[i]);
+	fx_alloc(&f, 200 * MiB, NULL);
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.num_alloc_retries, 1);
+	assert_int_equal(s.num_device_free, 9);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 200 * MiB);
+	devcache_close(f.ctx);
+}
+
+struct pressure {
+	struct fx *f;
+	void *victim;
+	int calls;
+	devcache_device_t *dev;
+	size_t need;
+};
+
+/* Like the model cache: free something on the device and say how much. */
+static size_t evict(void *user, devcache_device_t *dev, size_t need)
+{
+	struct pressure *p = user;
+
+	p->calls++;
+	p->dev = dev;
+	p->need = need;
+	if (!p->victim)
+		return 0;
+	devcache_free(dev, p->victim);
+	p->victim = NULL;
+	return 900 * MiB;
+}
+
+static void then_asks_the_pressure_callbacks(void **state)
+{
+	struct fx f;
+	struct pressure p = {0};
+
+	(void)state;
+	fx_open(&f, "good:0", NULL);
+	p.victim = fx_alloc(&f, 900 * MiB, NULL);
+	assert_int_equal(devcache_pressure_register(f.ctx, evict, &p), 0);
+	void *q = fx_alloc(&f, 200 * MiB, NULL);
+	assert_non_null(q);
+	assert_int_equal(p.calls, 1);
+	assert_ptr_equal(p.dev, f.dev);
+	assert_int_equal(p.need, 200 * MiB);
+	assert_null(p.victim);
+	assert_int_equal(fx_stats(&f).num_ooms, 0);
+	assert_int_equal(devcache_pressure_unregister(f.ctx, evict, &p), 0);
+	assert_int_equal(devcache_pressure_unregister(f.ctx, evict, &p), DEVCACHE_ENOENT);
+	assert_int_equal(devcache_pressure_register(f.ctx, NULL, NULL), DEVCACHE_EINVAL);
+	devcache_close(f.ctx);
+}
+
+static void finally_fails_saying_why(void **state)
+{
+	struct fx f;
+	struct pressure p = {0};
+	void *q = (void *)1;
+
+	(void)state;
+	fx_open(&f, "good:0", NULL);
+	void *big = fx_alloc(&f, 900 * MiB, NULL);
+	assert_int_equal(devcache_pressure_register(f.ctx, evict, &p), 0);
+	assert_int_equal(devcache_alloc(f.dev, 200 * MiB, NULL, &q), DEVCACHE_ENOMEM);
+	assert_int_equal(p.calls, 1); /* asked, released nothing */
+	const char *msg = devcache_last_error();
+	assert_contains(msg, "good:0: out of memory: cannot allocate 209715200 bytes");
+	assert_contains(msg, "the device has 1G of which 124M is free");
+	assert_contains(msg, "libdevcache has 900M allocated and 0 reserved but unallocated");
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.num_ooms, 1);
+	assert_int_equal(s.num_alloc_retries, 1); /* the callback freed nothing: no retry */
+	/* The context is still usable. */
+	fx_free(&f, big);
+	assert_non_null(fx_alloc(&f, 200 * MiB, NULL));
+	devcache_close(f.ctx);
+}
+
+static void fragmentation_is_named_in_the_message(void **state)
+{
+	struct fx f;
+	void *p[40], *q;
+
+	(void)state;
+	fx_open(&f, "good:0", NULL);
+	/* Every other 8 MiB block of 20 MiB segments stays: the rest is cached but useless for 500 MiB. */
+	for (int i = 0; i < 40; i++)
+		p[i] = fx_alloc(&f, 8 * MiB, NULL);
+	for (int i = 0; i < 40; i += 2)
+		fx_free(&f, p[i]);
+	fx_alloc(&f, 500 * MiB, NULL);
+	assert_int_equal(devcache_alloc(f.dev, 300 * MiB, NULL, &q), DEVCACHE_ENOMEM);
+	assert_contains(devcache_last_error(), "try max_split_size_mb or expandable_segments");
+	devcache_close(f.ctx);
+}
+
+static void (*hold)(int);
+
+static void *open_module(void)
+{
+	char path[4096];
+
+	snprintf(path, sizeof path, "%s/good.so", test_env("TEST_MODULES"));
+	void *module = dlopen(path, RTLD_NOW);
+	assert_non_null(module);
+	*(void **)&hold = dlsym(module, "fake_hold_events");
+	assert_non_null(hold);
+	return module;
+}
+
+static void record_stream_delays_reuse_until_the_stream_is_done(void **state)
+{
+	struct fx f;
+	devcache_stream_t s2;
+	void *module = open_module();
+
+	(void)state;
+	fx_open(&f, "good:0", NULL);
+	assert_int_equal(devcache_stream_create(f.dev, &s2), 0);
+	void *p = fx_alloc(&f, 4 * MiB, NULL);
+	assert_int_equal(devcache_record_stream(f.dev, p, s2), 0);
+	assert_int_equal(devcache_record_stream(f.dev, p, s2), 0); /* twice is once */
+	hold(1);
+	fx_free(&f, p);
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.allocation[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(s.active[DEVCACHE_POOL_ALL].current, 1); /* pending free */
+	void *q = fx_alloc(&f, 4 * MiB, NULL);
+	assert_ptr_not_equal(q, p);
+	fx_free(&f, q);
+	hold(0);
+	/* The event has completed: the next allocation finds p free. */
+	assert_ptr_equal(fx_alloc(&f, 4 * MiB, NULL), p);
+	assert_int_equal(fx_stats(&f).active[DEVCACHE_POOL_ALL].current, 1);
+	assert_int_equal(devcache_stream_destroy(f.dev, s2), 0);
+	devcache_close(f.ctx);
+	dlclose(module);
+}
+
+static void empty_cache_waits_for_pending_blocks(void **state)
+{
+	struct fx f;
+	devcache_stream_t s2;
+	void *module = open_module();
+
+	(void)state;
+	fx_open(&f, "good:0", NULL);
+	assert_int_equal(devcache_stream_create(f.dev, &s2), 0);
+	void *p = fx_alloc(&f, 4 * MiB, NULL);
+	assert_int_equal(devcache_record_stream(f.dev, p, s2), 0);
+	hold(1);
+	fx_free(&f, p);
+	assert_int_equal(devcache_empty_cache(f.dev), 0);
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.num_sync_all_streams, 1);
+	assert_int_equal(s.active[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
+	devcache_stream_destroy(f.dev, s2);
+	devcache_close(f.ctx);
+	dlclose(module);
+}
+
+static void freed_blocks_stay_with_their_stream(void **state)
+{
+	struct fx f;
+	devcache_stream_t s1, s2;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	assert_int_equal(devcache_stream_create(f.dev, &s1), 0);
+	assert_int_equal(devcache_stream_create(f.dev, &s2), 0);
+	void *p = fx_alloc(&f, 4 * MiB, s1);
+	fx_free(&f, p);
+	void *q = fx_alloc(&f, 4 * MiB, s2);
+	assert_ptr_not_equal(q, p);
+	assert_int_equal(fx_stats(&f).num_device_alloc, 2);
+	assert_ptr_equal(fx_alloc(&f, 4 * MiB, s1), p);
+	assert_int_equal(devcache_stream_destroy(f.dev, s1), 0);
+	assert_int_equal(devcache_stream_destroy(f.dev, s2), 0);
+	devcache_close(f.ctx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(releases_cached_oversize_blocks_first),
+		cmocka_unit_test(then_releases_every_idle_segment),
+		cmocka_unit_test(then_asks_the_pressure_callbacks),
+		cmocka_unit_test(finally_fails_saying_why),
+		cmocka_unit_test(fragmentation_is_named_in_the_message),
+		cmocka_unit_test(record_stream_delays_reuse_until_the_stream_is_done),
+		cmocka_unit_test(empty_cache_waits_for_pending_blocks),
+		cmocka_unit_test(freed_blocks_stay_with_their_stream),
+	};
+	return RUN_TAP(tests);
+}

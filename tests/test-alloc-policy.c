@@ -1,0 +1,369 @@
+/* test-alloc-policy.c - one test per rule of the allocator's policy: rounding, pools, splits, oversize, GC, cap. */
+#include "tap.h"
+
+#include <dlfcn.h>
+
+#include "alloc-fixture.h"
+
+static void rounding_table(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	assert_int_equal(alloc_round_size(f.a, 1), 512);
+	assert_int_equal(alloc_round_size(f.a, 512), 512);
+	assert_int_equal(alloc_round_size(f.a, 513), 1024);
+	assert_int_equal(alloc_round_size(f.a, MiB + 1), MiB + 512);
+	assert_int_equal(alloc_round_size(f.a, 1200 * MiB), 1200 * MiB);
+	devcache_close(f.ctx);
+
+	fx_open(&f, "host", "roundup_power2_divisions:4");
+	assert_int_equal(alloc_round_size(f.a, 1200 * MiB), 1280 * MiB);
+	assert_int_equal(alloc_round_size(f.a, 1024 * MiB), 1024 * MiB);
+	assert_int_equal(alloc_round_size(f.a, 1500), 1536); /* below 512 x divisions */
+	assert_int_equal(alloc_round_size(f.a, 5000), 5120); /* 4096..8192 in steps of 1024 */
+	devcache_close(f.ctx);
+
+	/* PyTorch's reading of the list: > replaces the 512 MiB interval too. */
+	fx_open(&f, "host", "roundup_power2_divisions:[256:1,512:2,>:8]");
+	assert_int_equal(alloc_round_size(f.a, 300 * MiB + 1), 300 * MiB + 512);
+	assert_int_equal(alloc_round_size(f.a, 600 * MiB), 640 * MiB);
+	assert_int_equal(alloc_round_size(f.a, 3000 * MiB), 3072 * MiB);
+	devcache_close(f.ctx);
+}
+
+static void small_pool_packs_requests_into_2mib_segments(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	char *p = fx_alloc(&f, 1000, NULL), *q = fx_alloc(&f, 1000, NULL);
+	assert_int_equal(fx_segment_size(&f, p), 2 * MiB);
+	assert_int_equal(fx_block_size(&f, p), 1024);
+	assert_ptr_equal(q, p + 1024); /* split from the same segment */
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.segment[DEVCACHE_POOL_SMALL].current, 1);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_SMALL].current, 2 * MiB);
+	assert_int_equal(s.allocated_bytes[DEVCACHE_POOL_SMALL].current, 2048);
+	assert_int_equal(s.requested_bytes[DEVCACHE_POOL_SMALL].current, 2000);
+	assert_int_equal(s.inactive_split[DEVCACHE_POOL_SMALL].current, 1);
+	assert_int_equal(s.inactive_split_bytes[DEVCACHE_POOL_ALL].current, 2 * MiB - 2048);
+	assert_int_equal(s.segment[DEVCACHE_POOL_LARGE].current, 0);
+	/* A remainder of at least 512 bytes is split off in the small pool... */
+	assert_ptr_equal(fx_alloc(&f, MiB, NULL), q + 1024);
+	assert_ptr_equal(fx_alloc(&f, MiB - 2560, NULL), q + 1024 + MiB);
+	assert_int_equal(fx_stats(&f).inactive_split[DEVCACHE_POOL_ALL].current, 1);
+	/* ...and the last 512 bytes are used whole. */
+	assert_ptr_equal(fx_alloc(&f, 512, NULL), p + 2 * MiB - 512);
+	s = fx_stats(&f);
+	assert_int_equal(s.inactive_split[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(s.segment[DEVCACHE_POOL_ALL].current, 1);
+	devcache_close(f.ctx);
+}
+
+static void large_pool_segment_sizes_and_split_threshold(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	void *a = fx_alloc(&f, 5 * MiB, NULL);
+	assert_int_equal(fx_segment_size(&f, a), 20 * MiB);
+	assert_int_equal(fx_block_size(&f, a), 5 * MiB); /* 15 MiB left: split */
+	void *b = fx_alloc(&f, 14 * MiB + MiB / 2, NULL);
+	/* Only 512 KiB would be left of the 15 MiB block: the large pool does not split that. */
+	assert_int_equal(fx_block_size(&f, b), 15 * MiB);
+	void *c = fx_alloc(&f, 12 * MiB + 1, NULL); /* 10 MiB and up: rounded to 2 MiB */
+	assert_int_equal(fx_segment_size(&f, c), 14 * MiB);
+	assert_int_equal(fx_block_size(&f, c), 12 * MiB + 512);
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.allocated_bytes[DEVCACHE_POOL_LARGE].current, 32 * MiB + 512);
+	assert_int_equal(s.requested_bytes[DEVCACHE_POOL_LARGE].current, 31 * MiB + MiB / 2 + 1);
+	devcache_close(f.ctx);
+
+	fx_open(&f, "host", "large_segment_size_mb:32");
+	assert_int_equal(fx_segment_size(&f, fx_alloc(&f, 5 * MiB, NULL)), 32 * MiB);
+	devcache_close(f.ctx);
+}
+
+static void free_coalesces_neighbours(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	char *a = fx_alloc(&f, 3 * MiB, NULL), *b = fx_alloc(&f, 3 * MiB, NULL),
+	     *c = fx_alloc(&f, 3 * MiB, NULL);
+	assert_ptr_equal(b, a + 3 * MiB);
+	assert_ptr_equal(c, b + 3 * MiB);
+	fx_free(&f, b);
+	/* b, and the tail after c: two inactive split blocks */
+	assert_int_equal(fx_stats(&f).inactive_split[DEVCACHE_POOL_ALL].current, 2);
+	fx_free(&f, a);
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.inactive_split[DEVCACHE_POOL_ALL].current, 2);
+	assert_int_equal(s.inactive_split_bytes[DEVCACHE_POOL_ALL].current, 17 * MiB);
+	fx_free(&f, c);
+	s = fx_stats(&f);
+	assert_int_equal(s.inactive_split[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(s.allocated_bytes[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 20 * MiB);
+	/* The whole segment is one free block again. */
+	assert_ptr_equal(fx_alloc(&f, 18 * MiB, NULL), a);
+	assert_int_equal(fx_stats(&f).num_device_alloc, 1);
+	devcache_close(f.ctx);
+}
+
+static void oversize_blocks_are_never_split(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "host", "max_split_size_mb:64");
+	void *big = fx_alloc(&f, 100 * MiB, NULL);
+	fx_free(&f, big);
+	assert_int_equal(fx_stats(&f).oversize_segments.current, 1);
+	/* A request under max_split_size never takes an oversize block. */
+	void *small = fx_alloc(&f, 30 * MiB, NULL);
+	assert_ptr_not_equal(small, big);
+	fx_free(&f, small);
+	/* An oversize request takes it whole, within max_non_split_rounding_mb. */
+	void *p = fx_alloc(&f, 90 * MiB, NULL);
+	assert_ptr_equal(p, big);
+	assert_int_equal(fx_block_size(&f, p), 100 * MiB);
+	assert_int_equal(fx_stats(&f).oversize_allocations.current, 1);
+	fx_free(&f, p);
+	/* 100 MiB for 70 MiB wastes more than the default 20 MiB. */
+	p = fx_alloc(&f, 70 * MiB, NULL);
+	assert_ptr_not_equal(p, big);
+	devcache_close(f.ctx);
+
+	fx_open(&f, "host", "max_split_size_mb:64,max_non_split_rounding_mb:40");
+	big = fx_alloc(&f, 100 * MiB, NULL);
+	fx_free(&f, big);
+	assert_ptr_equal(fx_alloc(&f, 70 * MiB, NULL), big);
+	devcache_close(f.ctx);
+}
+
+static void garbage_collection_releases_longest_idle_first(void **state)
+{
+	struct fx f;
+	void *s[4];
+
+	(void)state;
+	fx_open(&f, "good:0", "garbage_collection_threshold:0.5"); /* 512 MiB of 1 GiB */
+	for (int i = 0; i < 4; i++)
+		s[i] = fx_alloc(&f, 100 * MiB, NULL);
+	for (int i = 0; i < 4; i++)
+		fx_free(&f, s[i]);
+	/* 400 MiB reserved + 150 MiB would pass 512 MiB: the oldest goes. */
+	fx_alloc(&f, 150 * MiB, NULL);
+	devcache_stats_t st = fx_stats(&f);
+	assert_int_equal(st.num_device_free, 1);
+	assert_int_equal(st.reserved_bytes[DEVCACHE_POOL_ALL].current, 450 * MiB);
+	struct block *idle = f.a->idle_head;
+	for (int i = 1; i < 4; i++, idle = idle->inext) {
+		assert_non_null(idle);
+		assert_int_equal(idle->addr, (uintptr_t)s[i]);
+	}
+	assert_null(idle);
+	devcache_close(f.ctx);
+}
+
+static void memory_fraction_caps_without_calling_the_driver(void **state)
+{
+	struct fx f;
+	void *p;
+	unsigned long (*calls)(void);
+	char path[4096];
+
+	(void)state;
+	snprintf(path, sizeof path, "%s/good.so", test_env("TEST_MODULES"));
+	void *module = dlopen(path, RTLD_NOW);
+	assert_non_null(module);
+	*(void **)&calls = dlsym(module, "fake_allocs");
+	assert_non_null(calls);
+	fx_open(&f, "good:0", "memory_fraction:0.25");
+	fx_alloc(&f, 200 * MiB, NULL);
+	unsigned long before = calls();
+	assert_int_equal(devcache_alloc(f.dev, 100 * MiB, NULL, &p), DEVCACHE_ENOMEM);
+	assert_int_equal(calls(), before);
+	assert_contains(devcache_last_error(), "memory_fraction");
+	assert_int_equal(fx_stats(&f).num_ooms, 1);
+	devcache_close(f.ctx);
+	dlclose(module);
+}
+
+static void caching_off_passes_through(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "host", "caching:false");
+	for (int i = 0; i < 10; i++) {
+		void *p = fx_alloc(&f, 1000, NULL);
+
+		assert_int_equal(fx_segment_size(&f, p), 1024);
+		fx_free(&f, p);
+	}
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.num_device_alloc, 10);
+	assert_int_equal(s.num_device_free, 10);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].peak, 1024);
+	devcache_close(f.ctx);
+}
+
+static void empty_cache_returns_unused_segments(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	void *keep = fx_alloc(&f, 3 * MiB, NULL);
+	/* 11 MiB fits the 17 MiB left of keep's segment; 30 and 50 do not. */
+	fx_free(&f, fx_alloc(&f, 11 * MiB, NULL));
+	fx_free(&f, fx_alloc(&f, 30 * MiB, NULL));
+	fx_free(&f, fx_alloc(&f, 50 * MiB, NULL));
+	fx_free(&f, fx_alloc(&f, 100, NULL));
+	assert_int_equal(fx_stats(&f).segment[DEVCACHE_POOL_ALL].current, 4);
+	assert_int_equal(devcache_empty_cache(f.dev), 0);
+	devcache_stats_t s = fx_stats(&f);
+	/* The segment holding a live block stays. */
+	assert_int_equal(s.segment[DEVCACHE_POOL_ALL].current, 1);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 20 * MiB);
+	assert_int_equal(s.num_device_free, s.num_device_alloc - 1);
+	fx_free(&f, keep);
+	devcache_empty_cache(f.dev);
+	assert_int_equal(fx_stats(&f).reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
+	devcache_close(f.ctx);
+}
+
+static void bad_calls_fail_cleanly(void **state)
+{
+	struct fx f;
+	void *p = (void *)1;
+	int x;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	assert_int_equal(devcache_alloc(f.dev, 0, NULL, &p), 0);
+	assert_null(p);
+	assert_int_equal(devcache_free(f.dev, NULL), 0);
+	assert_int_equal(devcache_free(f.dev, &x), DEVCACHE_EINVAL);
+	assert_contains(devcache_last_error(), "was not allocated by devcache_alloc");
+	p = fx_alloc(&f, 100, NULL);
+	fx_free(&f, p);
+	assert_int_equal(devcache_free(f.dev, p), DEVCACHE_EINVAL); /* double free */
+	assert_int_equal(devcache_record_stream(f.dev, &x, NULL), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_alloc(f.dev, SIZE_MAX, NULL, &p), DEVCACHE_ENOMEM);
+	assert_int_equal(devcache_alloc(NULL, 1, NULL, &p), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_alloc(f.dev, 1, NULL, NULL), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_free(NULL, p), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_stats(f.dev, NULL), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_snapshot(f.dev, NULL), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_empty_cache(NULL), DEVCACHE_EINVAL);
+	/* The host free pointer from another allocator is refused too. */
+	void *h = NULL;
+	assert_int_equal(devcache_host_alloc(f.dev, 100, &h), 0);
+	assert_int_equal(devcache_free(f.dev, h), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_host_free(f.dev, h), 0);
+	devcache_close(f.ctx);
+}
+
+static void stats_resets(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	void *p = fx_alloc(&f, 4 * MiB, NULL), *q = fx_alloc(&f, 4 * MiB, NULL);
+	fx_free(&f, q);
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.allocated_bytes[DEVCACHE_POOL_ALL].peak, 8 * MiB);
+	assert_int_equal(devcache_reset_peak(f.dev), 0);
+	s = fx_stats(&f);
+	assert_int_equal(s.allocated_bytes[DEVCACHE_POOL_ALL].peak, 4 * MiB);
+	assert_int_equal(s.allocated_bytes[DEVCACHE_POOL_ALL].allocated, 8 * MiB);
+	assert_int_equal(devcache_reset_accumulated(f.dev), 0);
+	s = fx_stats(&f);
+	assert_int_equal(s.allocated_bytes[DEVCACHE_POOL_ALL].allocated, 0);
+	assert_int_equal(s.allocated_bytes[DEVCACHE_POOL_ALL].freed, 0);
+	assert_int_equal(s.allocated_bytes[DEVCACHE_POOL_ALL].current, 4 * MiB);
+	assert_int_equal(s.num_device_alloc, 0);
+	fx_free(&f, p);
+	devcache_close(f.ctx);
+}
+
+static void pinned_host_memory_has_its_own_stats(void **state)
+{
+	struct fx f;
+	devcache_stats_t s;
+	void *h;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	assert_int_equal(devcache_host_alloc(f.dev, 3 * MiB, &h), 0);
+	memset(h, 0xab, 3 * MiB);
+	assert_int_equal(devcache_host_stats(f.dev, &s), 0);
+	assert_int_equal(s.allocation[DEVCACHE_POOL_ALL].current, 1);
+	assert_int_equal(s.requested_bytes[DEVCACHE_POOL_ALL].current, 3 * MiB);
+	assert_int_equal(fx_stats(&f).allocation[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(devcache_host_free(f.dev, h), 0);
+	assert_int_equal(devcache_host_empty_cache(f.dev), 0);
+	assert_int_equal(devcache_host_stats(f.dev, &s), 0);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
+	devcache_close(f.ctx);
+}
+
+static void snapshot_lists_segments_and_blocks(void **state)
+{
+	struct fx f;
+	char *text = NULL;
+	size_t len = 0;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	void *p = fx_alloc(&f, 5 * MiB, NULL);
+	fx_alloc(&f, 1000, NULL);
+	FILE *out = open_memstream(&text, &len);
+	assert_int_equal(devcache_snapshot(f.dev, out), 0);
+	fclose(out);
+	assert_contains(text, "{\"device\":\"host\",\"segments\":[");
+	assert_contains(text, "\"pool\":\"small\"");
+	assert_contains(text, "\"pool\":\"large\"");
+	assert_contains(text, "\"size\":5242880,\"requested_size\":5242880,\"state\":\"active_allocated\"");
+	assert_contains(text, "\"requested_size\":1000,\"state\":\"active_allocated\"");
+	assert_contains(text, "\"state\":\"inactive\"");
+	int depth = 0;
+	for (char *c = text; *c; c++) {
+		depth += (*c == '{' || *c == '[') - (*c == '}' || *c == ']');
+		assert_true(depth >= 0);
+	}
+	assert_int_equal(depth, 0);
+	free(text);
+	(void)p;
+	devcache_close(f.ctx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(rounding_table),
+		cmocka_unit_test(small_pool_packs_requests_into_2mib_segments),
+		cmocka_unit_test(large_pool_segment_sizes_and_split_threshold),
+		cmocka_unit_test(free_coalesces_neighbours),
+		cmocka_unit_test(oversize_blocks_are_never_split),
+		cmocka_unit_test(garbage_collection_releases_longest_idle_first),
+		cmocka_unit_test(memory_fraction_caps_without_calling_the_driver),
+		cmocka_unit_test(caching_off_passes_through),
+		cmocka_unit_test(empty_cache_returns_unused_segments),
+		cmocka_unit_test(bad_calls_fail_cleanly),
+		cmocka_unit_test(stats_resets),
+		cmocka_unit_test(pinned_host_memory_has_its_own_stats),
+		cmocka_unit_test(snapshot_lists_segments_and_blocks),
+	};
+	return RUN_TAP(tests);
+}

@@ -1,0 +1,714 @@
+/* test-trace.c - allocation traces: the library's writer (names, header, lines, threads, write errors) and the replay's reader (plain, gzip, every bad line). */
+#include "config.h"
+
+#include "tap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "internal.h"
+#include "trace.h"
+#include "trace-read.h"
+
+static char dir[64];
+
+static int make_dir(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof dir, "/tmp/devcache-trace-XXXXXX");
+	return mkdtemp(dir) ? 0 : -1;
+}
+
+static int remove_dir(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static char *path_of(const char *name)
+{
+	static char path[4][256];
+	static int next;
+	char *p = path[next++ % 4];
+
+	snprintf(p, sizeof path[0], "%s/%s", dir, name);
+	return p;
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long n;
+
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static void write_file(const char *path, const char *text, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+
+	assert_non_null(f);
+	assert_int_equal(fwrite(text, 1, len, f), len);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void write_gzip(const char *path, const char *text, size_t len)
+{
+	gzFile gz = gzopen(path, "wb");
+
+	assert_non_null(gz);
+	assert_int_equal(gzwrite(gz, text, (unsigned)len), (int)len);
+	assert_int_equal(gzclose(gz), Z_OK);
+}
+
+/* ---- a log that the tests can read ------------------------------------------- */
+
+struct captured {
+	int count;
+	char last[1024];
+};
+
+static void capture(void *user, enum devcache_log_level level, const char *msg)
+{
+	struct captured *c = user;
+
+	(void)level;
+	c->count++;
+	snprintf(c->last, sizeof c->last, "%s", msg);
+}
+
+static void start_log(struct log_state *log, struct captured *c)
+{
+	memset(c, 0, sizeof *c);
+	log_init(log, capture, c);
+	log_flush(log, DEVCACHE_LOG_DEBUG);
+}
+
+/* ---- the writer ------------------------------------------------------------------ */
+
+static void names_expand(void **state)
+{
+	char *path, expect[128];
+
+	(void)state;
+	assert_int_equal(trace_expand("/tmp/t-%p-%d-%%.trace", "cuda:0", &path), 0);
+	snprintf(expect, sizeof expect, "/tmp/t-%ld-cuda:0-%%.trace", (long)getpid());
+	assert_string_equal(path, expect);
+	free(path);
+	assert_int_equal(trace_expand("%d%d%p", "host", &path), 0);
+	snprintf(expect, sizeof expect, "hosthost%ld", (long)getpid());
+	assert_string_equal(path, expect);
+	free(path);
+	assert_int_equal(trace_expand("plain", "host", &path), 0);
+	assert_string_equal(path, "plain");
+	free(path);
+
+	assert_int_equal(trace_expand("/tmp/%x.trace", "host", &path), DEVCACHE_ECONFIG);
+	assert_null(path);
+	assert_string_equal(devcache_last_error(),
+			    "trace: '%x' in '/tmp/%x.trace' is not one of %p (the process ID), "
+			    "%d (the device) and %% (a '%')");
+	assert_int_equal(trace_expand("/tmp/end%", "host", &path), DEVCACHE_ECONFIG);
+	assert_contains(devcache_last_error(), "trace: '%' in '/tmp/end%' is not one of");
+	assert_int_equal(trace_expand("", "host", &path), DEVCACHE_ECONFIG);
+	assert_string_equal(devcache_last_error(), "trace: the file name is empty");
+}
+
+static void comm(char *buf, size_t size)
+{
+	FILE *f = fopen("/proc/self/comm", "r");
+
+	assert_non_null(f);
+	assert_non_null(fgets(buf, (int)size, f));
+	buf[strcspn(buf, "\n")] = '\0';
+	fclose(f);
+}
+
+static void header_and_lines(void **state)
+{
+	struct log_state log;
+	struct captured c;
+	struct trace *t;
+	char name[64], expect[1024], tmpl[256], *text;
+
+	(void)state;
+	start_log(&log, &c);
+	snprintf(tmpl, sizeof tmpl, "%s/h-%%p-%%d.trace", dir);
+	assert_int_equal(trace_open(&t, tmpl, "host", &log), 0);
+	snprintf(expect, sizeof expect, "%s/h-%ld-host.trace", dir, (long)getpid());
+	assert_string_equal(trace_path(t), expect);
+	trace_alloc(t, 1, 100, 0);
+	trace_alloc(t, 2, 4096, 3);
+	trace_free(t, 1);
+	trace_free(t, 2);
+	trace_alloc(t, UINT64_MAX, SIZE_MAX, 65535);
+	trace_add_device(t, "cuda:1");
+	trace_free(t, UINT64_MAX);
+	trace_alloc(t, 0, 1, 1);
+	trace_close(t);
+
+	text = slurp(expect);
+	comm(name, sizeof name);
+	snprintf(expect, sizeof expect,
+		 "# libdevcache %s allocation trace\n"
+		 "# program: %s\n"
+		 "# pid: %ld\n"
+		 "# device: host\n"
+		 "+ 1 100\n"
+		 "+ 2 4096 3\n"
+		 "- 1\n"
+		 "- 2\n"
+		 "+ 18446744073709551615 18446744073709551615 65535\n"
+		 "# device: cuda:1\n"
+		 "- 18446744073709551615\n"
+		 "+ 0 1 1\n",
+		 devcache_version_string(), name, (long)getpid());
+	assert_string_equal(text, expect);
+	free(text);
+	assert_int_equal(c.count, 0);
+	log_destroy(&log);
+	/* The calls are safe on no trace at all. */
+	trace_alloc(NULL, 1, 1, 0);
+	trace_free(NULL, 1);
+	trace_add_device(NULL, "host");
+	trace_close(NULL);
+	assert_null(trace_path(NULL));
+}
+
+/* The program's name is the program's to choose; it cannot break the header. */
+static void program_name_stays_one_line(void **state)
+{
+	struct log_state log;
+	struct captured c;
+	struct trace *t;
+	char old[64], *text;
+
+	(void)state;
+	comm(old, sizeof old);
+	assert_int_equal(prctl(PR_SET_NAME, "evil\n+ 1 1"), 0);
+	start_log(&log, &c);
+	assert_int_equal(trace_open(&t, path_of("comm.trace"), "host", &log), 0);
+	trace_close(t);
+	prctl(PR_SET_NAME, old);
+	text = slurp(path_of("comm.trace"));
+	assert_contains(text, "\n# program: evil?+ 1 1\n# pid: ");
+	free(text);
+	log_destroy(&log);
+}
+
+static void cannot_create(void **state)
+{
+	struct log_state log;
+	struct captured c;
+	struct trace *t = (struct trace *)&c;
+
+	(void)state;
+	start_log(&log, &c);
+	assert_int_equal(trace_open(&t, "/nonexistent-dir/t.trace", "host", &log), DEVCACHE_EIO);
+	assert_null(t);
+	assert_string_equal(devcache_last_error(),
+			    "trace: cannot create /nonexistent-dir/t.trace: No such file or directory");
+	assert_int_equal(trace_open(&t, "bad-%q", "host", &log), DEVCACHE_ECONFIG);
+	assert_null(t);
+	log_destroy(&log);
+}
+
+/* A full disk: one message, the program goes on, the events are dropped. */
+static void write_error_logged_once(void **state)
+{
+	struct log_state log;
+	struct captured c;
+	struct trace *t;
+
+	(void)state;
+	if (access("/dev/full", W_OK) != 0)
+		skip_because("no /dev/full to write to");
+	start_log(&log, &c);
+	assert_int_equal(trace_open(&t, "/dev/full", "host", &log), 0);
+	for (uint64_t i = 0; i < 100000; i++) {
+		trace_alloc(t, i, 1000 + i, 0);
+		trace_free(t, i);
+	}
+	assert_int_equal(c.count, 1);
+	assert_string_equal(c.last, "trace /dev/full: write error: No space left on device; no "
+				    "further events are recorded");
+	trace_close(t);
+	assert_int_equal(c.count, 1);
+
+	/* Met only when closing: still reported, once. */
+	start_log(&log, &c);
+	assert_int_equal(trace_open(&t, "/dev/full", "host", &log), 0);
+	trace_alloc(t, 1, 1, 0);
+	assert_int_equal(c.count, 0);
+	trace_close(t);
+	assert_int_equal(c.count, 1);
+	assert_contains(c.last, "write error: No space left on device");
+	log_destroy(&log);
+}
+
+#define THREADS 8
+#define PER_THREAD 20000
+
+struct writer {
+	struct trace *trace;
+	unsigned index;
+};
+
+static void *write_events(void *arg)
+{
+	struct writer *w = arg;
+
+	for (uint64_t i = 0; i < PER_THREAD; i++) {
+		uint64_t id = (uint64_t)w->index * 1000000 + i;
+
+		trace_alloc(w->trace, id, (size_t)i + 1, w->index);
+		trace_free(w->trace, id);
+	}
+	return NULL;
+}
+
+/* Many threads at once: whole lines only, each thread's in its order, and
+ * the result reads back. */
+static void threads_write_whole_lines(void **state)
+{
+	struct writer w[THREADS];
+	pthread_t tid[THREADS];
+	uint64_t next[THREADS] = {0};
+	bool live[THREADS] = {false};
+	struct log_state log;
+	struct captured c;
+	struct trace *t;
+	size_t lines = 0;
+	char *text, *save = NULL;
+
+	(void)state;
+	start_log(&log, &c);
+	assert_int_equal(trace_open(&t, path_of("threads.trace"), "host", &log), 0);
+	for (unsigned i = 0; i < THREADS; i++) {
+		w[i] = (struct writer){t, i};
+		assert_int_equal(pthread_create(&tid[i], NULL, write_events, &w[i]), 0);
+	}
+	for (unsigned i = 0; i < THREADS; i++)
+		pthread_join(tid[i], NULL);
+	trace_close(t);
+	assert_int_equal(c.count, 0);
+
+	text = slurp(path_of("threads.trace"));
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		unsigned long long id, size;
+		unsigned stream;
+		int end = -1;
+
+		lines++;
+		if (line[0] == '#')
+			continue;
+		if (line[0] == '+') {
+			int n = sscanf(line, "+ %llu %llu%n %u%n", &id, &size, &end, &stream, &end);
+			if (n < 2 || (size_t)end != strlen(line))
+				fail_msg("line %zu: '%s' is not a whole event", lines, line);
+			/* the default stream, 0, is not written */
+			if (n == 3 && stream == 0)
+				fail_msg("line %zu: '%s' names stream 0", lines, line);
+			if (n == 2)
+				stream = 0;
+			unsigned th = (unsigned)(id / 1000000);
+			assert_true(th < THREADS);
+			assert_int_equal(stream, th);
+			assert_false(live[th]);
+			assert_int_equal(id % 1000000, next[th]);
+			assert_int_equal(size, next[th] + 1);
+			live[th] = true;
+		} else {
+			if (sscanf(line, "- %llu%n", &id, &end) != 1 || (size_t)end != strlen(line))
+				fail_msg("line %zu: '%s' is not a whole event", lines, line);
+			unsigned th = (unsigned)(id / 1000000);
+			assert_true(th < THREADS);
+			assert_true(live[th]);
+			assert_int_equal(id % 1000000, next[th]);
+			live[th] = false;
+			next[th]++;
+		}
+	}
+	free(text);
+	assert_int_equal(lines, 4 + THREADS * PER_THREAD * 2);
+	for (unsigned i = 0; i < THREADS; i++)
+		assert_int_equal(next[i], PER_THREAD);
+
+	struct trace_set set;
+	char err[1024];
+	trace_set_init(&set);
+	assert_int_equal(trace_set_read(&set, path_of("threads.trace"), err, sizeof err), 0);
+	assert_int_equal(set.n_read, THREADS * PER_THREAD * 2);
+	assert_int_equal(set.max_stream, THREADS - 1);
+	trace_set_destroy(&set);
+	log_destroy(&log);
+}
+
+/* ---- the reader ---------------------------------------------------------------------- */
+
+static const char good_trace[] =
+	"# libdevcache 0.2.0 allocation trace\n"
+	"# program: test\n"
+	"\n"
+	"+ 10 100\n"
+	"+ 11 2000000 2\n"
+	"\t+   12\t300 \n"
+	"- 10\r\n"
+	"+ 13 400 0\n"
+	"   # an indented comment\n"
+	"- 12\n"
+	"+ 10 007\n" /* an ID may come back once freed */
+	"- 10"; /* the last line may lack its newline */
+
+static void check_good(const struct trace_set *set, size_t first)
+{
+	const struct trace_event *ev = set->events + first;
+
+	/* + 10, + 11, + 12, - 10, + 13, - 12, + 10, - 10, then 11 and 13 freed */
+	assert_int_equal(ev[0].op, TRACE_OP_ALLOC);
+	assert_int_equal(ev[0].size, 100);
+	assert_int_equal(ev[0].stream, 0);
+	assert_int_equal(ev[1].size, 2000000);
+	assert_int_equal(ev[1].stream, 2);
+	assert_int_equal(ev[2].size, 300);
+	assert_int_equal(ev[3].op, TRACE_OP_FREE);
+	assert_int_equal(ev[3].slot, ev[0].slot);
+	assert_int_equal(ev[4].size, 400);
+	assert_int_equal(ev[4].slot, ev[0].slot); /* reused */
+	assert_int_equal(ev[5].op, TRACE_OP_FREE);
+	assert_int_equal(ev[5].slot, ev[2].slot);
+	assert_int_equal(ev[6].size, 7);
+	assert_int_equal(ev[7].slot, ev[6].slot);
+	assert_false(ev[7].implicit);
+	/* live at the end: freed in the order they were allocated */
+	assert_int_equal(ev[8].op, TRACE_OP_FREE);
+	assert_true(ev[8].implicit);
+	assert_int_equal(ev[8].slot, ev[1].slot);
+	assert_true(ev[9].implicit);
+	assert_int_equal(ev[9].slot, ev[4].slot);
+}
+
+static void reads_plain_and_gzip(void **state)
+{
+	struct trace_set set;
+	char err[1024] = "";
+
+	(void)state;
+	write_file(path_of("good.trace"), good_trace, strlen(good_trace));
+	write_gzip(path_of("good.trace.gz"), good_trace, strlen(good_trace));
+	trace_set_init(&set);
+	assert_int_equal(trace_set_read(&set, path_of("good.trace"), err, sizeof err), 0);
+	assert_int_equal(set.n_read, 8);
+	assert_int_equal(set.n_events, 10);
+	assert_int_equal(set.n_slots, 3);
+	assert_int_equal(set.max_stream, 2);
+	assert_true(trace_stream_used(&set, 0));
+	assert_false(trace_stream_used(&set, 1));
+	assert_true(trace_stream_used(&set, 2));
+	assert_false(trace_stream_used(&set, 70000));
+	check_good(&set, 0);
+	/* A second file follows the first, its IDs its own. */
+	assert_int_equal(trace_set_read(&set, path_of("good.trace.gz"), err, sizeof err), 0);
+	assert_int_equal(set.n_read, 16);
+	assert_int_equal(set.n_events, 20);
+	assert_int_equal(set.n_slots, 3);
+	check_good(&set, 10);
+	assert_int_equal(set.n_files, 2);
+	assert_string_equal(set.files[1].path, path_of("good.trace.gz"));
+	assert_int_equal(set.files[1].first, 10);
+	assert_int_equal(set.files[1].count, 10);
+	assert_int_equal(set.files[1].lines, 12);
+	trace_set_destroy(&set);
+
+	/* Empty files and comments alone hold no event. */
+	write_file(path_of("empty.trace"), "", 0);
+	write_gzip(path_of("comments.trace.gz"), "# nothing\n\n", 11);
+	trace_set_init(&set);
+	assert_int_equal(trace_set_read(&set, path_of("empty.trace"), err, sizeof err), 0);
+	assert_int_equal(trace_set_read(&set, path_of("comments.trace.gz"), err, sizeof err), 0);
+	assert_int_equal(set.n_events, 0);
+	assert_int_equal(set.n_slots, 0);
+	trace_set_destroy(&set);
+}
+
+/* Each rule with its exact message; line numbers count every line. */
+static const struct bad {
+	const char *text;
+	const char *message; /* after "FILE:" */
+} bad[] = {
+	{"+ 1\n", "1: an allocation needs an ID and a size: '+ ID SIZE [STREAM]'"},
+	{"+\n", "1: an allocation needs an ID and a size: '+ ID SIZE [STREAM]'"},
+	{"+ 1 2 3 4\n", "1: unexpected '4' after the stream index: '+ ID SIZE [STREAM]'"},
+	{"-\n", "1: a free needs an ID: '- ID'"},
+	{"+ 1 1\n- 1 1\n", "2: unexpected '1' after the ID: '- ID'"},
+	{"+ x 5\n", "1: invalid ID 'x' (expected a decimal number)"},
+	{"+ -1 5\n", "1: invalid ID '-1' (expected a decimal number)"},
+	{"- 1.0\n", "1: invalid ID '1.0' (expected a decimal number)"},
+	{"+ 18446744073709551616 1\n",
+	 "1: ID '18446744073709551616' is too large (at most 18446744073709551615)"},
+	{"+ 1 abc\n", "1: invalid size 'abc' (expected a decimal number of bytes)"},
+	{"+ 1 +5\n", "1: invalid size '+5' (expected a decimal number of bytes)"},
+	{"+ 1 0x10\n", "1: invalid size '0x10' (expected a decimal number of bytes)"},
+	{"+ 1 1e3\n", "1: invalid size '1e3' (expected a decimal number of bytes)"},
+	{"+ 1 0\n", "1: size 0: an allocation is at least 1 byte"},
+	{"+ 1 000\n", "1: size 0: an allocation is at least 1 byte"},
+	{"+ 1 18446744073709551616\n",
+	 "1: size '18446744073709551616' is too large (at most 18446744073709551615)"},
+	{"+ 1 99999999999999999999999999999999999999999999999999\n",
+	 "1: size '9999999999999999999999999999999999999999...' is too large (at most "
+	 "18446744073709551615)"},
+	{"+ 1 10 65536\n", "1: stream index '65536' is too large (at most 65535)"},
+	{"+ 1 10 -1\n", "1: invalid stream index '-1' (expected a decimal number)"},
+	{"+ 1 10 s1\n", "1: invalid stream index 's1' (expected a decimal number)"},
+	{"* 1 10\n", "1: unknown event '*' (a line is '+ ID SIZE [STREAM]', '- ID', a '#' comment "
+		     "or blank)"},
+	{"+1 10\n", "1: unknown event '+1' (a line is '+ ID SIZE [STREAM]', '- ID', a '#' comment "
+		    "or blank)"},
+	{"alloc\x01\x02 1\n", "1: unknown event 'alloc?\?' (a line is '+ ID SIZE [STREAM]', '- ID', "
+			      "a '#' comment or blank)"},
+	{"# c\n\n+ 1 10\n+ 2 10\n+ 1 20\n",
+	 "5: ID 1 is allocated again without a free (allocated at line 3)"},
+	{"+ 1 1\n- 5\n", "2: free of ID 5, which was never allocated"},
+	{"- 0\n", "1: free of ID 0, which was never allocated"},
+	{"+ 5 1\n- 5\n\n- 5\n", "4: free of ID 5, which was freed already at line 2"},
+	{"+ 1 1\n+ 2 2\0junk\n", "2: a NUL byte: this is not a trace file"},
+};
+
+static void bad_lines(void **state)
+{
+	char err[1024], expect[2048];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		const char *path = path_of("bad.trace");
+		size_t len = strlen(bad[i].text);
+		struct trace_set set;
+
+		if (strstr(bad[i].message, "NUL"))
+			len += 6; /* "junk\n" after the NUL */
+		snprintf(expect, sizeof expect, "%s:%s", path, bad[i].message);
+		for (int gz = 0; gz < 2; gz++) {
+			if (gz)
+				write_gzip(path, bad[i].text, len);
+			else
+				write_file(path, bad[i].text, len);
+			trace_set_init(&set);
+			err[0] = '\0';
+			int rc = trace_set_read(&set, path, err, sizeof err);
+			if (rc != DEVCACHE_EFORMAT || strcmp(err, expect) != 0)
+				fail_msg("case %zu (%s): got %d '%s', expected '%s'", i,
+					 gz ? "gzip" : "plain", rc, err, expect);
+			trace_set_destroy(&set);
+		}
+	}
+}
+
+static void long_lines(void **state)
+{
+	char line[TRACE_LINE_MAX + 8], err[1024], expect[512];
+	struct trace_set set;
+
+	(void)state;
+	/* A comment of exactly TRACE_LINE_MAX bytes with its newline is fine... */
+	memset(line, 'x', sizeof line);
+	line[0] = '#';
+	line[TRACE_LINE_MAX - 1] = '\n';
+	write_file(path_of("long.trace"), line, TRACE_LINE_MAX);
+	trace_set_init(&set);
+	assert_int_equal(trace_set_read(&set, path_of("long.trace"), err, sizeof err), 0);
+	trace_set_destroy(&set);
+	/* ... and so is one without the newline at the end of the file ... */
+	write_file(path_of("long.trace"), line, TRACE_LINE_MAX - 1);
+	trace_set_init(&set);
+	assert_int_equal(trace_set_read(&set, path_of("long.trace"), err, sizeof err), 0);
+	trace_set_destroy(&set);
+	/* ... one byte more is not, whether the newline comes or not. */
+	snprintf(expect, sizeof expect, "%s:2: line too long (more than %d bytes)",
+		 path_of("long.trace"), TRACE_LINE_MAX);
+	for (size_t extra = 0; extra < 2; extra++) {
+		char text[TRACE_LINE_MAX + 16] = "+ 1 1\n";
+
+		memset(text + 6, ' ', TRACE_LINE_MAX);
+		text[6 + TRACE_LINE_MAX] = '\n';
+		write_file(path_of("long.trace"), text, 6 + TRACE_LINE_MAX + extra);
+		trace_set_init(&set);
+		assert_int_equal(trace_set_read(&set, path_of("long.trace"), err, sizeof err),
+				 DEVCACHE_EFORMAT);
+		assert_string_equal(err, expect);
+		trace_set_destroy(&set);
+	}
+	/* A file with no newline at all, megabytes long. */
+	size_t big = 4 << 20;
+	char *blob = malloc(big);
+	assert_non_null(blob);
+	memset(blob, '9', big);
+	write_gzip(path_of("blob.trace.gz"), blob, big);
+	free(blob);
+	snprintf(expect, sizeof expect, "%s:1: line too long (more than %d bytes)",
+		 path_of("blob.trace.gz"), TRACE_LINE_MAX);
+	trace_set_init(&set);
+	assert_int_equal(trace_set_read(&set, path_of("blob.trace.gz"), err, sizeof err),
+			 DEVCACHE_EFORMAT);
+	assert_string_equal(err, expect);
+	trace_set_destroy(&set);
+}
+
+static void files_that_cannot_be_read(void **state)
+{
+	char err[1024], expect[512];
+	struct trace_set set;
+
+	(void)state;
+	trace_set_init(&set);
+	assert_int_equal(trace_set_read(&set, path_of("missing.trace"), err, sizeof err),
+			 DEVCACHE_ENOENT);
+	snprintf(expect, sizeof expect, "%s: No such file or directory", path_of("missing.trace"));
+	assert_string_equal(err, expect);
+	assert_int_equal(trace_set_read(&set, dir, err, sizeof err), DEVCACHE_EIO);
+	assert_contains(err, "Is a directory");
+	trace_set_destroy(&set);
+
+	/* gzip data cut short, and gzip data damaged */
+	char text[8192];
+	size_t n = 0;
+	for (unsigned i = 0; n < sizeof text - 32; i++)
+		n += (size_t)snprintf(text + n, sizeof text - n, "+ %u %u\n- %u\n", i, i + 1, i);
+	write_gzip(path_of("cut.trace.gz"), text, n);
+	char *gz = slurp(path_of("cut.trace.gz"));
+	struct stat st;
+	assert_int_equal(stat(path_of("cut.trace.gz"), &st), 0);
+	write_file(path_of("cut.trace.gz"), gz, (size_t)st.st_size / 2);
+	trace_set_init(&set);
+	assert_int_equal(trace_set_read(&set, path_of("cut.trace.gz"), err, sizeof err),
+			 DEVCACHE_EFORMAT);
+	assert_contains(err, "cut.trace.gz: invalid compressed data after line ");
+	trace_set_destroy(&set);
+
+	/* the CRC at the end: every line reads, then the check fails */
+	for (off_t i = st.st_size - 8; i < st.st_size - 4; i++)
+		gz[i] = (char)~gz[i];
+	write_file(path_of("bad.trace.gz"), gz, (size_t)st.st_size);
+	free(gz);
+	trace_set_init(&set);
+	assert_int_equal(trace_set_read(&set, path_of("bad.trace.gz"), err, sizeof err),
+			 DEVCACHE_EFORMAT);
+	assert_contains(err, "bad.trace.gz: invalid compressed data after line ");
+	trace_set_destroy(&set);
+}
+
+/* Numbers at their limits are valid: the replay, not the reader, finds out
+ * that such a block cannot be had. */
+static void extreme_values(void **state)
+{
+	static const char text[] = "+ 18446744073709551615 18446744073709551615 65535\n"
+				   "+ 0 1 65535\n"
+				   "- 18446744073709551615\n";
+	struct trace_set set;
+	char err[1024];
+
+	(void)state;
+	write_file(path_of("extreme.trace"), text, strlen(text));
+	trace_set_init(&set);
+	assert_int_equal(trace_set_read(&set, path_of("extreme.trace"), err, sizeof err), 0);
+	assert_int_equal(set.events[0].size, SIZE_MAX);
+	assert_int_equal(set.events[0].stream, 65535);
+	assert_int_equal(set.max_stream, 65535);
+	assert_int_equal(set.n_events, 4);
+	trace_set_destroy(&set);
+}
+
+/* A trace that lies: random garbage and random damage to a good trace give
+ * a valid trace or a message naming the file and line, never a crash; and
+ * what is accepted is consistent. */
+static void lies_are_refused(void **state)
+{
+	static const char pieces[][24] = {
+		"+", "-", " ", "\t", "\n", "#", "0", "1", "7", "65535", "65536", "\r",
+		"18446744073709551615", "18446744073709551616", "x", "\xc3\xa9", "\xff", "00",
+	};
+	char text[512], err[1024];
+	unsigned seed = 12345;
+
+	(void)state;
+	for (int round = 0; round < 3000; round++) {
+		size_t n = 0, want = (size_t)(rand_r(&seed) % 120);
+		struct trace_set set;
+
+		while (n < want) {
+			const char *p = pieces[rand_r(&seed) % (sizeof pieces / sizeof *pieces)];
+			if (n + strlen(p) >= sizeof text)
+				break;
+			memcpy(text + n, p, strlen(p));
+			n += strlen(p);
+		}
+		write_file(path_of("lie.trace"), text, n);
+		trace_set_init(&set);
+		int rc = trace_set_read(&set, path_of("lie.trace"), err, sizeof err);
+		if (rc) {
+			assert_int_equal(rc, DEVCACHE_EFORMAT);
+			assert_int_equal(strncmp(err, path_of("lie.trace"), strlen(path_of("lie.trace"))),
+					 0);
+			assert_int_equal(err[strlen(path_of("lie.trace"))], ':');
+		} else {
+			/* every slot freed exactly once after its allocation */
+			bool *live = calloc(set.n_slots + 1, sizeof *live);
+			assert_non_null(live);
+			for (size_t i = 0; i < set.n_events; i++) {
+				const struct trace_event *ev = &set.events[i];
+				assert_true(ev->slot < set.n_slots);
+				assert_true(ev->op == TRACE_OP_ALLOC ? !live[ev->slot] : live[ev->slot]);
+				if (ev->op == TRACE_OP_ALLOC)
+					assert_true(ev->size > 0);
+				live[ev->slot] = ev->op == TRACE_OP_ALLOC;
+			}
+			for (size_t s = 0; s < set.n_slots; s++)
+				assert_false(live[s]);
+			free(live);
+		}
+		trace_set_destroy(&set);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(names_expand),
+		cmocka_unit_test(header_and_lines),
+		cmocka_unit_test(program_name_stays_one_line),
+		cmocka_unit_test(cannot_create),
+		cmocka_unit_test(write_error_logged_once),
+		cmocka_unit_test(threads_write_whole_lines),
+		cmocka_unit_test(reads_plain_and_gzip),
+		cmocka_unit_test(bad_lines),
+		cmocka_unit_test(long_lines),
+		cmocka_unit_test(files_that_cannot_be_read),
+		cmocka_unit_test(extreme_values),
+		cmocka_unit_test(lies_are_refused),
+	};
+
+	/* The messages are checked in English. */
+	setenv("LANGUAGE", "C", 1);
+	setenv("LC_ALL", "C", 1);
+	cmocka_set_message_output(CM_OUTPUT_TAP);
+	return cmocka_run_group_tests(tests, make_dir, remove_dir);
+}

@@ -1,0 +1,21 @@
+## tests/trace.mk - tests of allocation traces (writing, reading), devcache replay and the summary table.
+trace_tests = tests/test-trace tests/test-replay tests/test-summary
+
+if HAVE_CMOCKA
+check_PROGRAMS += $(trace_tests)
+TESTS += $(trace_tests)
+# The writer is in the library; the reader is the tool's, compiled in.
+tests_test_trace_SOURCES = tests/test-trace.c tests/tap.h \
+	tools/trace-read.c tools/trace-read.h
+tests_test_trace_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+tests_test_trace_CFLAGS = $(test_cflags) $(ZLIB_CFLAGS)
+tests_test_trace_LDADD = $(test_ldadd) $(ZLIB_LIBS)
+tests_test_replay_SOURCES = tests/test-replay.c tests/tap.h tests/spawn.c tests/spawn.h
+tests_test_replay_CFLAGS = $(test_cflags) $(ZLIB_CFLAGS)
+tests_test_replay_LDADD = $(test_ldadd) $(ZLIB_LIBS)
+# The table's formatting against statistics made up to reach every unit:
+# summary.c alone, over a devcache_stats() the test provides.
+tests_test_summary_SOURCES = tests/test-summary.c tests/tap.h lib/summary.c
+tests_test_summary_CFLAGS = $(test_cflags)
+tests_test_summary_LDADD = $(CMOCKA_LIBS)
+endif
