@@ -1,0 +1,691 @@
+/* hotpath.c - benchmark: ns per alloc+free pair on a cache hit, devcache against glibc malloc, jemalloc and mimalloc. */
+#include <config.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <gnu/libc-version.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+/* jemalloc and mimalloc both export malloc and free.  Linked in the usual
+ * way, either would replace glibc's malloc for the whole process (the
+ * library and glibc's own comparator included), so they are dlopen()ed with
+ * RTLD_LOCAL and called through their own symbols: every allocator below is
+ * one call through a pointer per operation. */
+#ifndef BENCH_JEMALLOC_SONAME
+#define BENCH_JEMALLOC_SONAME ""
+#endif
+#ifndef BENCH_MIMALLOC_SONAME
+#define BENCH_MIMALLOC_SONAME ""
+#endif
+
+#define REEXEC_ENV "DEVCACHE_BENCH_REEXEC"
+/* jemalloc's thread-local block is initial-exec: dlopen() needs more
+ * static TLS room than glibc keeps spare by default. */
+#define STATIC_TLS_TUNABLE "glibc.rtld.optional_static_tls=16384"
+
+typedef void *(*malloc_fn)(size_t);
+typedef void (*free_fn)(void *);
+
+enum impl_kind { IMPL_DEVCACHE, IMPL_MALLOC };
+
+struct impl {
+	const char *name;
+	enum impl_kind kind;
+	bool available;
+	char why[256];    /* why not available */
+	char version[64];
+	malloc_fn alloc;
+	free_fn release;
+};
+
+enum { I_DEVCACHE, I_GLIBC, I_JEMALLOC, I_MIMALLOC, N_IMPL };
+
+static struct impl impls[N_IMPL] = {
+	[I_DEVCACHE] = { .name = "devcache", .kind = IMPL_DEVCACHE },
+	[I_GLIBC] = { .name = "glibc malloc", .kind = IMPL_MALLOC },
+	[I_JEMALLOC] = { .name = "jemalloc", .kind = IMPL_MALLOC },
+	[I_MIMALLOC] = { .name = "mimalloc", .kind = IMPL_MALLOC },
+};
+
+/* A sequence of request sizes, and how many blocks stay live: 0 frees each
+ * block right after allocating it; W > 0 keeps the last W blocks, freeing
+ * the one allocated W requests earlier after each allocation. */
+struct sequence {
+	const char *name;
+	const char *label;
+	size_t *sizes;
+	size_t n;
+	size_t window;
+	size_t passes[N_IMPL]; /* timed passes per run, set by calibrate() */
+};
+
+#define MAX_THREADS 2
+#define MAX_REPS 15
+
+static devcache_ctx_t *ctx;
+static devcache_device_t *dev;
+static devcache_stream_t streams[MAX_THREADS];
+static int reps = 7;
+static double run_seconds = 0.1; /* the least time a run's timed passes take */
+static const char *only_impl, *only_seq;
+
+/* Where one thread's figures go. */
+struct thread_arg {
+	const struct impl *impl;
+	const struct sequence *seq;
+	size_t passes;
+	devcache_stream_t stream;
+	size_t offset;
+	pthread_barrier_t *barrier;
+	devcache_stats_t *stats_before; /* thread 0 of a devcache run reads it */
+	double start, end;
+	size_t pairs;
+	int failed;
+};
+
+/* Read through a volatile so the compiler can neither inline the
+ * allocator nor drop a malloc/free pair it can see through. */
+static malloc_fn load_alloc(const struct impl *impl)
+{
+	malloc_fn volatile f = impl->alloc;
+
+	return f;
+}
+
+static free_fn load_free(const struct impl *impl)
+{
+	free_fn volatile f = impl->release;
+
+	return f;
+}
+
+/* One pass over sizes; the live window lives in ring. */
+static int pass_malloc(malloc_fn m, free_fn f, const size_t *sizes, size_t n, void **ring,
+		       size_t window)
+{
+	if (window == 0) {
+		for (size_t i = 0; i < n; i++) {
+			void *p = m(sizes[i]);
+
+			if (!p)
+				return -1;
+			f(p);
+		}
+		return 0;
+	}
+	for (size_t i = 0, slot = 0; i < n; i++) {
+		void *p = m(sizes[i]);
+
+		if (!p)
+			return -1;
+		if (ring[slot])
+			f(ring[slot]);
+		ring[slot] = p;
+		if (++slot == window)
+			slot = 0;
+	}
+	return 0;
+}
+
+static int pass_devcache(devcache_stream_t stream, const size_t *sizes, size_t n, void **ring,
+			 size_t window)
+{
+	int bad = 0;
+
+	if (window == 0) {
+		for (size_t i = 0; i < n; i++) {
+			void *p;
+
+			if (devcache_alloc(dev, sizes[i], stream, &p) != 0)
+				return -1;
+			bad |= devcache_free(dev, p);
+		}
+		return bad ? -1 : 0;
+	}
+	for (size_t i = 0, slot = 0; i < n; i++) {
+		void *p;
+
+		if (devcache_alloc(dev, sizes[i], stream, &p) != 0)
+			return -1;
+		if (ring[slot])
+			bad |= devcache_free(dev, ring[slot]);
+		ring[slot] = p;
+		if (++slot == window)
+			slot = 0;
+	}
+	return bad ? -1 : 0;
+}
+
+static int run_passes(struct thread_arg *t, const size_t *sizes, size_t passes, void **ring)
+{
+	const struct sequence *q = t->seq;
+
+	if (t->impl->kind == IMPL_DEVCACHE) {
+		for (size_t p = 0; p < passes; p++)
+			if (pass_devcache(t->stream, sizes, q->n, ring, q->window) != 0)
+				return -1;
+		return 0;
+	}
+	malloc_fn m = load_alloc(t->impl);
+	free_fn f = load_free(t->impl);
+
+	for (size_t p = 0; p < passes; p++)
+		if (pass_malloc(m, f, sizes, q->n, ring, q->window) != 0)
+			return -1;
+	return 0;
+}
+
+static void free_ring(struct thread_arg *t, void **ring)
+{
+	for (size_t i = 0; i < t->seq->window; i++) {
+		if (!ring[i])
+			continue;
+		if (t->impl->kind == IMPL_DEVCACHE)
+			devcache_free(dev, ring[i]);
+		else
+			t->impl->release(ring[i]);
+		ring[i] = NULL;
+	}
+}
+
+/* Each thread walks its own copy of the sequence (rotated by offset, so
+ * two threads do not ask for the same size at the same moment), warms up
+ * with two untimed passes, then runs the timed passes. */
+static void *thread_main(void *arg)
+{
+	struct thread_arg *t = arg;
+	const struct sequence *q = t->seq;
+	size_t *sizes = malloc(q->n * sizeof *sizes);
+	void **ring = calloc(q->window ? q->window : 1, sizeof *ring);
+
+	if (!sizes || !ring) {
+		t->failed = 1;
+		pthread_barrier_wait(t->barrier);
+		pthread_barrier_wait(t->barrier);
+		goto out;
+	}
+	for (size_t i = 0; i < q->n; i++)
+		sizes[i] = q->sizes[(i + t->offset) % q->n];
+	t->failed = run_passes(t, sizes, 2, ring) != 0;
+	/* Between the two barriers every thread has warmed up and none has
+	 * started its timed passes: the device's counters are read there. */
+	pthread_barrier_wait(t->barrier);
+	if (t->stats_before)
+		devcache_stats(dev, t->stats_before);
+	pthread_barrier_wait(t->barrier);
+	t->start = now_seconds();
+	if (!t->failed)
+		t->failed = run_passes(t, sizes, t->passes, ring) != 0;
+	t->end = now_seconds();
+	t->pairs = q->n * t->passes;
+	free_ring(t, ring);
+out:
+	free(ring);
+	free(sizes);
+	return NULL;
+}
+
+struct result {
+	double ns_per_pair; /* mean over threads of a thread's time per pair */
+	double mpairs;      /* all threads' pairs over wall time, millions a second */
+	uint64_t device_allocs; /* devcache: driver allocations in the timed passes */
+};
+
+static int run_once(const struct impl *impl, const struct sequence *q, size_t passes,
+		    int nthreads, struct result *r)
+{
+	pthread_t tid[MAX_THREADS];
+	struct thread_arg args[MAX_THREADS];
+	pthread_barrier_t barrier;
+	devcache_stats_t before, after;
+	double first = 0, last = 0, ns = 0;
+	size_t pairs = 0;
+	int failed = 0;
+
+	pthread_barrier_init(&barrier, NULL, (unsigned)nthreads);
+	for (int i = 0; i < nthreads; i++) {
+		args[i] = (struct thread_arg){ .impl = impl, .seq = q, .passes = passes,
+					       .stream = streams[i],
+					       .offset = (q->n / (size_t)nthreads) * (size_t)i,
+					       .barrier = &barrier };
+		if (i == 0 && impl->kind == IMPL_DEVCACHE)
+			args[i].stats_before = &before;
+		if (pthread_create(&tid[i], NULL, thread_main, &args[i]) != 0) {
+			fprintf(stderr, "hotpath: pthread_create: %s\n", strerror(errno));
+			exit(2);
+		}
+	}
+	for (int i = 0; i < nthreads; i++) {
+		pthread_join(tid[i], NULL);
+		failed |= args[i].failed;
+		if (i == 0 || args[i].start < first)
+			first = args[i].start;
+		if (i == 0 || args[i].end > last)
+			last = args[i].end;
+		ns += (args[i].end - args[i].start) * 1e9 / (double)args[i].pairs;
+		pairs += args[i].pairs;
+	}
+	pthread_barrier_destroy(&barrier);
+	if (failed)
+		return -1;
+	r->device_allocs = 0;
+	if (impl->kind == IMPL_DEVCACHE) {
+		devcache_stats(dev, &after);
+		r->device_allocs = after.num_device_alloc - before.num_device_alloc;
+	}
+	r->ns_per_pair = ns / nthreads;
+	r->mpairs = (double)pairs / (last - first) / 1e6;
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- the allocators ------------------------------------------------------ */
+
+static void load_devcache(void)
+{
+	int err = bench_open(&ctx, NULL);
+
+	if (err)
+		bench_fail("devcache_open", err);
+	err = devcache_device_get(ctx, "host", &dev);
+	if (err)
+		bench_fail("devcache_device_get host", err);
+	for (int i = 0; i < MAX_THREADS; i++) {
+		err = devcache_stream_create(dev, &streams[i]);
+		if (err)
+			bench_fail("devcache_stream_create", err);
+	}
+	impls[I_DEVCACHE].available = true;
+	snprintf(impls[I_DEVCACHE].version, sizeof impls[I_DEVCACHE].version, "%s",
+		 devcache_version_string());
+}
+
+static void load_glibc(void)
+{
+	struct impl *g = &impls[I_GLIBC];
+
+	g->alloc = malloc;
+	g->release = free;
+	g->available = true;
+	snprintf(g->version, sizeof g->version, "%s", gnu_get_libc_version());
+}
+
+static void *open_local(struct impl *impl, const char *soname)
+{
+	void *h;
+
+	if (!*soname) {
+		snprintf(impl->why, sizeof impl->why, "not found by configure");
+		return NULL;
+	}
+	h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		snprintf(impl->why, sizeof impl->why, "%s", dlerror());
+	return h;
+}
+
+static void load_jemalloc(void)
+{
+	struct impl *j = &impls[I_JEMALLOC];
+	void *h = open_local(j, BENCH_JEMALLOC_SONAME);
+	int (*mallctl)(const char *, void *, size_t *, void *, size_t);
+	const char *v = NULL;
+	size_t len = sizeof v;
+
+	if (!h)
+		return;
+	/* Its own malloc and free: jemalloc's fastest entry points. */
+	j->alloc = (malloc_fn)dlsym(h, "malloc");
+	j->release = (free_fn)dlsym(h, "free");
+	*(void **)&mallctl = dlsym(h, "mallctl");
+	if (!j->alloc || !j->release || j->alloc == malloc) {
+		snprintf(j->why, sizeof j->why, "%s: no private malloc/free", BENCH_JEMALLOC_SONAME);
+		return;
+	}
+	if (mallctl && mallctl("version", &v, &len, NULL, 0) == 0 && v)
+		snprintf(j->version, sizeof j->version, "%.*s", (int)strcspn(v, "-"), v);
+	j->available = true;
+}
+
+static void load_mimalloc(void)
+{
+	struct impl *m = &impls[I_MIMALLOC];
+	void *h = open_local(m, BENCH_MIMALLOC_SONAME);
+	int (*version)(void);
+
+	if (!h)
+		return;
+	m->alloc = (malloc_fn)dlsym(h, "mi_malloc");
+	m->release = (free_fn)dlsym(h, "mi_free");
+	*(void **)&version = dlsym(h, "mi_version");
+	if (!m->alloc || !m->release) {
+		snprintf(m->why, sizeof m->why, "%s: no mi_malloc/mi_free", BENCH_MIMALLOC_SONAME);
+		return;
+	}
+	if (version) {
+		int v = version();
+
+		snprintf(m->version, sizeof m->version, "%d.%d.%d", v / 100, v / 10 % 10, v % 10);
+	}
+	m->available = true;
+}
+
+/* If jemalloc cannot be dlopen()ed for want of static TLS, run again with
+ * glibc's tunable that reserves more; it changes nothing else. */
+static void maybe_reexec(char **argv)
+{
+	void *h;
+	const char *old;
+	char *tun;
+
+	if (!*BENCH_JEMALLOC_SONAME || getenv(REEXEC_ENV))
+		return;
+	h = dlopen(BENCH_JEMALLOC_SONAME, RTLD_NOW | RTLD_LOCAL);
+	if (h) {
+		dlclose(h);
+		return;
+	}
+	if (!strstr(dlerror(), "static TLS"))
+		return;
+	old = getenv("GLIBC_TUNABLES");
+	if (asprintf(&tun, "%s%s%s", old ? old : "", old ? ":" : "", STATIC_TLS_TUNABLE) < 0)
+		return;
+	setenv("GLIBC_TUNABLES", tun, 1);
+	setenv(REEXEC_ENV, "1", 1);
+	execv("/proc/self/exe", argv);
+	free(tun); /* exec failed: go on without jemalloc */
+}
+
+/* ---- the sequences --------------------------------------------------------- */
+
+static size_t *fixed_sizes(size_t n, size_t size)
+{
+	size_t *v = malloc(n * sizeof *v);
+
+	if (!v)
+		exit(2);
+	for (size_t i = 0; i < n; i++)
+		v[i] = size;
+	return v;
+}
+
+/* Tensor sizes: log-uniform element counts from 512 B to 64 MiB, a whole
+ * number of 2-byte (half) or 4-byte (float) elements. */
+static size_t *mix_sizes(size_t n, uint64_t seed)
+{
+	size_t *v = malloc(n * sizeof *v);
+	struct rng r;
+
+	if (!v)
+		exit(2);
+	rng_seed(&r, seed);
+	for (size_t i = 0; i < n; i++) {
+		size_t elt = rng_next(&r) & 1 ? 4 : 2;
+		size_t bytes = (size_t)rng_log_uniform(&r, 512, 64.0 * MIB);
+
+		v[i] = bytes / elt * elt;
+	}
+	return v;
+}
+
+/* Enough passes for a run to take run_seconds on one thread: slow
+ * allocators get fewer pairs, fast ones enough for a steady figure.  All
+ * runs of an allocator on a sequence use the same count. */
+static int calibrate(struct sequence *q)
+{
+	for (int i = 0; i < N_IMPL; i++) {
+		struct result r;
+		double p;
+
+		if (!impls[i].available)
+			continue;
+		if (run_once(&impls[i], q, 1, 1, &r) != 0)
+			return -1;
+		p = run_seconds * 1e9 / (r.ns_per_pair * (double)q->n);
+		q->passes[i] = p < 1 ? 1 : p > 100000 ? 100000 : (size_t)p + 1;
+	}
+	return 0;
+}
+
+/* ---- the report ------------------------------------------------------------ */
+
+static const char *fmt_ns(char *buf, size_t n, double ns)
+{
+	snprintf(buf, n, ns < 100 ? "%.1f" : "%.0f", ns);
+	return buf;
+}
+
+static void target_line(const char *id, bool pass, const char *fmt, ...)
+	DEVCACHE_PRINTF(3, 4);
+
+static void target_line(const char *id, bool pass, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("TARGET %-28s %s  ", id, pass ? "PASS" : "MISS");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+}
+
+static int bench_sequence(struct sequence *q, int nthreads_max)
+{
+	struct result med[N_IMPL][MAX_THREADS + 1] = { 0 };
+	double ns[N_IMPL][MAX_THREADS + 1][MAX_REPS], mp[N_IMPL][MAX_THREADS + 1][MAX_REPS];
+	uint64_t dallocs = 0;
+	char b1[32], b2[32];
+	int rc = 0;
+
+	printf("\n-- %s: %s\n", q->name, q->label);
+	fflush(stdout);
+	if (calibrate(q) != 0) {
+		fprintf(stderr, "hotpath: calibration: an allocation failed\n");
+		return -1;
+	}
+	/* Repetitions interleave the allocators, so a slow moment of the
+	 * machine does not land on one of them. */
+	for (int t = 1; t <= nthreads_max; t++)
+		for (int r = 0; r < reps; r++)
+			for (int i = 0; i < N_IMPL; i++) {
+				struct result res;
+
+				if (!impls[i].available)
+					continue;
+				if (run_once(&impls[i], q, q->passes[i], t, &res) != 0) {
+					fprintf(stderr, "hotpath: %s: an allocation failed (%s)\n",
+						impls[i].name,
+						i == I_DEVCACHE ? devcache_last_error() : "NULL");
+					return -1;
+				}
+				ns[i][t][r] = res.ns_per_pair;
+				dallocs += res.device_allocs;
+				mp[i][t][r] = res.mpairs;
+			}
+	for (int i = 0; i < N_IMPL; i++)
+		for (int t = 1; t <= nthreads_max && impls[i].available; t++) {
+			med[i][t].ns_per_pair = median(ns[i][t], reps);
+			med[i][t].mpairs = median(mp[i][t], reps);
+		}
+
+	if (nthreads_max >= 2) {
+		printf("%-22s %12s %10s %12s %10s %8s\n", "", "1 thread", "", "2 threads", "", "");
+		printf("%-22s %12s %10s %12s %10s %8s\n", "allocator", "ns/pair", "Mpairs/s",
+		       "ns/pair", "Mpairs/s", "scaling");
+	} else {
+		printf("%-22s %12s %10s\n", "", "1 thread", "");
+		printf("%-22s %12s %10s\n", "allocator", "ns/pair", "Mpairs/s");
+	}
+	for (int i = 0; i < N_IMPL; i++) {
+		char name[64];
+
+		snprintf(name, sizeof name, "%s %s", impls[i].name, impls[i].version);
+		if (!impls[i].available) {
+			printf("%-22s (not measured: %s)\n", impls[i].name, impls[i].why);
+			continue;
+		}
+		printf("%-22s %12s %10.2f", name, fmt_ns(b1, sizeof b1, med[i][1].ns_per_pair),
+		       med[i][1].mpairs);
+		if (nthreads_max >= 2)
+			printf(" %12s %10.2f %7.2fx", fmt_ns(b2, sizeof b2, med[i][2].ns_per_pair),
+			       med[i][2].mpairs, med[i][2].mpairs / med[i][1].mpairs);
+		putchar('\n');
+	}
+	printf("devcache device allocations in the timed passes: %llu%s\n",
+	       (unsigned long long)dallocs,
+	       dallocs ? " (NOT every request was a cache hit)" : " (every request a cache hit)");
+
+	/* Targets: devcache's pair no slower than the faster of jemalloc and
+	 * mimalloc on one thread; and 2 threads scaling. */
+	int best = -1;
+
+	if (!impls[I_DEVCACHE].available)
+		return 0;
+	char id[64];
+
+	for (int i = I_JEMALLOC; i <= I_MIMALLOC; i++)
+		if (impls[i].available &&
+		    (best < 0 || med[i][1].ns_per_pair < med[best][1].ns_per_pair))
+			best = i;
+	snprintf(id, sizeof id, "hotpath/%s/1-thread", q->name);
+	if (best < 0) {
+		printf("TARGET %-28s SKIP  neither jemalloc nor mimalloc available\n", id);
+	} else {
+		bool pass = med[I_DEVCACHE][1].ns_per_pair <= med[best][1].ns_per_pair;
+
+		target_line(id, pass, "devcache %s ns/pair %s %s %s ns/pair (%.2fx)",
+			    fmt_ns(b1, sizeof b1, med[I_DEVCACHE][1].ns_per_pair),
+			    pass ? "<=" : ">", impls[best].name,
+			    fmt_ns(b2, sizeof b2, med[best][1].ns_per_pair),
+			    med[I_DEVCACHE][1].ns_per_pair / med[best][1].ns_per_pair);
+		rc |= !pass;
+	}
+	if (nthreads_max >= 2) {
+		double s = med[I_DEVCACHE][2].mpairs / med[I_DEVCACHE][1].mpairs;
+		bool pass = s >= 1.5;
+
+		snprintf(id, sizeof id, "hotpath/%s/2-thread-scaling", q->name);
+		target_line(id, pass,
+			    "devcache 2 threads %.2f Mpairs/s = %.2fx its 1 thread %.2f (target >= 1.50x)",
+			    med[I_DEVCACHE][2].mpairs, s, med[I_DEVCACHE][1].mpairs);
+		rc |= !pass;
+		if (best >= 0) {
+			int best2 = -1;
+
+			for (int i = I_JEMALLOC; i <= I_MIMALLOC; i++)
+				if (impls[i].available &&
+				    (best2 < 0 || med[i][2].ns_per_pair < med[best2][2].ns_per_pair))
+					best2 = i;
+			printf("(info) 2 threads: devcache %s ns/pair, fastest of jemalloc/mimalloc %s %s ns/pair\n",
+			       fmt_ns(b1, sizeof b1, med[I_DEVCACHE][2].ns_per_pair),
+			       impls[best2].name, fmt_ns(b2, sizeof b2, med[best2][2].ns_per_pair));
+		}
+	}
+	return rc;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: hotpath [-r REPS] [-s SECONDS] [-t THREADS] [-a ALLOCATOR] [-c CASE]\n"
+		   "  -r REPS       runs per figure, the median is reported (default 7, at most %d)\n"
+		   "  -s SECONDS    least duration of a run's timed passes (default 0.1)\n"
+		   "  -t THREADS    1 or 2 (default 2: both)\n"
+		   "  -a ALLOCATOR  measure only devcache, glibc, jemalloc or mimalloc\n"
+		   "                (for perf; the targets then compare what was measured)\n"
+		   "  -c CASE       only mix, fixed-4K or fixed-1M\n",
+		MAX_REPS);
+}
+
+int main(int argc, char **argv)
+{
+	int opt, nthreads = 2, rc = 0;
+
+	maybe_reexec(argv);
+	while ((opt = getopt(argc, argv, "r:s:t:a:c:h")) != -1) {
+		switch (opt) {
+		case 'r':
+			reps = atoi(optarg);
+			break;
+		case 's':
+			run_seconds = atof(optarg);
+			break;
+		case 'a':
+			only_impl = optarg;
+			break;
+		case 'c':
+			only_seq = optarg;
+			break;
+		case 't':
+			nthreads = atoi(optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (reps < 1 || reps > MAX_REPS || run_seconds <= 0 || nthreads < 1 ||
+	    nthreads > MAX_THREADS) {
+		usage(stderr);
+		return 2;
+	}
+	load_devcache();
+	load_glibc();
+	load_jemalloc();
+	load_mimalloc();
+	for (int i = 0; only_impl && i < N_IMPL; i++)
+		if (strncmp(impls[i].name, only_impl, strlen(only_impl)) != 0 && impls[i].available) {
+			impls[i].available = false;
+			snprintf(impls[i].why, sizeof impls[i].why, "not asked for (-a %s)", only_impl);
+		}
+
+	struct sequence seqs[] = {
+		{ "mix", "tensor sizes 512 B to 64 MiB (log-uniform, seed 42), 4096 requests, 8 live",
+		  mix_sizes(4096, 42), 4096, 8, { 0 } },
+		{ "fixed-4K", "4 KiB every time, each block freed at once", fixed_sizes(4096, 4096),
+		  4096, 0, { 0 } },
+		{ "fixed-1M", "1 MiB every time, each block freed at once", fixed_sizes(4096, MIB),
+		  4096, 0, { 0 } },
+	};
+
+	printf("== Hot path: ns per alloc+free pair on a cache hit\n"
+	       "median of %d runs of at least %g s each, after 2 warm-up passes per thread\n",
+	       reps, run_seconds);
+	printf("devcache: host device, default tunables, one stream per thread\n");
+	for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) {
+		int r = only_seq && strcmp(only_seq, seqs[i].name) ? 0
+								  : bench_sequence(&seqs[i], nthreads);
+
+		if (r < 0)
+			return 2;
+		rc |= r;
+		free(seqs[i].sizes);
+	}
+	for (int i = 0; i < MAX_THREADS; i++)
+		devcache_stream_destroy(dev, streams[i]);
+	devcache_close(ctx);
+	return rc ? 1 : 0;
+}

@@ -1,0 +1,32 @@
+## bench/local.mk - `make bench`: the allocator's benchmarks; never built by `make` or `make check`.
+##
+## The programs are EXTRA_PROGRAMS, built only when `make bench` asks for
+## them; jemalloc and mimalloc are dlopen()ed at run time (see configure.ac),
+## so nothing here needs them to build.  bench/README says what the figures
+## mean and records them.
+
+bench_programs = bench/hotpath bench/gentrace bench/replay
+EXTRA_PROGRAMS = $(bench_programs)
+bench_cflags = $(AM_CFLAGS) -pthread
+bench_ldadd = libdevcache.la $(LIBM) -lpthread
+
+bench_hotpath_SOURCES = bench/hotpath.c bench/bench.h
+bench_hotpath_CFLAGS = $(bench_cflags)
+bench_hotpath_LDADD = $(bench_ldadd)
+bench_gentrace_SOURCES = bench/gentrace.c bench/bench.h
+bench_gentrace_CFLAGS = $(bench_cflags)
+bench_gentrace_LDADD = $(bench_ldadd)
+bench_replay_SOURCES = bench/replay.c bench/bench.h
+bench_replay_CFLAGS = $(bench_cflags)
+bench_replay_LDADD = $(bench_ldadd)
+
+EXTRA_DIST += bench/README bench/run.sh
+CLEANFILES += $(bench_programs) bench/*.trace bench/report.txt bench/report.tmp*
+
+# Builds the programs, generates the traces, runs everything and prints the
+# report (also left in bench/report.txt).  BENCH_FLAGS go to bench/hotpath
+# ("-r 9" for more runs per figure); BENCH_STRICT=yes fails on a missed target.
+bench: $(bench_programs)
+	@CC='$(CC)' CFLAGS='$(CFLAGS)' BENCH_FLAGS='$(BENCH_FLAGS)' \
+	BENCH_STRICT='$(BENCH_STRICT)' $(SHELL) $(srcdir)/bench/run.sh .
+.PHONY: bench
