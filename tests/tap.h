@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,55 @@ static inline const char *test_env(const char *name)
 	if (!v || !*v)
 		fail_msg("%s is not set: run this test through make check", name);
 	return v;
+}
+
+/* The whole of a file, NUL-terminated (it may hold NULs of its own), or NULL
+ * if it cannot be opened; the caller frees it. */
+static inline char *test_slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t len = 0, cap = 0, n;
+
+	if (!f)
+		return NULL;
+	do {
+		if (cap - len < 4096) {
+			cap = cap ? 2 * cap : 65536;
+			buf = realloc(buf, cap + 1);
+			assert_non_null(buf);
+		}
+		n = fread(buf + len, 1, cap - len, f);
+		len += n;
+	} while (n > 0);
+	fclose(f);
+	buf[len] = '\0';
+	return buf;
+}
+
+/* The same, failing the test when the file cannot be read. */
+static inline char *test_slurp_must(const char *path)
+{
+	char *text = test_slurp(path);
+
+	if (!text)
+		fail_msg("cannot read %s", path);
+	return text;
+}
+
+/* A fresh directory /tmp/devcache-TAG-XXXXXX in dir, and its removal. */
+static inline int test_tmpdir_make(char *dir, size_t size, const char *tag)
+{
+	snprintf(dir, size, "/tmp/devcache-%s-XXXXXX", tag);
+	return mkdtemp(dir) ? 0 : -1;
+}
+
+static inline int test_tmpdir_remove(const char *dir)
+{
+	char cmd[4200];
+
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
 }
 
 #endif

@@ -103,32 +103,10 @@ static char *path_in(const char *dir, const char *name)
 }
 
 /* The whole file, or NULL when it cannot be read. */
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t len = 0, cap = 0, n;
-
-	if (!f)
-		return NULL;
-	do {
-		if (cap - len < 4096) {
-			cap = cap ? 2 * cap : 65536;
-			buf = realloc(buf, cap + 1);
-			assert_non_null(buf);
-		}
-		n = fread(buf + len, 1, cap - len, f);
-		len += n;
-	} while (n > 0);
-	fclose(f);
-	buf[len] = '\0';
-	return buf;
-}
-
 static char *slurp_page(const char *name)
 {
 	char *path = path_in(builddir(), name);
-	char *text = slurp(path);
+	char *text = test_slurp(path);
 
 	free(path);
 	return text;
@@ -377,7 +355,7 @@ static int skip_name(const char *name)
 static void check_header(struct problems *p, const char *header, const char *page_text)
 {
 	char *path = path_in(TOP_SRCDIR "/include", header);
-	char *h = slurp(path);
+	char *h = test_slurp(path);
 
 	if (!h) {
 		problem(p, "%s: %s", path, strerror(errno));

@@ -17,6 +17,18 @@
 static struct result r;
 static char dir[64];
 
+static int make_dir(void **state)
+{
+	(void)state;
+	return test_tmpdir_make(dir, sizeof dir, "replay");
+}
+
+static int remove_dir(void **state)
+{
+	(void)state;
+	return test_tmpdir_remove(dir);
+}
+
 static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 
 #define RUN(...)                                                                            \
@@ -24,22 +36,6 @@ static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 		const char *args_[] = {__VA_ARGS__, NULL};                                  \
 		spawn_tool(&r, plain, args_);                                               \
 	} while (0)
-
-static int make_dir(void **state)
-{
-	(void)state;
-	snprintf(dir, sizeof dir, "/tmp/devcache-replay-XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-	char cmd[128];
-
-	(void)state;
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : -1;
-}
 
 static const char *trace_file(const char *name, const char *text)
 {
@@ -515,26 +511,6 @@ static void summary_from_the_library(void **state)
 
 /* ---- the pages --------------------------------------------------------------------- */
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t len = 0, cap = 0, n;
-
-	if (!f)
-		return NULL;
-	do {
-		if (cap - len < 4096) {
-			cap = cap ? 2 * cap : 65536;
-			assert_non_null(buf = realloc(buf, cap + 1));
-		}
-		len += n = fread(buf + len, 1, cap - len, f);
-	} while (n > 0);
-	fclose(f);
-	buf[len] = '\0';
-	return buf;
-}
-
 static void pages(void **state)
 {
 	const char *mandir = test_env("MAN_BUILDDIR");
@@ -544,7 +520,7 @@ static void pages(void **state)
 
 	(void)state;
 	snprintf(path, sizeof path, "%s/devcache-trace.5", mandir);
-	if (!(text = slurp(path)))
+	if (!(text = test_slurp(path)))
 		fail_msg("%s: %s", path, strerror(errno));
 	assert_contains(text, ".TH DEVCACHE-TRACE 5 ");
 	assert_contains(text, "\n.SH NAME\ndevcache-trace \\- ");
@@ -554,7 +530,7 @@ static void pages(void **state)
 	assert_null(strstr(text, "@VERSION@"));
 	free(text);
 	snprintf(path, sizeof path, "%s/devcache.1", mandir);
-	assert_non_null(text = slurp(path));
+	assert_non_null(text = test_slurp(path));
 	assert_contains(text, "\n.B devcache replay\n");
 	assert_contains(text, "\\-\\-summary");
 	assert_contains(text, "devcache\\-trace (5)");

@@ -22,17 +22,13 @@ static char dir[64];
 static int make_dir(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof dir, "/tmp/devcache-trace-XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return test_tmpdir_make(dir, sizeof dir, "trace");
 }
 
 static int remove_dir(void **state)
 {
-	char cmd[128];
-
 	(void)state;
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return test_tmpdir_remove(dir);
 }
 
 static char *path_of(const char *name)
@@ -43,24 +39,6 @@ static char *path_of(const char *name)
 
 	snprintf(p, sizeof path[0], "%s/%s", dir, name);
 	return p;
-}
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf;
-	long n;
-
-	assert_non_null(f);
-	assert_int_equal(fseek(f, 0, SEEK_END), 0);
-	n = ftell(f);
-	rewind(f);
-	buf = malloc((size_t)n + 1);
-	assert_non_null(buf);
-	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = '\0';
-	fclose(f);
-	return buf;
 }
 
 static void write_file(const char *path, const char *text, size_t len)
@@ -167,7 +145,7 @@ static void header_and_lines(void **state)
 	trace_alloc(t, 0, 1, 1);
 	trace_close(t);
 
-	text = slurp(expect);
+	text = test_slurp_must(expect);
 	comm(name, sizeof name);
 	snprintf(expect, sizeof expect,
 		 "# libdevcache %s allocation trace\n"
@@ -210,7 +188,7 @@ static void program_name_stays_one_line(void **state)
 	assert_int_equal(trace_open(&t, path_of("comm.trace"), "host", &log), 0);
 	trace_close(t);
 	prctl(PR_SET_NAME, old);
-	text = slurp(path_of("comm.trace"));
+	text = test_slurp_must(path_of("comm.trace"));
 	assert_contains(text, "\n# program: evil?+ 1 1\n# pid: ");
 	free(text);
 	log_destroy(&log);
@@ -313,7 +291,7 @@ static void threads_write_whole_lines(void **state)
 	trace_close(t);
 	assert_int_equal(c.count, 0);
 
-	text = slurp(path_of("threads.trace"));
+	text = test_slurp_must(path_of("threads.trace"));
 	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		unsigned long long id, size;
 		unsigned stream;
@@ -594,7 +572,7 @@ static void files_that_cannot_be_read(void **state)
 	for (unsigned i = 0; n < sizeof text - 32; i++)
 		n += (size_t)snprintf(text + n, sizeof text - n, "+ %u %u\n- %u\n", i, i + 1, i);
 	write_gzip(path_of("cut.trace.gz"), text, n);
-	char *gz = slurp(path_of("cut.trace.gz"));
+	char *gz = test_slurp_must(path_of("cut.trace.gz"));
 	struct stat st;
 	assert_int_equal(stat(path_of("cut.trace.gz"), &st), 0);
 	write_file(path_of("cut.trace.gz"), gz, (size_t)st.st_size / 2);
