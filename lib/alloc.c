@@ -748,7 +748,13 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 
 	if (!a)
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-	pthread_mutex_init(&a->lock, NULL);
+	/* Spin briefly before sleeping: critical sections are short, and a
+	 * sleeping waiter costs two system calls per hand-over. */
+	pthread_mutexattr_t attr;
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(&a->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
 	a->dev = dev;
 	a->kind = kind;
 	a->caching = t->v[TUN_caching].u.b;
