@@ -357,9 +357,10 @@ static struct config configs[MAX_CONFIGS] = {
 	{ "default", NULL, true },
 	{ "max_split_size_mb:128", "max_split_size_mb:128", true },
 	{ "max_split_size_mb:512", "max_split_size_mb:512", true },
+	{ "expandable_segments:True", "expandable_segments:True", true },
 	{ "caching:false", "caching:false", false },
 };
-static size_t n_configs = 4;
+static size_t n_configs = 5;
 
 /* A trace's kind, from its file name: the targets apply by kind. */
 static bool name_has(const char *path, const char *word)
@@ -458,7 +459,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: replay [-o OPTIONS]... [-v] [-E] [-S FILE] TRACE...\n"
 		   "  Replays each trace on the host device with default tunables,\n"
-		   "  max_split_size_mb:128, max_split_size_mb:512 and caching:false.\n"
+		   "  max_split_size_mb:128, max_split_size_mb:512, expandable_segments:True\n"
+		   "  and caching:false.\n"
 		   "  -o OPTIONS  replay with these tunables (\"key:value,...\") instead;\n"
 		   "              repeat for more settings, \"\" for the defaults\n"
 		   "  -v          print the memory summary after each replay\n"

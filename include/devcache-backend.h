@@ -77,7 +77,13 @@ struct devcache_backend_ops {
 	int (*event_query)(void *state, int dev, devcache_event_t event);
 	int (*event_synchronize)(void *state, int dev, devcache_event_t event);
 
-	/* Optional: called only on devices with DEVCACHE_CAP_VMM. */
+	/* Optional: called only on devices with DEVCACHE_CAP_VMM.  The core
+	 * reserves address space (vm_reserve), creates physical memory of a
+	 * multiple of the granularity (vm_create: this is the allocation that
+	 * may fail for want of memory), maps it at a reserved address with read
+	 * and write access for the device (vm_map), and undoes each step with
+	 * vm_unmap, vm_destroy and vm_release.  Sizes and addresses passed are
+	 * multiples of the granularity; each handle is mapped at most once. */
 	int (*vm_granularity)(void *state, int dev, size_t *granularity_p);
 	int (*vm_reserve)(void *state, int dev, size_t size, void **va_p);
 	int (*vm_release)(void *state, int dev, void *va, size_t size);

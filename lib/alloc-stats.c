@@ -92,6 +92,8 @@ static const char *block_state(const struct block *b)
 {
 	if (b->allocated)
 		return "active_allocated";
+	if (b->unmapped)
+		return "unmapped";
 	return b->is_free ? "inactive" : "active_pending_free";
 }
 
@@ -126,9 +128,11 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 	for (i = 0; i < n; i++) {
 		struct segment *s = segs[i];
 		fprintf(out,
-			"%s\n {\"address\":%" PRIuPTR ",\"size\":%zu,\"pool\":\"%s\",\"stream\":%u,"
-			"\"blocks\":[",
+			"%s\n {\"address\":%" PRIuPTR ",\"size\":%zu,\"pool\":\"%s\",\"stream\":%u,",
 			i ? "," : "", s->base, s->size, s->small ? "small" : "large", s->pool->index);
+		if (s->expandable)
+			fprintf(out, "\"expandable\":true,\"mapped\":%zu,", s->mapped);
+		fprintf(out, "\"blocks\":[");
 		for (const struct block *b = s->first; b; b = b->next)
 			fprintf(out,
 				"%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,"

@@ -57,7 +57,7 @@ static struct block *block_new(struct allocator *a)
 	b->prev = b->next = b->fprev = b->fnext = b->iprev = b->inext = NULL;
 	b->uses = NULL;
 	b->pending_events = 0;
-	b->allocated = b->is_free = b->oversize = false;
+	b->allocated = b->is_free = b->oversize = b->unmapped = false;
 	b->requested = 0;
 	b->trace_id = 0;
 	return b;
@@ -237,7 +237,7 @@ static struct free_index *index_of(struct segment *seg)
 
 static bool whole_segment(const struct block *b)
 {
-	return !b->prev && !b->next;
+	return !b->prev && !b->next && !b->seg->expandable;
 }
 
 static void idle_remove(struct allocator *a, struct block *b)
@@ -306,13 +306,9 @@ static void release_segment(struct allocator *a, struct block *b)
 	block_delete(a, b);
 }
 
-/* Return a freed block to its pool, merging it with free neighbours. */
-static void free_block(struct allocator *a, struct block *b)
+/* Merge b, which is in no free list, with its free neighbours. */
+static void merge_free(struct allocator *a, struct block *b)
 {
-	bool small = b->seg->small;
-
-	stats_change(a->stats.active, small, -1);
-	stats_change(a->stats.active_bytes, small, -(int64_t)b->size);
 	for (int side = 0; side < 2; side++) {
 		struct block *n = side ? b->next : b->prev;
 
@@ -335,6 +331,16 @@ static void free_block(struct allocator *a, struct block *b)
 			b->prev->next = b;
 		block_delete(a, n);
 	}
+}
+
+/* Return a freed block to its pool, merging it with free neighbours. */
+static void free_block(struct allocator *a, struct block *b)
+{
+	bool small = b->seg->small;
+
+	stats_change(a->stats.active, small, -1);
+	stats_change(a->stats.active_bytes, small, -(int64_t)b->size);
+	merge_free(a, b);
 	make_free(a, b);
 	/* Pass-through (caching off): straight back to the driver. */
 	if (!a->caching && whole_segment(b))
@@ -464,6 +470,301 @@ static struct block *alloc_segment(struct allocator *a, struct stream_pool *pool
 	return b;
 }
 
+/* ---- expandable segments ------------------------------------------------------ */
+
+static void hole_add(struct segment *seg, struct block *b)
+{
+	b->unmapped = true;
+	b->iprev = NULL;
+	b->inext = seg->holes;
+	if (seg->holes)
+		seg->holes->iprev = b;
+	seg->holes = b;
+}
+
+static void hole_remove(struct segment *seg, struct block *b)
+{
+	if (b->iprev)
+		b->iprev->inext = b->inext;
+	else
+		seg->holes = b->inext;
+	if (b->inext)
+		b->inext->iprev = b->iprev;
+	b->iprev = b->inext = NULL;
+	b->unmapped = false;
+}
+
+/* Take b out of its segment's address list and delete it. */
+static void unlink_block(struct allocator *a, struct block *b)
+{
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		b->seg->first = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
+	block_delete(a, b);
+}
+
+static void unmap_page(struct allocator *a, struct segment *seg, size_t i)
+{
+	struct backend *be = a->dev->backend;
+	void *va = (void *)(seg->base + i * seg->page);
+
+	if (be->ops->vm_unmap(be->state, a->dev->ordinal, va, seg->page) ||
+	    be->ops->vm_destroy(be->state, a->dev->ordinal, seg->pages[i]))
+		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
+			_("%s: the driver refused to unmap %p: %s"), a->dev->id, va,
+			devcache_last_error());
+	seg->pages[i] = NULL;
+}
+
+/* Reserve the address space of a pool's expandable segment: one unmapped
+ * block, a hole as large as the device's memory and an eighth more. */
+static size_t expandable_page(const struct allocator *a, bool small)
+{
+	return round_up(small ? ALLOC_SMALL_BUFFER : a->large_segment_size, a->vm_granularity);
+}
+
+static struct segment *expandable_create(struct allocator *a, struct stream_pool *pool, bool small)
+{
+	struct backend *be = a->dev->backend;
+	size_t page = expandable_page(a, small);
+	size_t size = round_up(a->vm_space, page);
+	struct segment *seg = calloc(1, sizeof *seg);
+	void **pages = calloc(size / page, sizeof *pages);
+	struct block *b = seg && pages ? block_new(a) : NULL;
+	void *va;
+
+	if (!b) {
+		free(seg);
+		free(pages);
+		err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
+		return NULL;
+	}
+	if (be->ops->vm_reserve(be->state, a->dev->ordinal, size, &va)) {
+		free(seg);
+		free(pages);
+		block_delete(a, b);
+		return NULL;
+	}
+	*seg = (struct segment){.base = (uintptr_t)va, .size = size, .handle = va, .pool = pool,
+				.small = small, .expandable = true, .page = page, .pages = pages,
+				.snext = a->segments};
+	if (a->segments)
+		a->segments->sprev = seg;
+	a->segments = seg;
+	b->addr = seg->base;
+	b->size = size;
+	b->seg = seg;
+	seg->first = b;
+	hole_add(seg, b);
+	seg->enext = pool->expandable[small];
+	pool->expandable[small] = seg;
+	return seg;
+}
+
+/* Grow the pool's expandable segment by enough pages for rsize bytes and
+ * return the free block that holds them, as alloc_segment does.  Of the
+ * holes, the one that needs the fewest new pages wins: a free block just
+ * before a hole counts toward the request, so a growing tensor extends in
+ * place instead of taking a new range. */
+static struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, bool small,
+				     size_t rsize, bool retry, bool *capped)
+{
+	struct backend *be = a->dev->backend;
+	struct segment *seg = pool->expandable[small];
+	struct block *best = NULL, *nb;
+	size_t map = SIZE_MAX, first, n, i;
+
+	if (retry)
+		a->stats.num_alloc_retries++;
+	for (struct segment *s = seg; s; s = s->enext)
+		for (struct block *h = s->holes; h; h = h->inext) {
+			size_t before = h->prev && h->prev->is_free ? h->prev->size : 0;
+			size_t need = rsize > before ? round_up(rsize - before, s->page) : 0;
+
+			if (need <= h->size && (need < map || (need == map && h->addr < best->addr))) {
+				best = h;
+				map = need;
+			}
+		}
+	/* No hole is wide enough (the first request, or holes scattered by
+	 * unmapping): reserve another range for the pool. */
+	if (!best) {
+		size_t page = expandable_page(a, small);
+
+		if (round_up(rsize, page) > round_up(a->vm_space, page)) {
+			err_set(DEVCACHE_ENOMEM, _("%s: %zu bytes are more than the device has"),
+				a->dev->id, rsize);
+			return NULL;
+		}
+		if (!(seg = expandable_create(a, pool, small)))
+			return NULL;
+		best = seg->holes;
+		map = round_up(rsize, seg->page);
+	}
+	seg = best->seg;
+	if (map == 0)
+		return best->prev;
+	if (a->reserved_total + map > a->cap || a->reserved_total + map < map) {
+		*capped = true;
+		return NULL;
+	}
+	nb = map < best->size ? block_new(a) : best;
+	if (!nb) {
+		err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
+		return NULL;
+	}
+	first = (best->addr - seg->base) / seg->page;
+	n = map / seg->page;
+	for (i = 0; i < n; i++) {
+		void *va = (void *)(best->addr + i * seg->page), *h;
+
+		if (be->ops->vm_create(be->state, a->dev->ordinal, seg->page, &h))
+			break;
+		if (be->ops->vm_map(be->state, a->dev->ordinal, va, seg->page, h)) {
+			be->ops->vm_destroy(be->state, a->dev->ordinal, h);
+			break;
+		}
+		seg->pages[first + i] = h;
+	}
+	if (i < n) {
+		/* All or nothing; the driver's reason is the detail message. */
+		char why[512];
+
+		snprintf(why, sizeof why, "%s", devcache_last_error());
+		while (i--)
+			unmap_page(a, seg, first + i);
+		if (nb != best)
+			block_delete(a, nb);
+		err_set(DEVCACHE_ENOMEM, "%s", why);
+		return NULL;
+	}
+	a->stats.num_device_alloc += n;
+	if (seg->mapped == 0)
+		stats_change(a->stats.segment, small, 1);
+	seg->mapped += map;
+	a->reserved_total += map;
+	stats_change(a->stats.reserved_bytes, small, (int64_t)map);
+	if (nb == best) {
+		hole_remove(seg, best);
+	} else {
+		/* The mapped pages become a block in front of the rest of the hole. */
+		nb->addr = best->addr;
+		nb->size = map;
+		nb->seg = seg;
+		nb->prev = best->prev;
+		nb->next = best;
+		if (best->prev)
+			best->prev->next = nb;
+		else
+			seg->first = nb;
+		best->prev = nb;
+		best->addr += map;
+		best->size -= map;
+	}
+	merge_free(a, nb);
+	make_free(a, nb);
+	return nb;
+}
+
+/* Unmap the whole pages inside free block b of an expandable segment: b
+ * becomes a hole, with the partial pages at either end left as free
+ * blocks.  Returns the bytes given back. */
+static size_t expandable_release(struct allocator *a, struct block *b)
+{
+	struct segment *seg = b->seg;
+	uintptr_t end = b->addr + b->size;
+	uintptr_t lo = seg->base + round_up(b->addr - seg->base, seg->page);
+	uintptr_t hi = seg->base + (end - seg->base) / seg->page * seg->page;
+	struct block *head = NULL, *tail = NULL;
+	bool small = seg->small;
+
+	if (hi <= lo)
+		return 0;
+	if ((lo > b->addr && !(head = block_new(a))) || (hi < end && !(tail = block_new(a)))) {
+		if (head)
+			block_delete(a, head);
+		return 0; /* no metadata: keep the memory cached */
+	}
+	take_free(a, b);
+	for (size_t i = (lo - seg->base) / seg->page; i < (hi - seg->base) / seg->page; i++)
+		unmap_page(a, seg, i);
+	a->stats.num_device_free += (hi - lo) / seg->page;
+	seg->mapped -= hi - lo;
+	a->reserved_total -= hi - lo;
+	stats_change(a->stats.reserved_bytes, small, -(int64_t)(hi - lo));
+	if (seg->mapped == 0)
+		stats_change(a->stats.segment, small, -1);
+	if (head) {
+		head->addr = b->addr;
+		head->size = lo - b->addr;
+		head->seg = seg;
+		head->prev = b->prev;
+		head->next = b;
+		if (b->prev)
+			b->prev->next = head;
+		else
+			seg->first = head;
+		b->prev = head;
+	}
+	if (tail) {
+		tail->addr = hi;
+		tail->size = end - hi;
+		tail->seg = seg;
+		tail->next = b->next;
+		tail->prev = b;
+		if (b->next)
+			b->next->prev = tail;
+		b->next = tail;
+	}
+	b->addr = lo;
+	b->size = hi - lo;
+	hole_add(seg, b);
+	if (b->prev && b->prev->unmapped) {
+		struct block *p = b->prev;
+
+		hole_remove(seg, p);
+		b->addr = p->addr;
+		b->size += p->size;
+		unlink_block(a, p);
+	}
+	if (b->next && b->next->unmapped) {
+		struct block *n = b->next;
+
+		hole_remove(seg, n);
+		b->size += n->size;
+		unlink_block(a, n);
+	}
+	if (head)
+		make_free(a, head);
+	if (tail)
+		make_free(a, tail);
+	return hi - lo;
+}
+
+/* Unmap every whole free page of every expandable segment, until
+ * reserved memory is at most limit. */
+static void expandable_release_all(struct allocator *a, uint64_t limit)
+{
+	for (struct segment *seg = a->segments; seg && a->reserved_total > limit; seg = seg->snext)
+		if (seg->expandable)
+			for (struct block *b = seg->first; b && a->reserved_total > limit; b = b->next)
+				if (b->is_free)
+					expandable_release(a, b);
+}
+
+/* Memory for a request the cache cannot serve: a new segment, or more of
+ * the expandable one. */
+static struct block *grow(struct allocator *a, struct stream_pool *pool, bool small, size_t rsize,
+			  size_t seg_size, bool retry, bool *capped)
+{
+	if (a->expandable)
+		return expandable_grow(a, pool, small, rsize, retry, capped);
+	return alloc_segment(a, pool, small, seg_size, retry, capped);
+}
+
 /* Garbage collection: before reserved memory would pass the threshold,
  * release idle segments, those idle longest first. */
 static void collect_garbage(struct allocator *a, size_t incoming)
@@ -472,6 +773,8 @@ static void collect_garbage(struct allocator *a, size_t incoming)
 
 	while (a->idle_head && a->reserved_total + incoming > limit)
 		release_segment(a, a->idle_head);
+	if (a->expandable && a->reserved_total + incoming > limit)
+		expandable_release_all(a, limit > incoming ? limit - incoming : 0);
 }
 
 /* PyTorch's release_available_cached_blocks: free one cached oversize block
@@ -505,6 +808,8 @@ static void release_cached(struct allocator *a)
 	}
 	while (a->idle_head)
 		release_segment(a, a->idle_head);
+	if (a->expandable)
+		expandable_release_all(a, 0);
 }
 
 /* ---- finding a block ------------------------------------------------------- */
@@ -621,12 +926,14 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 	if (!(b = find_cached(a, pool, small, rsize))) {
 		if (a->gc_threshold > 0)
 			collect_garbage(a, seg);
-		b = alloc_segment(a, pool, small, seg, false, &capped);
-		if (!b && release_oversize(a, pool, rsize))
+		b = grow(a, pool, small, rsize, seg, false, &capped);
+		/* Expandable segments have no oversize segments: their free
+		 * pages go back in the next step. */
+		if (!b && !a->expandable && release_oversize(a, pool, rsize))
 			b = alloc_segment(a, pool, small, seg, true, &capped);
 		if (!b) {
 			release_cached(a);
-			b = alloc_segment(a, pool, small, seg, true, &capped);
+			b = grow(a, pool, small, rsize, seg, true, &capped);
 		}
 		if (!b) {
 			devcache_ctx_t *ctx = a->dev->ctx;
@@ -638,12 +945,13 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 				pool = pool_for(a, stream);
 				b = pool ? find_cached(a, pool, small, rsize) : NULL;
 				if (!b && pool)
-					b = alloc_segment(a, pool, small, seg, true, &capped);
+					b = grow(a, pool, small, rsize, seg, true, &capped);
 			}
 		}
 	}
 	if (!b)
-		return out_of_memory(a, size, seg, capped);
+		return out_of_memory(a, size, a->expandable ? rsize : seg,
+				     capped);
 	int rc = use_block(a, b, rsize, size);
 	if (rc)
 		return rc;
@@ -769,6 +1077,25 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 		total = dev->info.total_memory;
 	a->cap = kind == ALLOC_PINNED ? UINT64_MAX
 				     : (uint64_t)(t->v[TUN_memory_fraction].u.f * (double)total);
+	if (t->v[TUN_expandable_segments].u.b && kind == ALLOC_DEVICE && a->caching) {
+		size_t g = 0;
+
+		if (!(dev->info.caps & DEVCACHE_CAP_VMM))
+			log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
+				_("%s: expandable_segments is set, but the device cannot map memory; "
+				  "it gets ordinary segments"),
+				dev->id);
+		else if (be->ops->vm_granularity(be->state, dev->ordinal, &g) || !g || (g & (g - 1)))
+			log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
+				_("%s: expandable_segments is set, but the driver gives no usable "
+				  "mapping granularity; the device gets ordinary segments"),
+				dev->id);
+		else {
+			a->expandable = true;
+			a->vm_granularity = g;
+			a->vm_space = (size_t)(total + total / 8);
+		}
+	}
 	if ((rc = open_trace(a))) {
 		allocator_destroy(a);
 		return rc;
@@ -793,7 +1120,20 @@ void allocator_destroy(struct allocator *a)
 		struct segment *seg = a->segments;
 
 		a->segments = seg->snext;
-		driver_free(a, seg->handle);
+		if (seg->expandable) {
+			struct backend *be = a->dev->backend;
+
+			for (size_t i = 0; i < seg->size / seg->page; i++)
+				if (seg->pages[i])
+					unmap_page(a, seg, i);
+			if (be->ops->vm_release(be->state, a->dev->ordinal, seg->handle, seg->size))
+				log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
+					_("%s: the driver refused to release %p: %s"), a->dev->id,
+					seg->handle, devcache_last_error());
+			free(seg->pages);
+		} else {
+			driver_free(a, seg->handle);
+		}
 		free(seg);
 	}
 	for (size_t i = 0; i < a->n_pools; i++)

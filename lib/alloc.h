@@ -51,17 +51,29 @@ struct block {
 	int pending_events;          /* events to complete before it is free */
 	bool allocated;
 	bool is_free;                /* in a free list */
+	bool unmapped;               /* address space of an expandable segment, no memory */
 	bool oversize;               /* in the oversize list */
 	uint8_t fl, sl;
 };
 
+/* An ordinary segment is one driver allocation.  An expandable segment is
+ * a reservation of address space as large as the device's memory, mapped
+ * page by page as its pool grows and unmapped where whole pages are free;
+ * its unmapped ranges are blocks too (unmapped, never free), kept on the
+ * segment's list of holes, so growing looks only at the holes. */
 struct segment {
 	uintptr_t base;
-	size_t size;
+	size_t size;  /* bytes of address space */
 	void *handle; /* what the driver returned */
 	struct stream_pool *pool;
 	struct block *first; /* the block at base */
 	bool small;
+	bool expandable;
+	size_t page;      /* expandable: the unit of mapping */
+	size_t mapped;    /* expandable: bytes mapped */
+	void **pages;     /* expandable: the physical handle of each page, or NULL */
+	struct block *holes; /* expandable: unmapped blocks, linked by inext */
+	struct segment *enext; /* expandable: the pool's next one, if holes ran out */
 	struct segment *sprev, *snext;
 };
 
@@ -75,6 +87,7 @@ struct stream_pool {
 	devcache_stream_t stream;
 	unsigned index; /* 0 for the default stream, then in order of first use */
 	struct free_index small, large;
+	struct segment *expandable[2]; /* [small]: with expandable_segments, a list */
 };
 
 /* A pending event: a freed block waits until work queued on another stream
@@ -99,6 +112,9 @@ struct allocator {
 	unsigned divisions[DIVISION_INTERVALS];
 	double gc_threshold;
 	uint64_t cap; /* memory_fraction of the device's memory */
+	bool expandable;      /* expandable_segments, on a device that can map */
+	size_t vm_granularity;
+	size_t vm_space;      /* address space an expandable segment reserves */
 	uint64_t reserved_total;
 	uint64_t clock; /* counts allocations; ages idle segments */
 

@@ -15,7 +15,8 @@ struct fx {
 };
 
 /* Open a context with options; device "host", or "good:0" (the test module:
- * 1 GiB that it really enforces, and events a test can hold pending). */
+ * 1 GiB that it really enforces, and events a test can hold pending), or
+ * "vmm:0" (the same, with virtual memory for expandable segments). */
 static inline void fx_open(struct fx *f, const char *device, const char *options)
 {
 	char opts[4096];
@@ -24,7 +25,7 @@ static inline void fx_open(struct fx *f, const char *device, const char *options
 				     .options = opts};
 
 	/* Blocks left live at close draw a warning; these tests leave some on purpose. */
-	snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:good%s%s", test_env("TEST_MODULES"),
+	snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:good,vmm%s%s", test_env("TEST_MODULES"),
 		 options && *options ? "," : "", options ? options : "");
 	if (devcache_open_ex(&f->ctx, &args))
 		fail_msg("devcache_open_ex(%s): %s", opts, devcache_last_error());

@@ -1,6 +1,7 @@
 ## tests/alloc.mk - the caching allocator's tests.
 EXTRA_DIST += tests/alloc-fixture.h
-alloc_tests = tests/test-alloc-policy tests/test-alloc-oom tests/test-alloc-random
+alloc_tests = tests/test-alloc-policy tests/test-alloc-oom tests/test-alloc-random \
+	tests/test-alloc-expand
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(alloc_tests)
@@ -14,4 +15,7 @@ tests_test_alloc_oom_LDADD = $(test_ldadd)
 tests_test_alloc_random_SOURCES = tests/test-alloc-random.c tests/alloc-fixture.h tests/tap.h
 tests_test_alloc_random_CFLAGS = $(test_cflags)
 tests_test_alloc_random_LDADD = $(test_ldadd)
+tests_test_alloc_expand_SOURCES = tests/test-alloc-expand.c tests/alloc-fixture.h tests/tap.h
+tests_test_alloc_expand_CFLAGS = $(test_cflags)
+tests_test_alloc_expand_LDADD = $(test_ldadd)
 endif

@@ -21,7 +21,7 @@ EXTRA_DIST += tests/tap.h tests/run-tap.sh
 check_LTLIBRARIES += \
 	tests/modules/good.la tests/modules/badabi.la tests/modules/missing.la \
 	tests/modules/failinit.la tests/modules/nodevice.la tests/modules/notbackend.la \
-	tests/modules/misnamed.la
+	tests/modules/misnamed.la tests/modules/vmm.la
 test_module_ldflags = -module -avoid-version -shared -rpath /nowhere
 EXTRA_DIST += tests/modules/fake.h
 tests_modules_good_la_SOURCES = tests/modules/good.c
@@ -38,6 +38,8 @@ tests_modules_notbackend_la_SOURCES = tests/modules/notbackend.c
 tests_modules_notbackend_la_LDFLAGS = $(test_module_ldflags)
 tests_modules_misnamed_la_SOURCES = tests/modules/misnamed.c
 tests_modules_misnamed_la_LDFLAGS = $(test_module_ldflags)
+tests_modules_vmm_la_SOURCES = tests/modules/vmm.c
+tests_modules_vmm_la_LDFLAGS = $(test_module_ldflags)
 
 # ---- the German catalogue, where the tests can find it uninstalled ----------
 tests/locale/de/LC_MESSAGES/$(PACKAGE).mo: $(top_srcdir)/po/de.po

@@ -88,8 +88,30 @@ static void check_model(struct fx *f, struct live *live, size_t n)
 				 arrays[k][DEVCACHE_POOL_ALL].current);
 	}
 	assert_int_equal(s.active[DEVCACHE_POOL_ALL].current, n);
-	assert_int_equal(s.num_device_alloc - s.num_device_free,
-			 s.segment[DEVCACHE_POOL_ALL].current);
+	/* Each device allocation is a segment, or a page of an expandable one. */
+	int64_t live_allocs = 0, live_segments = 0, mapped = 0;
+	for (struct segment *seg = f->a->segments; seg; seg = seg->snext) {
+		if (!seg->expandable) {
+			live_allocs++, live_segments++, mapped += (int64_t)seg->size;
+			continue;
+		}
+		size_t pages = 0;
+		for (size_t i = 0; i < seg->size / seg->page; i++)
+			pages += seg->pages[i] != NULL;
+		assert_int_equal(pages * seg->page, seg->mapped);
+		live_allocs += (int64_t)pages;
+		live_segments += seg->mapped > 0;
+		mapped += (int64_t)seg->mapped;
+		/* Holes are unmapped, never free, and never next to each other. */
+		for (struct block *b = seg->first; b; b = b->next) {
+			assert_false(b->unmapped && (b->is_free || b->allocated));
+			assert_false(b->unmapped && b->next && b->next->unmapped);
+			assert_false(b->is_free && b->next && b->next->is_free);
+		}
+	}
+	assert_int_equal(s.num_device_alloc - s.num_device_free, live_allocs);
+	assert_int_equal(s.segment[DEVCACHE_POOL_ALL].current, live_segments);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, mapped);
 	/* No two live blocks overlap. */
 	qsort(live, n, sizeof *live, by_ptr);
 	for (size_t i = 1; i < n; i++)
@@ -160,6 +182,19 @@ static void random_with_gc_and_cap(void **state)
 	run_random("garbage_collection_threshold:0.01,max_split_size_mb:32", 0xabcdef, 6000);
 }
 
+static void random_expandable(void **state)
+{
+	(void)state;
+	run_random("expandable_segments:True", 0x7e57ab1e, 6000);
+}
+
+static void random_expandable_gc_max_split(void **state)
+{
+	(void)state;
+	run_random("expandable_segments:True,garbage_collection_threshold:0.01,max_split_size_mb:32",
+		   0xc0ffee, 6000);
+}
+
 static void random_caching_off(void **state)
 {
 	(void)state;
@@ -214,14 +249,13 @@ static void *work(void *arg)
 	return NULL;
 }
 
-static void many_threads_one_device(void **state)
+static void run_threads(const char *options)
 {
 	struct fx f;
 	pthread_t t[4];
 	struct worker w[4];
 
-	(void)state;
-	fx_open(&f, "host", NULL);
+	fx_open(&f, "host", options);
 	for (int i = 0; i < 4; i++) {
 		w[i] = (struct worker){&f, 0x9e3779b9u * (unsigned)(i + 1), i % 2 == 0, 0};
 		assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
@@ -243,14 +277,29 @@ static void many_threads_one_device(void **state)
 	devcache_close(f.ctx);
 }
 
+static void many_threads_one_device(void **state)
+{
+	(void)state;
+	run_threads(NULL);
+}
+
+static void many_threads_expandable(void **state)
+{
+	(void)state;
+	run_threads("expandable_segments:True");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(random_defaults),
 		cmocka_unit_test(random_with_max_split_and_rounding),
 		cmocka_unit_test(random_with_gc_and_cap),
+		cmocka_unit_test(random_expandable),
+		cmocka_unit_test(random_expandable_gc_max_split),
 		cmocka_unit_test(random_caching_off),
 		cmocka_unit_test(many_threads_one_device),
+		cmocka_unit_test(many_threads_expandable),
 	};
 	return RUN_TAP(tests);
 }

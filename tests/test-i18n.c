@@ -45,6 +45,37 @@ static void catalogue_is_complete(void **state)
 		fail_msg("po/de.po is incomplete: %s(run make update-po and translate)", all);
 }
 
+/* A file whose messages xgettext never sees stays English for ever. */
+static void every_file_with_messages_is_listed(void **state)
+{
+	const char *po = test_env("TEST_PODIR");
+	char cmd[4096], line[512];
+	char *listed = NULL;
+	FILE *p;
+
+	(void)state;
+	snprintf(cmd, sizeof cmd, "%s/POTFILES.in", po);
+	listed = test_slurp_must(cmd);
+	snprintf(cmd, sizeof cmd,
+		 "cd '%s/..' && grep -l -E '(^|[^A-Za-z0-9_])N?_\\(\"' lib/*.c lib/*.def tools/*.c "
+		 "backends/*/*.c",
+		 po);
+	assert_non_null(p = popen(cmd, "r"));
+	int n = 0;
+	while (fgets(line, sizeof line, p)) {
+		char want[600];
+
+		line[strcspn(line, "\n")] = '\0';
+		snprintf(want, sizeof want, "\n%s\n", line);
+		if (!strstr(listed, want))
+			fail_msg("%s has translatable messages but is not in po/POTFILES.in", line);
+		n++;
+	}
+	assert_int_equal(pclose(p), 0);
+	assert_true(n > 10);
+	free(listed);
+}
+
 static void library_messages_are_german(void **state)
 {
 	devcache_ctx_t *ctx;
@@ -89,6 +120,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(catalogue_is_complete),
+		cmocka_unit_test(every_file_with_messages_is_listed),
 		cmocka_unit_test(library_messages_are_german),
 		cmocka_unit_test(tool_speaks_german),
 	};

@@ -90,8 +90,8 @@ static void each_module_gets_its_verdict(void **state)
 	assert_int_equal(b.status, DEVCACHE_BACKEND_UNAVAILABLE);
 	assert_contains(b.reason, "not a libdevcache backend module");
 
-	/* host + good:0 + good:1 */
-	assert_int_equal(devcache_device_count(ctx), 3);
+	/* host + good:0 + good:1 + vmm:0 + vmm:1 */
+	assert_int_equal(devcache_device_count(ctx), 5);
 	/* The reasons are logged at debug level, and the backend read a tunable. */
 	assert_contains(log.text, "backend badabi");
 	assert_contains(log.text, "ABI 999");
@@ -127,6 +127,10 @@ static void devices_are_named_and_described(void **state)
 	assert_int_equal(info.free_memory, 2ull << 30); /* nothing allocated */
 	/* It claimed virtual memory without the entries: the core dropped it. */
 	assert_int_equal(info.caps, DEVCACHE_CAP_ASYNC_COPY);
+	/* With the entries, it stays. */
+	assert_int_equal(devcache_device_get(ctx, "vmm:1", &dev), 0);
+	assert_int_equal(devcache_device_info(dev, &info), 0);
+	assert_int_equal(info.caps, DEVCACHE_CAP_ASYNC_COPY | DEVCACHE_CAP_VMM);
 	assert_int_equal(devcache_device_get(ctx, "good", &dflt), 0);
 	assert_int_equal(devcache_device_info(dflt, &info), 0);
 	assert_string_equal(info.id, "good:0");
@@ -186,7 +190,8 @@ static void backends_tunable_excludes(void **state)
 	assert_int_equal(backend(ctx, "badabi").status, DEVCACHE_BACKEND_EXCLUDED);
 	assert_int_equal(backend(ctx, "nodevice").status, DEVCACHE_BACKEND_LOADED);
 	assert_int_equal(devcache_device_get(ctx, "good:0", &dev), DEVCACHE_ENODEV);
-	assert_int_equal(devcache_device_count(ctx), 1);
+	/* host + vmm:0 + vmm:1 */
+	assert_int_equal(devcache_device_count(ctx), 3);
 	devcache_close(ctx);
 
 	ctx = open_with("backends:[all,^missing]", NULL);

@@ -68,7 +68,7 @@ static void info_lists_host(void **state)
 	assert_contains(r.out, "libdevcache ");
 	assert_contains(r.out, "host       loaded, 1 device(s)");
 	assert_contains(r.out, "Devices:\n  host       Host memory");
-	assert_contains(r.out, "capabilities: host-memory");
+	assert_contains(r.out, "capabilities: vmm host-memory");
 	assert_string_equal(r.err, "");
 }
 

@@ -79,7 +79,7 @@ static int host_device_info(void *state, int dev, devcache_backend_device_t *inf
 	memset(info, 0, sizeof *info);
 	snprintf(info->name, sizeof info->name, "%s", s->name);
 	info->total_memory = s->total;
-	info->caps = DEVCACHE_CAP_HOST_MEMORY;
+	info->caps = DEVCACHE_CAP_HOST_MEMORY | DEVCACHE_CAP_VMM;
 	return 0;
 }
 
@@ -221,6 +221,98 @@ static int host_event_record(void *state, int dev, devcache_event_t event, devca
 	return 0;
 }
 
+/* Virtual memory, for expandable segments.  A reservation is address space
+ * with no access and no commitment; mapping a handle there makes it
+ * ordinary anonymous memory, and unmapping gives the pages back to the
+ * kernel.  A host handle only records its size: its memory exists while it
+ * is mapped, which is all the allocator asks (it maps each handle once, and
+ * never keeps contents across an unmap). */
+struct host_vm_handle {
+	size_t size;
+};
+
+static int host_vm_granularity(void *state, int dev, size_t *granularity_p)
+{
+	struct host_state *s = state;
+
+	(void)dev;
+	*granularity_p = (size_t)s->page;
+	return 0;
+}
+
+static int host_vm_reserve(void *state, int dev, size_t size, void **va_p)
+{
+	struct host_state *s = state;
+	void *va;
+
+	(void)dev;
+	va = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (va == MAP_FAILED)
+		return s->host->error(DEVCACHE_ENOMEM, "host: cannot reserve %zu bytes of address space: %s",
+				      size, strerror(errno));
+	*va_p = va;
+	return 0;
+}
+
+static int host_vm_release(void *state, int dev, void *va, size_t size)
+{
+	struct host_state *s = state;
+
+	(void)dev;
+	if (munmap(va, size) != 0)
+		return s->host->error(DEVCACHE_EINVAL, "host: cannot release %p: %s", va,
+				      strerror(errno));
+	return 0;
+}
+
+static int host_vm_create(void *state, int dev, size_t size, void **handle_p)
+{
+	struct host_state *s = state;
+	struct host_vm_handle *h = malloc(sizeof *h);
+
+	(void)dev;
+	if (!h)
+		return s->host->error(DEVCACHE_ENOMEM, "host: out of memory");
+	h->size = size;
+	*handle_p = h;
+	return 0;
+}
+
+static int host_vm_destroy(void *state, int dev, void *handle)
+{
+	(void)state, (void)dev;
+	free(handle);
+	return 0;
+}
+
+static int host_vm_map(void *state, int dev, void *va, size_t size, void *handle)
+{
+	struct host_state *s = state;
+	struct host_vm_handle *h = handle;
+
+	(void)dev;
+	if (size > h->size)
+		return s->host->error(DEVCACHE_EINVAL, "host: cannot map %zu bytes of a %zu-byte handle",
+				      size, h->size);
+	if (mmap(va, size, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) ==
+	    MAP_FAILED)
+		return s->host->error(DEVCACHE_ENOMEM, "host: cannot map %zu bytes at %p: %s", size,
+				      va, strerror(errno));
+	return 0;
+}
+
+static int host_vm_unmap(void *state, int dev, void *va, size_t size)
+{
+	struct host_state *s = state;
+
+	(void)dev;
+	if (mmap(va, size, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+		 0) == MAP_FAILED)
+		return s->host->error(DEVCACHE_EINVAL, "host: cannot unmap %zu bytes at %p: %s", size,
+				      va, strerror(errno));
+	return 0;
+}
+
 static const struct devcache_backend_ops host_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
 	.name = "host",
@@ -245,6 +337,13 @@ static const struct devcache_backend_ops host_ops = {
 	.event_record = host_event_record,
 	.event_query = host_nothing_pending,
 	.event_synchronize = host_nothing_pending,
+	.vm_granularity = host_vm_granularity,
+	.vm_reserve = host_vm_reserve,
+	.vm_release = host_vm_release,
+	.vm_create = host_vm_create,
+	.vm_destroy = host_vm_destroy,
+	.vm_map = host_vm_map,
+	.vm_unmap = host_vm_unmap,
 };
 
 const struct devcache_backend_ops *host_backend_ops(void)

@@ -81,8 +81,12 @@ static int fake_device_info(void *state, int dev, devcache_backend_device_t *inf
 	snprintf(info->name, sizeof info->name, "Fake device %d", dev);
 	snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "0000:%02x:00.0", dev + 1);
 	info->total_memory = (uint64_t)(dev + 1) << 30;
+#ifdef FAKE_VMM
+	info->caps = DEVCACHE_CAP_ASYNC_COPY | DEVCACHE_CAP_VMM;
+#else
 	/* Device 1 claims virtual memory without the entries: the core must drop it. */
 	info->caps = DEVCACHE_CAP_ASYNC_COPY | (dev == 1 ? DEVCACHE_CAP_VMM : 0);
+#endif
 	return 0;
 }
 
@@ -194,6 +198,148 @@ static int fake_record(void *state, int dev, devcache_event_t event, devcache_st
 	return 0;
 }
 
+#ifdef FAKE_VMM
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+/* Virtual memory as a GPU driver has it: 2 MiB granularity, which the
+ * module checks the core respects; physical memory counts against the
+ * device's capacity from vm_create to vm_destroy; a handle maps once. */
+#define FAKE_GRANULARITY ((size_t)2 << 20)
+
+struct fake_vm_handle {
+	size_t size;
+	int dev;
+	void *mapped_at;
+	struct fake_vm_handle *next; /* on the mapped list while mapped */
+};
+
+static struct fake_vm_handle *vm_mapped;
+static pthread_mutex_t vm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int fake_vm_granularity(void *state, int dev, size_t *granularity_p)
+{
+	(void)state, (void)dev;
+	*granularity_p = FAKE_GRANULARITY;
+	return 0;
+}
+
+static int fake_vm_reserve(void *state, int dev, size_t size, void **va_p)
+{
+	const struct devcache_backend_host *host = state;
+	void *va;
+
+	(void)dev;
+	if (size == 0 || size % FAKE_GRANULARITY)
+		return host->error(DEVCACHE_EINVAL, "fake: reserve of %zu bytes", size);
+	/* Over-reserve to align the range to the granularity. */
+	va = mmap(NULL, size + FAKE_GRANULARITY, PROT_NONE,
+		  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (va == MAP_FAILED)
+		return host->error(DEVCACHE_ENOMEM, "fake: cannot reserve %zu bytes", size);
+	uintptr_t base = ((uintptr_t)va + FAKE_GRANULARITY - 1) & ~(uintptr_t)(FAKE_GRANULARITY - 1);
+	if (base > (uintptr_t)va)
+		munmap(va, base - (uintptr_t)va);
+	munmap((void *)(base + size), (uintptr_t)va + FAKE_GRANULARITY - base);
+	*va_p = (void *)base;
+	return 0;
+}
+
+static int fake_vm_release(void *state, int dev, void *va, size_t size)
+{
+	const struct devcache_backend_host *host = state;
+
+	(void)dev;
+	if ((uintptr_t)va % FAKE_GRANULARITY || munmap(va, size))
+		return host->error(DEVCACHE_EINVAL, "fake: bad release of %p", va);
+	return 0;
+}
+
+static int fake_vm_create(void *state, int dev, size_t size, void **handle_p)
+{
+	const struct devcache_backend_host *host = state;
+	uint64_t cap = (uint64_t)(dev + 1) << 30;
+	struct fake_vm_handle *h;
+
+	__atomic_add_fetch(&n_allocs, 1, __ATOMIC_RELAXED);
+	if (size == 0 || size % FAKE_GRANULARITY)
+		return host->error(DEVCACHE_EINVAL, "fake: handle of %zu bytes", size);
+	if (__atomic_add_fetch(&used[dev], size, __ATOMIC_RELAXED) > cap ||
+	    !(h = calloc(1, sizeof *h))) {
+		__atomic_sub_fetch(&used[dev], size, __ATOMIC_RELAXED);
+		return host->error(DEVCACHE_ENOMEM, "fake: out of memory: %zu bytes", size);
+	}
+	h->size = size;
+	h->dev = dev;
+	*handle_p = h;
+	return 0;
+}
+
+static int fake_vm_destroy(void *state, int dev, void *handle)
+{
+	const struct devcache_backend_host *host = state;
+	struct fake_vm_handle *h = handle;
+
+	(void)dev;
+	if (h->mapped_at)
+		return host->error(DEVCACHE_EBUSY, "fake: handle destroyed while mapped");
+	__atomic_sub_fetch(&used[h->dev], h->size, __ATOMIC_RELAXED);
+	free(h);
+	return 0;
+}
+
+static int fake_vm_map(void *state, int dev, void *va, size_t size, void *handle)
+{
+	const struct devcache_backend_host *host = state;
+	struct fake_vm_handle *h = handle;
+
+	(void)dev;
+	if ((uintptr_t)va % FAKE_GRANULARITY || size != h->size || h->mapped_at)
+		return host->error(DEVCACHE_EINVAL, "fake: bad map of %zu bytes at %p", size, va);
+	if (mmap(va, size, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) ==
+	    MAP_FAILED)
+		return host->error(DEVCACHE_ENOMEM, "fake: cannot map at %p", va);
+	pthread_mutex_lock(&vm_lock);
+	h->mapped_at = va;
+	h->next = vm_mapped;
+	vm_mapped = h;
+	pthread_mutex_unlock(&vm_lock);
+	return 0;
+}
+
+/* Unmapping must cover whole mappings, as with cuMemUnmap. */
+static int fake_vm_unmap(void *state, int dev, void *va, size_t size)
+{
+	const struct devcache_backend_host *host = state;
+	uintptr_t lo = (uintptr_t)va, hi = lo + size;
+	size_t covered = 0;
+
+	(void)dev;
+	if (lo % FAKE_GRANULARITY || size % FAKE_GRANULARITY)
+		return host->error(DEVCACHE_EINVAL, "fake: bad unmap of %zu bytes at %p", size, va);
+	pthread_mutex_lock(&vm_lock);
+	for (struct fake_vm_handle **l = &vm_mapped; *l;) {
+		struct fake_vm_handle *h = *l;
+		uintptr_t at = (uintptr_t)h->mapped_at;
+
+		if (at >= lo && at + h->size <= hi) {
+			covered += h->size;
+			h->mapped_at = NULL;
+			*l = h->next;
+		} else {
+			l = &h->next;
+		}
+	}
+	pthread_mutex_unlock(&vm_lock);
+	if (covered != size ||
+	    mmap(va, size, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+		 0) == MAP_FAILED)
+		return host->error(DEVCACHE_EINVAL, "fake: bad unmap of %zu bytes at %p", size, va);
+	return 0;
+}
+#endif
+
 static const struct devcache_backend_ops fake_ops = {
 	.abi_version = FAKE_ABI,
 	.name = FAKE_NAME,
@@ -218,6 +364,15 @@ static const struct devcache_backend_ops fake_ops = {
 	.event_record = fake_record,
 	.event_query = fake_event_query,
 	.event_synchronize = fake_wait,
+#ifdef FAKE_VMM
+	.vm_granularity = fake_vm_granularity,
+	.vm_reserve = fake_vm_reserve,
+	.vm_release = fake_vm_release,
+	.vm_create = fake_vm_create,
+	.vm_destroy = fake_vm_destroy,
+	.vm_map = fake_vm_map,
+	.vm_unmap = fake_vm_unmap,
+#endif
 };
 
 const struct devcache_backend_ops *devcache_backend_module(void)

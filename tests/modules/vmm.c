@@ -1,0 +1,4 @@
+/* vmm.c - the test backend with virtual memory, for expandable segments: two devices, 1 and 2 GiB. */
+#define FAKE_NAME "vmm"
+#define FAKE_VMM 1
+#include "fake.h"
