@@ -258,6 +258,108 @@ DEVCACHE_API int devcache_pressure_register(devcache_ctx_t *ctx, devcache_pressu
 DEVCACHE_API int devcache_pressure_unregister(devcache_ctx_t *ctx, devcache_pressure_fn fn,
 					     void *user);
 
+/* ---- Model files -----------------------------------------------------------
+ * A safetensors or GGUF file, its header parsed and every rule of its format
+ * checked, its data not read.  A malformed file fails with DEVCACHE_EFORMAT
+ * and a detail message naming the file and the fault (the tensor, or the
+ * byte offset).  A model file is used by one thread at a time. */
+typedef struct devcache_model_file devcache_model_file_t;
+
+enum devcache_model_format {
+	DEVCACHE_FORMAT_SAFETENSORS = 1,
+	DEVCACHE_FORMAT_GGUF = 2
+};
+
+/* The most dimensions a tensor may have; a file with more is malformed. */
+#define DEVCACHE_MAX_DIMS 16
+
+typedef struct devcache_tensor_info {
+	const char *name;  /* valid until the file is closed */
+	const char *dtype; /* "F32", "BF16", "F8_E4M3", "Q4_K", ... */
+	unsigned n_dims;   /* 0 for a scalar */
+	uint64_t shape[DEVCACHE_MAX_DIMS]; /* in the file's order: safetensors outermost
+					     * first, GGUF innermost first (ne[0]) */
+	uint64_t offset;   /* of its first byte, from the start of the file */
+	uint64_t size;     /* bytes */
+	uint64_t reserved[4];
+} devcache_tensor_info_t;
+
+DEVCACHE_API int devcache_model_file_open(const char *path, devcache_model_file_t **mf_p);
+DEVCACHE_API void devcache_model_file_close(devcache_model_file_t *mf);
+/* A devcache_model_format value; *version_p (if not NULL) gets the GGUF
+ * version, or 0 for safetensors. */
+DEVCACHE_API int devcache_model_file_format(const devcache_model_file_t *mf, unsigned *version_p);
+/* Bytes in the file, and where its data section starts. */
+DEVCACHE_API uint64_t devcache_model_file_size(const devcache_model_file_t *mf);
+DEVCACHE_API uint64_t devcache_model_file_data_offset(const devcache_model_file_t *mf);
+/* Tensors in file order. */
+DEVCACHE_API size_t devcache_model_file_tensor_count(const devcache_model_file_t *mf);
+DEVCACHE_API int devcache_model_file_tensor(const devcache_model_file_t *mf, size_t index,
+					   devcache_tensor_info_t *info);
+/* DEVCACHE_ENOENT when no tensor has that name. */
+DEVCACHE_API int devcache_model_file_find(const devcache_model_file_t *mf, const char *name,
+					 devcache_tensor_info_t *info);
+/* Metadata in file order: safetensors' __metadata__ strings, GGUF's
+ * key-value pairs; each value as JSON text (a string, number, boolean or
+ * array), valid until the file is closed. */
+DEVCACHE_API size_t devcache_model_file_metadata_count(const devcache_model_file_t *mf);
+DEVCACHE_API int devcache_model_file_metadata(const devcache_model_file_t *mf, size_t index,
+					     const char **key_p, const char **value_json_p);
+
+/* ---- The model cache -------------------------------------------------------
+ * devcache_model_load() places a model file's tensors on a device (on the
+ * host: the file mapped in place) and keeps it cached: loading the same
+ * file again for the same device is a hit.  The model returned is locked
+ * until devcache_model_release(); locked models are never evicted.  Within
+ * max_cache_ram and max_cache_vram, the least recently used unlocked models
+ * are evicted to make room, and when the allocator runs out of memory. */
+typedef struct devcache_model devcache_model_t;
+
+/* Called from the loading thread as the load goes on; a non-zero return
+ * cancels it (the load then fails with DEVCACHE_ECANCELED). */
+typedef int (*devcache_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
+
+/* Host placement: a private copy-on-write mapping, so the tensors can be
+ * patched in place (LoRA merges) without touching the file. */
+#define DEVCACHE_LOAD_WRITABLE 0x1u
+
+typedef struct devcache_load_args {
+	size_t struct_size;        /* sizeof(devcache_load_args_t) */
+	unsigned flags;            /* DEVCACHE_LOAD_* */
+	devcache_progress_fn progress;
+	void *progress_user;
+	devcache_stream_t stream;  /* uploads are queued on it; done when the load returns */
+} devcache_load_args_t;
+
+/* args may be NULL for the defaults. */
+DEVCACHE_API int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev,
+				    const devcache_load_args_t *args, devcache_model_t **model_p);
+DEVCACHE_API void devcache_model_release(devcache_model_t *model);
+/* The parsed file (metadata, tensors), valid while the model is locked. */
+DEVCACHE_API const devcache_model_file_t *devcache_model_file(const devcache_model_t *model);
+/* Where a tensor's bytes are on the model's device. */
+DEVCACHE_API int devcache_model_tensor(const devcache_model_t *model, const char *name,
+				      devcache_tensor_info_t *info, void **data_p);
+DEVCACHE_API int devcache_model_tensor_at(const devcache_model_t *model, size_t index,
+					 devcache_tensor_info_t *info, void **data_p);
+
+typedef struct devcache_cache_stats {
+	uint64_t hits, misses, evictions, failed_loads, cancelled_loads;
+	uint64_t bytes_read;     /* from files */
+	uint64_t bytes_uploaded; /* to devices */
+	double load_seconds;     /* spent in loads that missed */
+	uint64_t models, locked_models;
+	uint64_t ram_used, ram_budget; /* host placements */
+	uint64_t reserved[8];
+} devcache_cache_stats_t;
+
+DEVCACHE_API int devcache_cache_stats(devcache_ctx_t *ctx, devcache_cache_stats_t *stats);
+/* The model cache's use and budget on one device. */
+DEVCACHE_API int devcache_cache_device_usage(devcache_ctx_t *ctx, devcache_device_t *dev,
+					    uint64_t *used_p, uint64_t *budget_p);
+/* Evict every unlocked model; returns how many. */
+DEVCACHE_API size_t devcache_cache_evict_all(devcache_ctx_t *ctx);
+
 #ifdef __cplusplus
 }
 #endif

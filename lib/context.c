@@ -7,6 +7,7 @@
 
 static void ctx_free(devcache_ctx_t *ctx)
 {
+	model_cache_destroy(ctx);
 	devices_stop_allocators(ctx);
 	for (size_t i = 0; i < ctx->n_traces; i++)
 		trace_close(ctx->traces[i]);

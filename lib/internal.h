@@ -83,6 +83,7 @@ struct backend;
 
 struct allocator;
 struct trace;
+struct model_cache;
 
 struct devcache_device {
 	devcache_ctx_t *ctx;
@@ -115,7 +116,11 @@ struct devcache_ctx {
 	struct trace **traces; /* open allocation traces, shared by file name */
 	size_t n_traces;
 	uint64_t trace_ids;    /* allocation IDs in traces, unique per context; atomic */
+	struct model_cache *cache; /* made at the first use, under lock */
 };
+
+/* model-cache.c: drop every cached model (before the allocators stop). */
+void model_cache_destroy(devcache_ctx_t *ctx);
 
 /* Create and destroy the allocators of every device. */
 int devices_start_allocators(devcache_ctx_t *ctx);

@@ -69,6 +69,7 @@ static void usage(FILE *out)
 		"  config                print every tunable with its value and origin\n"
 		"  config --check FILE   check a configuration file\n"
 		"  replay TRACE...       replay allocation traces through the allocator\n"
+		"  inspect FILE...       list a safetensors or GGUF file's metadata and tensors\n"
 		"  help                  show this help\n"),
 	      out);
 	fputs("\n", out);
@@ -98,6 +99,7 @@ static const struct command {
 	{"info", cmd_info},
 	{"config", cmd_config},
 	{"replay", cmd_replay},
+	{"inspect", cmd_inspect},
 	{"help", cmd_help},
 };
 

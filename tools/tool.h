@@ -33,5 +33,6 @@ void tool_format_bytes(uint64_t bytes, char *buf, size_t size);
 int cmd_info(const struct tool *t, int argc, char **argv);
 int cmd_config(const struct tool *t, int argc, char **argv);
 int cmd_replay(const struct tool *t, int argc, char **argv);
+int cmd_inspect(const struct tool *t, int argc, char **argv);
 
 #endif

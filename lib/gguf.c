@@ -1,0 +1,1169 @@
+/* gguf.c - the GGUF header reader: metadata as JSON, tensor infos checked against ggml's type table and the file. */
+#include "model-file.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * The layout (ggml's docs/gguf.md), all little-endian:
+ *
+ *   "GGUF" | u32 version | u64 tensor_count | u64 metadata_kv_count
+ *   metadata_kv_count times: string key | u32 value type | value
+ *   tensor_count times: string name | u32 n_dims | n_dims x u64 ne | u32 type | u64 offset
+ *   padding to general.alignment, then the data section
+ *
+ * A string is a u64 byte count and that many bytes, no NUL.  Versions 2 and
+ * 3 share this layout (3 only allowed big-endian files, which we do not
+ * read); version 1 had 32-bit counts and has been unsupported upstream for
+ * years.
+ */
+
+enum gguf_vtype {
+	GGUF_UINT8 = 0,
+	GGUF_INT8 = 1,
+	GGUF_UINT16 = 2,
+	GGUF_INT16 = 3,
+	GGUF_UINT32 = 4,
+	GGUF_INT32 = 5,
+	GGUF_FLOAT32 = 6,
+	GGUF_BOOL = 7,
+	GGUF_STRING = 8,
+	GGUF_ARRAY = 9,
+	GGUF_UINT64 = 10,
+	GGUF_INT64 = 11,
+	GGUF_FLOAT64 = 12,
+	GGUF_NTYPES
+};
+
+/* The fewest bytes a value of each type takes: what lets a count be
+ * checked against the bytes left before anything is looped over.  A string
+ * is at least its length; an array at least its type and count. */
+static const unsigned char vtype_min[GGUF_NTYPES] = {
+	[GGUF_UINT8] = 1, [GGUF_INT8] = 1, [GGUF_UINT16] = 2, [GGUF_INT16] = 2,
+	[GGUF_UINT32] = 4, [GGUF_INT32] = 4, [GGUF_FLOAT32] = 4, [GGUF_BOOL] = 1,
+	[GGUF_STRING] = 8, [GGUF_ARRAY] = 12, [GGUF_UINT64] = 8, [GGUF_INT64] = 8,
+	[GGUF_FLOAT64] = 8,
+};
+
+#define GGUF_HEADER_SIZE 24u
+/* key length, a one-byte key, the value type, a one-byte value */
+#define GGUF_MIN_KV (8u + 1u + 4u + 1u)
+/* name length, a one-byte name, n_dims, one dimension, type, offset */
+#define GGUF_MIN_TENSOR_INFO (8u + 1u + 4u + 8u + 4u + 8u)
+#define GGUF_MAX_DIMS 4u /* ggml's GGML_MAX_DIMS */
+#define GGUF_DEFAULT_ALIGNMENT 32u
+
+/*
+ * ggml's tensor types: block size (elements) and bytes per block, as in
+ * ggml.c's type_traits and the block structs of ggml-common.h.  Numbers ggml
+ * has retired keep their name so the error can say so; a block size of 0
+ * marks them.  The enum only grows at its end, so a number never changes
+ * meaning.
+ */
+struct ggml_type_info {
+	const char *name;
+	uint32_t blck;
+	uint32_t size;
+};
+
+static const struct ggml_type_info ggml_types[] = {
+	[0] = {"F32", 1, 4},
+	[1] = {"F16", 1, 2},
+	[2] = {"Q4_0", 32, 18},
+	[3] = {"Q4_1", 32, 20},
+	[4] = {"Q4_2", 0, 0},
+	[5] = {"Q4_3", 0, 0},
+	[6] = {"Q5_0", 32, 22},
+	[7] = {"Q5_1", 32, 24},
+	[8] = {"Q8_0", 32, 34},
+	[9] = {"Q8_1", 32, 36},
+	[10] = {"Q2_K", 256, 84},
+	[11] = {"Q3_K", 256, 110},
+	[12] = {"Q4_K", 256, 144},
+	[13] = {"Q5_K", 256, 176},
+	[14] = {"Q6_K", 256, 210},
+	[15] = {"Q8_K", 256, 292},
+	[16] = {"IQ2_XXS", 256, 66},
+	[17] = {"IQ2_XS", 256, 74},
+	[18] = {"IQ3_XXS", 256, 98},
+	[19] = {"IQ1_S", 256, 50},
+	[20] = {"IQ4_NL", 32, 18},
+	[21] = {"IQ3_S", 256, 110},
+	[22] = {"IQ2_S", 256, 82},
+	[23] = {"IQ4_XS", 256, 136},
+	[24] = {"I8", 1, 1},
+	[25] = {"I16", 1, 2},
+	[26] = {"I32", 1, 4},
+	[27] = {"I64", 1, 8},
+	[28] = {"F64", 1, 8},
+	[29] = {"IQ1_M", 256, 56},
+	[30] = {"BF16", 1, 2},
+	/* Repacked layouts: ggml makes them at load time, never in a file. */
+	[31] = {"Q4_0_4_4", 0, 0},
+	[32] = {"Q4_0_4_8", 0, 0},
+	[33] = {"Q4_0_8_8", 0, 0},
+	[34] = {"TQ1_0", 256, 54},
+	[35] = {"TQ2_0", 256, 66},
+	[36] = {"IQ4_NL_4_4", 0, 0},
+	[37] = {"IQ4_NL_4_8", 0, 0},
+	[38] = {"IQ4_NL_8_8", 0, 0},
+	[39] = {"MXFP4", 32, 17},
+	/* Newer than the published spec's table, already in ggml-common.h. */
+	[40] = {"NVFP4", 64, 36},
+	[41] = {"Q1_0", 128, 18},
+	[42] = {"Q2_0", 64, 18},
+};
+
+#define N_GGML_TYPES (sizeof ggml_types / sizeof ggml_types[0])
+
+/* ---- a buffered cursor over mf_read ---------------------------------------- */
+
+/* A header with a million keys or a 150,000-string vocabulary would be
+ * millions of preads read field by field; one 64 KiB window makes it a few
+ * hundred. */
+#define CUR_BUF 65536u
+
+/* What is being read, so that a read past the end can say what it was. */
+enum cur_what { W_HEADER, W_KEY, W_VALUE, W_TENSOR_NAME, W_TENSOR };
+
+struct cursor {
+	struct devcache_model_file *mf;
+	uint64_t pos;         /* the file offset of the next byte */
+	uint64_t buf_off;     /* the file offset of buf[0] */
+	size_t buf_len;
+	enum cur_what what;
+	uint64_t index;       /* the metadata entry or tensor being read */
+	const char *name;     /* its key or name, once known */
+	unsigned char buf[CUR_BUF];
+};
+
+static void cur_describe(const struct cursor *c, char *out, size_t size)
+{
+	switch (c->what) {
+	case W_HEADER:
+		snprintf(out, size, "%s", _("the GGUF header"));
+		break;
+	case W_KEY:
+		snprintf(out, size, _("the key of metadata entry %llu"), (unsigned long long)c->index);
+		break;
+	case W_VALUE:
+		snprintf(out, size, _("the value of metadata key '%s'"), c->name);
+		break;
+	case W_TENSOR_NAME:
+		snprintf(out, size, _("the name of tensor %llu"), (unsigned long long)c->index);
+		break;
+	case W_TENSOR:
+		snprintf(out, size, _("the description of tensor '%s'"), c->name);
+		break;
+	}
+}
+
+static uint64_t cur_left(const struct cursor *c)
+{
+	return c->pos < c->mf->size ? c->mf->size - c->pos : 0;
+}
+
+/* Reading straight through mf_read: it checks the bounds and words the
+ * error the same way for every reader of model files. */
+static int cur_read_direct(struct cursor *c, void *dst, size_t len, uint64_t off)
+{
+	char what[512];
+
+	cur_describe(c, what, sizeof what);
+	return mf_read(c->mf, dst, len, off, what);
+}
+
+static int cur_read_slow(struct cursor *c, void *dst, size_t len)
+{
+	uint64_t left = cur_left(c);
+	size_t n = left < CUR_BUF ? (size_t)left : CUR_BUF;
+	int rc;
+
+	/* Past the end, or too big to be worth the copy: mf_read does it (and
+	 * fails with the end of the file named, without reading). */
+	if (len > n || len >= CUR_BUF / 2) {
+		if ((rc = cur_read_direct(c, dst, len, c->pos)))
+			return rc;
+		c->pos += len;
+		return 0;
+	}
+	c->buf_len = 0;
+	if ((rc = cur_read_direct(c, c->buf, n, c->pos)))
+		return rc;
+	c->buf_off = c->pos;
+	c->buf_len = n;
+	memcpy(dst, c->buf, len);
+	c->pos += len;
+	return 0;
+}
+
+static inline int cur_read(struct cursor *c, void *dst, size_t len)
+{
+	/* pos never goes back, and buf_off is set from pos: pos >= buf_off. */
+	uint64_t at = c->pos - c->buf_off;
+
+	if (at <= c->buf_len && len <= c->buf_len - at) {
+		memcpy(dst, c->buf + at, len);
+		c->pos += len;
+		return 0;
+	}
+	return cur_read_slow(c, dst, len);
+}
+
+/* Pass over len bytes the caller has no use for; past the end of the file
+ * it is the same error as reading them. */
+static int cur_skip(struct cursor *c, uint64_t len)
+{
+	if (len > cur_left(c)) {
+		unsigned char none;
+
+		/* mf_read refuses before it reads, so one byte of room will do. */
+		return cur_read_direct(c, &none, (size_t)len, c->pos);
+	}
+	c->pos += len;
+	return 0;
+}
+
+static int cur_u8(struct cursor *c, uint8_t *v)
+{
+	return cur_read(c, v, 1);
+}
+
+static int cur_u16(struct cursor *c, uint16_t *v)
+{
+	unsigned char b[2];
+	int rc = cur_read(c, b, sizeof b);
+
+	*v = rc ? 0 : (uint16_t)(b[0] | b[1] << 8);
+	return rc;
+}
+
+static int cur_u32(struct cursor *c, uint32_t *v)
+{
+	unsigned char b[4];
+	int rc = cur_read(c, b, sizeof b);
+
+	if (rc)
+		return rc;
+	*v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+	return 0;
+}
+
+static int cur_u64(struct cursor *c, uint64_t *v)
+{
+	unsigned char b[8];
+	int rc = cur_read(c, b, sizeof b);
+
+	*v = 0;
+	if (rc)
+		return rc;
+	for (int i = 7; i >= 0; i--)
+		*v = *v << 8 | b[i];
+	return 0;
+}
+
+/* ---- UTF-8 ------------------------------------------------------------------ */
+
+/* The length of the well-formed UTF-8 sequence at s (1 to 4), or 0 if the
+ * bytes there are not one: no overlong forms, surrogates or code points past
+ * U+10FFFF (RFC 3629). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char b = s[0];
+	size_t len;
+	uint32_t cp;
+
+	if (b < 0x80)
+		return 1;
+	if (b >= 0xc2 && b <= 0xdf)
+		len = 2, cp = b & 0x1f;
+	else if (b >= 0xe0 && b <= 0xef)
+		len = 3, cp = b & 0x0f;
+	else if (b >= 0xf0 && b <= 0xf4)
+		len = 4, cp = b & 0x07;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+enum name_fault { NAME_OK, NAME_NOT_UTF8, NAME_NUL };
+
+/* Keys and tensor names become C strings and are printed in messages: they
+ * must be text, and a NUL would cut them short. */
+static enum name_fault name_check(const char *name, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)name;
+
+	for (size_t i = 0; i < len;) {
+		size_t n = utf8_seq(s + i, len - i);
+
+		if (!n)
+			return NAME_NOT_UTF8;
+		if (s[i] == '\0')
+			return NAME_NUL;
+		i += n;
+	}
+	return NAME_OK;
+}
+
+/* ---- JSON text, capped ----------------------------------------------------- */
+
+/*
+ * A value's JSON text is kept to MF_MAX_JSON_VALUE bytes.  Elements are
+ * written while they fit in JSON_ROOM; the first that does not fit marks the
+ * text full, and from then on elements are still read and checked but only
+ * counted.  Each array that lost elements ends with one string element
+ * "…(N more)", so the text stays valid JSON and says what is missing.  A
+ * string value on its own (not in an array) that does not fit is cut at a
+ * character boundary and ends "…(N more bytes)" inside its quotes.  The
+ * markers and closing brackets come out of the reserve below JSON_ROOM: at
+ * most a comma, a bracket, a marker and a bracket per level of nesting.
+ */
+#define JSON_RESERVE (64u * (MF_MAX_ARRAY_DEPTH + 1u))
+#define JSON_ROOM (MF_MAX_JSON_VALUE - JSON_RESERVE)
+
+struct json {
+	char *p;
+	size_t len, cap;
+	bool full;
+};
+
+static int json_reserve(struct json *j, size_t more)
+{
+	if (j->cap - j->len > more)
+		return 0;
+	size_t cap = j->cap ? j->cap : 64;
+	while (cap - j->len <= more)
+		cap *= 2;
+	char *p = realloc(j->p, cap);
+	if (!p)
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	j->p = p;
+	j->cap = cap;
+	return 0;
+}
+
+static int json_put(struct json *j, const char *s, size_t n)
+{
+	int rc = json_reserve(j, n);
+
+	if (rc)
+		return rc;
+	memcpy(j->p + j->len, s, n);
+	j->len += n;
+	j->p[j->len] = '\0';
+	return 0;
+}
+
+/* Escape the string's characters while the text stays within limit; return
+ * how many input bytes were written.  Bytes that are not UTF-8 become
+ * U+FFFD, one each: the spec says strings are UTF-8, but real vocabularies
+ * have been seen with raw bytes in them, and llama.cpp reads such files, so
+ * refusing them would refuse working models; the replacement keeps the text
+ * valid JSON and shows where the bad bytes were. */
+static size_t json_escape(struct json *j, const unsigned char *s, size_t n, size_t limit)
+{
+	static const char hex[] = "0123456789abcdef";
+	char *out = j->p + j->len;
+	size_t i = 0;
+
+	while (i < n) {
+		char esc[8];
+		const char *w = esc;
+		size_t wn, in = 1;
+		unsigned char b = s[i];
+
+		if (b == '"' || b == '\\') {
+			esc[0] = '\\', esc[1] = (char)b, wn = 2;
+		} else if (b < 0x20) {
+			static const char short_esc[] = {['\b'] = 'b', ['\f'] = 'f', ['\n'] = 'n',
+							 ['\r'] = 'r', ['\t'] = 't'};
+
+			if (b < sizeof short_esc && short_esc[b])
+				esc[0] = '\\', esc[1] = short_esc[b], wn = 2;
+			else
+				memcpy(esc, "\\u00", 4), esc[4] = hex[b >> 4], esc[5] = hex[b & 15],
+					wn = 6;
+		} else if (b < 0x80) {
+			esc[0] = (char)b, wn = 1;
+		} else if ((in = utf8_seq(s + i, n - i))) {
+			w = (const char *)s + i, wn = in;
+		} else {
+			w = "\\ufffd", wn = 6, in = 1;
+		}
+		if (j->len + wn > limit)
+			break;
+		memcpy(out, w, wn);
+		out += wn;
+		j->len += wn;
+		i += in;
+	}
+	j->p[j->len] = '\0';
+	return i;
+}
+
+/* JSON has no NaN or infinities: they become the strings "nan", "inf" and
+ * "-inf".  A program may have set LC_NUMERIC, making printf's decimal point
+ * a comma (or several bytes): whatever is not a digit, sign or exponent is
+ * the decimal point and is written '.'. */
+static size_t format_double(char *out, size_t size, double v, int digits)
+{
+	char tmp[64];
+	size_t n = 0;
+
+	if (isnan(v))
+		return (size_t)snprintf(out, size, "\"nan\"");
+	if (isinf(v))
+		return (size_t)snprintf(out, size, v > 0 ? "\"inf\"" : "\"-inf\"");
+	snprintf(tmp, sizeof tmp, "%.*g", digits, v);
+	for (const char *s = tmp; *s && n + 1 < size; s++) {
+		if ((*s >= '0' && *s <= '9') || *s == '-' || *s == '+' || *s == 'e')
+			out[n++] = *s;
+		else if (n == 0 || out[n - 1] != '.')
+			out[n++] = '.';
+	}
+	out[n] = '\0';
+	return n;
+}
+
+/* ---- metadata values --------------------------------------------------------- */
+
+struct parse {
+	struct devcache_model_file *mf;
+	unsigned char *scratch;  /* the string value being read */
+	size_t scratch_cap;
+	size_t *keys;            /* open addressing: index + 1 into mf->meta, 0 free */
+	size_t keys_cap;
+	struct cursor c;         /* last: its buffer is large */
+};
+
+/* Read a string value's bytes into the scratch buffer; the length has been
+ * checked against MF_MAX_STRING and the bytes left in the file. */
+static int read_scratch(struct parse *p, size_t len)
+{
+	if (len == 0)
+		return 0; /* scratch may still be NULL, which memcpy may not see */
+	if (len > p->scratch_cap) {
+		size_t cap = p->scratch_cap ? p->scratch_cap : 256;
+		unsigned char *s;
+
+		while (cap < len)
+			cap *= 2;
+		if (!(s = realloc(p->scratch, cap)))
+			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		p->scratch = s;
+		p->scratch_cap = cap;
+	}
+	return cur_read(&p->c, p->scratch, len);
+}
+
+static int read_value(struct parse *p, uint32_t type, unsigned depth, struct json *j, bool show,
+		      bool *shown_p);
+
+static int read_string_value(struct parse *p, unsigned depth, struct json *j, bool show,
+			     bool *shown_p)
+{
+	struct cursor *c = &p->c;
+	uint64_t at = c->pos, len;
+	size_t mark, done;
+	int rc;
+
+	if ((rc = cur_u64(c, &len)))
+		return rc;
+	if (len > MF_MAX_STRING)
+		return mf_error(p->mf,
+				_("metadata key '%s' at byte %llu: a string of %llu bytes is longer "
+				  "than the %u allowed"),
+				c->name, (unsigned long long)at, (unsigned long long)len, MF_MAX_STRING);
+	if (len > cur_left(c))
+		return mf_error(p->mf,
+				_("metadata key '%s' at byte %llu: a string of %llu bytes runs past "
+				  "the end of the %llu-byte file"),
+				c->name, (unsigned long long)at, (unsigned long long)len,
+				(unsigned long long)p->mf->size);
+	if (!show)
+		return cur_skip(c, len);
+	if ((rc = read_scratch(p, (size_t)len)))
+		return rc;
+	mark = j->len;
+	if (mark + 2 > JSON_ROOM) {
+		j->full = true;
+		return 0;
+	}
+	/* Escaping makes at most 6 bytes of one: room for that, or for what
+	 * is left below the cap, whichever is less. */
+	size_t want = len < (JSON_ROOM - mark) / 6 ? 6 * (size_t)len + 2 : JSON_ROOM - mark;
+	if ((rc = json_reserve(j, want + 1)) || (rc = json_put(j, "\"", 1)))
+		return rc;
+	done = json_escape(j, p->scratch, (size_t)len, JSON_ROOM - 1);
+	if (done == len) {
+		*shown_p = true;
+		return json_put(j, "\"", 1);
+	}
+	if (depth > 0) {
+		/* In an array an element goes whole or not at all. */
+		j->len = mark;
+		j->p[mark] = '\0';
+		j->full = true;
+		return 0;
+	}
+	char more[64];
+	int n = snprintf(more, sizeof more, "\xe2\x80\xa6(%llu more bytes)\"",
+			 (unsigned long long)(len - done));
+	*shown_p = true;
+	return json_put(j, more, (size_t)n);
+}
+
+/* Read count elements of an array for their checks only. */
+static int skip_elements(struct parse *p, uint32_t type, unsigned depth, uint64_t count)
+{
+	int rc;
+
+	if (type != GGUF_STRING && type != GGUF_ARRAY && type != GGUF_BOOL)
+		return cur_skip(&p->c, count * vtype_min[type]);
+	for (uint64_t i = 0; i < count; i++)
+		if ((rc = read_value(p, type, depth + 1, NULL, false, NULL)))
+			return rc;
+	return 0;
+}
+
+static int read_array(struct parse *p, unsigned depth, struct json *j, bool show, bool *shown_p)
+{
+	struct cursor *c = &p->c;
+	uint64_t type_at = c->pos, count, hidden = 0;
+	bool ready = true; /* the text ends in '[' or ',': no comma before the next */
+	uint32_t type;
+	int rc;
+
+	if (depth >= MF_MAX_ARRAY_DEPTH)
+		return mf_error(p->mf,
+				_("metadata key '%s' at byte %llu: arrays are nested more than %u "
+				  "deep"),
+				c->name, (unsigned long long)type_at, (unsigned)MF_MAX_ARRAY_DEPTH);
+	if ((rc = cur_u32(c, &type)) || (rc = cur_u64(c, &count)))
+		return rc;
+	if (type >= GGUF_NTYPES)
+		return mf_error(p->mf, _("metadata key '%s' at byte %llu: value type %u is unknown"),
+				c->name, (unsigned long long)type_at, type);
+	/* Before any loop: a count that lies cannot make it run longer, or
+	 * skip further, than the file is long. */
+	if (count > cur_left(c) / vtype_min[type])
+		return mf_error(p->mf,
+				_("metadata key '%s' at byte %llu: %llu array elements cannot fit "
+				  "in the %llu bytes left in the file"),
+				c->name, (unsigned long long)type_at, (unsigned long long)count,
+				(unsigned long long)cur_left(c));
+	if (show && j->len + 1 > JSON_ROOM)
+		j->full = true;
+	if (!show || j->full)
+		return skip_elements(p, type, depth, count);
+	if ((rc = json_put(j, "[", 1)))
+		return rc;
+	*shown_p = true;
+	for (uint64_t i = 0; i < count; i++) {
+		bool shown = false;
+
+		if (j->full) {
+			hidden += count - i;
+			if ((rc = skip_elements(p, type, depth, count - i)))
+				return rc;
+			break;
+		}
+		if (!ready && (rc = json_put(j, ",", 1)))
+			return rc;
+		ready = true;
+		if ((rc = read_value(p, type, depth + 1, j, true, &shown)))
+			return rc;
+		if (shown)
+			ready = false;
+		else
+			hidden++;
+	}
+	if (hidden) {
+		char more[64];
+		int n = snprintf(more, sizeof more, "%s\"\xe2\x80\xa6(%llu more)\"", ready ? "" : ",",
+				 (unsigned long long)hidden);
+
+		if ((rc = json_put(j, more, (size_t)n)))
+			return rc;
+	}
+	return json_put(j, "]", 1);
+}
+
+/* A scalar's JSON text; v holds its bits, zero-extended. */
+static size_t format_scalar(char *text, size_t size, uint32_t type, uint64_t v)
+{
+	int n = 0;
+
+	switch (type) {
+	case GGUF_UINT8:
+	case GGUF_UINT16:
+	case GGUF_UINT32:
+	case GGUF_UINT64:
+		n = snprintf(text, size, "%llu", (unsigned long long)v);
+		break;
+	case GGUF_INT8:
+		n = snprintf(text, size, "%d", (int8_t)v);
+		break;
+	case GGUF_INT16:
+		n = snprintf(text, size, "%d", (int16_t)v);
+		break;
+	case GGUF_INT32:
+		n = snprintf(text, size, "%ld", (long)(int32_t)v);
+		break;
+	case GGUF_INT64:
+		n = snprintf(text, size, "%lld", (long long)(int64_t)v);
+		break;
+	case GGUF_BOOL:
+		n = snprintf(text, size, "%s", v ? "true" : "false");
+		break;
+	case GGUF_FLOAT32: {
+		uint32_t bits = (uint32_t)v;
+		float f;
+
+		memcpy(&f, &bits, sizeof f);
+		/* 9 significant digits bring every float back bit for bit,
+		 * 17 every double. */
+		return format_double(text, size, f, 9);
+	}
+	case GGUF_FLOAT64: {
+		double d;
+
+		memcpy(&d, &v, sizeof d);
+		return format_double(text, size, d, 17);
+	}
+	}
+	return (size_t)n;
+}
+
+/* One value of the given (known) type: its JSON text appended to j when
+ * show is set and it fits (*shown_p says which), else only read and checked. */
+static int read_value(struct parse *p, uint32_t type, unsigned depth, struct json *j, bool show,
+		      bool *shown_p)
+{
+	struct cursor *c = &p->c;
+	uint64_t at = c->pos, v = 0;
+	uint32_t u32;
+	uint16_t u16;
+	uint8_t u8;
+	char text[64];
+	size_t n;
+	int rc;
+
+	if (type == GGUF_STRING)
+		return read_string_value(p, depth, j, show, shown_p);
+	if (type == GGUF_ARRAY)
+		return read_array(p, depth, j, show, shown_p);
+	switch (vtype_min[type]) { /* a scalar's least size is its size */
+	case 1:
+		rc = cur_u8(c, &u8), v = u8;
+		break;
+	case 2:
+		rc = cur_u16(c, &u16), v = u16;
+		break;
+	case 4:
+		rc = cur_u32(c, &u32), v = u32;
+		break;
+	default:
+		rc = cur_u64(c, &v);
+		break;
+	}
+	if (rc)
+		return rc;
+	if (type == GGUF_BOOL && v > 1)
+		return mf_error(p->mf,
+				_("metadata key '%s' at byte %llu: a boolean is %u, not 0 or 1"),
+				c->name, (unsigned long long)at, (unsigned)v);
+	if (!show)
+		return 0;
+	n = format_scalar(text, sizeof text, type, v);
+	if (j->len + n > JSON_ROOM) {
+		j->full = true;
+		return 0;
+	}
+	*shown_p = true;
+	return json_put(j, text, n);
+}
+
+/* ---- metadata entries ---------------------------------------------------------- */
+
+static uint64_t key_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3u;
+	return h;
+}
+
+/* The slot holding key, or the free slot where it would go. */
+static size_t *key_slot(const struct parse *p, const char *key)
+{
+	size_t mask = p->keys_cap - 1, i = (size_t)key_hash(key) & mask;
+
+	while (p->keys[i] && strcmp(p->mf->meta[p->keys[i] - 1].key, key) != 0)
+		i = (i + 1) & mask;
+	return &p->keys[i];
+}
+
+/* Kept at most half full, grown with the keys actually read: a lying count
+ * allocates nothing. */
+static int keys_grow(struct parse *p)
+{
+	size_t cap = p->keys_cap ? 2 * p->keys_cap : 64, *old = p->keys, old_cap = p->keys_cap;
+
+	if (!(p->keys = calloc(cap, sizeof *p->keys))) {
+		p->keys = old;
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	}
+	p->keys_cap = cap;
+	for (size_t i = 0; i < old_cap; i++)
+		if (old[i])
+			*key_slot(p, p->mf->meta[old[i] - 1].key) = old[i];
+	free(old);
+	return 0;
+}
+
+/* A key or a tensor name: a GGUF string of 1 to MF_MAX_NAME bytes of text.
+ * On a fault, *len_p and *fault_p say which (the caller words the error). */
+enum name_error { NAME_READ_OK, NAME_EMPTY, NAME_TOO_LONG, NAME_BAD_UTF8, NAME_HAS_NUL };
+
+static int read_name(struct parse *p, char **name_p, uint64_t *len_p, enum name_error *fault_p)
+{
+	uint64_t len;
+	char *name;
+	int rc;
+
+	*name_p = NULL;
+	*fault_p = NAME_READ_OK;
+	if ((rc = cur_u64(&p->c, &len)))
+		return rc;
+	*len_p = len;
+	if (len == 0 || len > MF_MAX_NAME) {
+		*fault_p = len ? NAME_TOO_LONG : NAME_EMPTY;
+		return 0;
+	}
+	if (!(name = malloc((size_t)len + 1)))
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	if ((rc = cur_read(&p->c, name, (size_t)len))) {
+		free(name);
+		return rc;
+	}
+	name[len] = '\0';
+	switch (name_check(name, (size_t)len)) {
+	case NAME_OK:
+		*name_p = name;
+		return 0;
+	case NAME_NOT_UTF8:
+		*fault_p = NAME_BAD_UTF8;
+		break;
+	case NAME_NUL:
+		*fault_p = NAME_HAS_NUL;
+		break;
+	}
+	free(name);
+	return 0;
+}
+
+static int key_error(struct parse *p, enum name_error fault, uint64_t at, uint64_t len)
+{
+	switch (fault) {
+	case NAME_EMPTY:
+		return mf_error(p->mf, _("metadata key at byte %llu is empty"), (unsigned long long)at);
+	case NAME_TOO_LONG:
+		return mf_error(p->mf,
+				_("metadata key at byte %llu is %llu bytes long, more than the %u "
+				  "allowed"),
+				(unsigned long long)at, (unsigned long long)len, MF_MAX_NAME);
+	case NAME_BAD_UTF8:
+		return mf_error(p->mf, _("metadata key at byte %llu is not valid UTF-8"),
+				(unsigned long long)at);
+	default:
+		return mf_error(p->mf, _("metadata key at byte %llu contains a NUL byte"),
+				(unsigned long long)at);
+	}
+}
+
+/* general.alignment: the spec makes it a UINT32, and the data section and
+ * every tensor's offset are multiples of it. */
+static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, char **json_p)
+{
+	struct cursor *c = &p->c;
+	uint64_t at;
+	uint32_t v;
+	int rc;
+
+	if (type != GGUF_UINT32)
+		return mf_error(p->mf,
+				_("metadata key '%s' at byte %llu: the alignment must be a UINT32 "
+				  "(type 4), not type %u"),
+				c->name, (unsigned long long)type_at, type);
+	at = c->pos;
+	if ((rc = cur_u32(c, &v)))
+		return rc;
+	if (v == 0 || (v & (v - 1)) != 0)
+		return mf_error(p->mf,
+				_("metadata key '%s' at byte %llu: the alignment %u is not a power "
+				  "of two"),
+				c->name, (unsigned long long)at, (unsigned)v);
+	p->mf->alignment = v;
+	if (!(*json_p = malloc(16)))
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	snprintf(*json_p, 16, "%u", (unsigned)v);
+	return 0;
+}
+
+static int read_kv(struct parse *p, uint64_t index)
+{
+	struct cursor *c = &p->c;
+	uint64_t key_at = c->pos, type_at, len;
+	enum name_error fault;
+	struct json j = {0};
+	uint32_t type;
+	size_t *slot;
+	char *key;
+	int rc;
+
+	c->what = W_KEY;
+	c->index = index;
+	c->name = NULL;
+	if ((rc = read_name(p, &key, &len, &fault)))
+		return rc;
+	if (fault)
+		return key_error(p, fault, key_at, len);
+	if ((p->mf->n_meta + 1) * 2 > p->keys_cap && (rc = keys_grow(p)))
+		goto err;
+	slot = key_slot(p, key);
+	if (*slot) {
+		rc = mf_error(p->mf, _("metadata key '%s' appears twice (again at byte %llu)"), key,
+			      (unsigned long long)key_at);
+		goto err;
+	}
+	c->what = W_VALUE;
+	c->name = key;
+	type_at = c->pos;
+	if ((rc = cur_u32(c, &type)))
+		goto err;
+	if (type >= GGUF_NTYPES) {
+		rc = mf_error(p->mf, _("metadata key '%s' at byte %llu: value type %u is unknown"),
+			      key, (unsigned long long)type_at, type);
+		goto err;
+	}
+	if (strcmp(key, "general.alignment") == 0) {
+		if ((rc = read_alignment(p, type, type_at, &j.p)))
+			goto err;
+	} else {
+		bool shown = false;
+
+		if ((rc = read_value(p, type, 0, &j, true, &shown)))
+			goto err;
+		/* The text grew by doubling; keep only what it holds. */
+		char *fit = realloc(j.p, j.len + 1);
+		if (fit)
+			j.p = fit;
+	}
+	c->name = NULL;
+	if ((rc = mf_add_meta(p->mf, key, j.p)))
+		return rc;
+	*slot = p->mf->n_meta;
+	return 0;
+err:
+	c->name = NULL;
+	free(key);
+	free(j.p);
+	return rc;
+}
+
+/* ---- tensor infos ------------------------------------------------------------ */
+
+static int tensor_name_error(struct parse *p, enum name_error fault, uint64_t index, uint64_t at,
+			     uint64_t len)
+{
+	unsigned long long i = index, a = at;
+
+	switch (fault) {
+	case NAME_EMPTY:
+		return mf_error(p->mf, _("tensor %llu at byte %llu: the name is empty"), i, a);
+	case NAME_TOO_LONG:
+		return mf_error(p->mf,
+				_("tensor %llu at byte %llu: the name is %llu bytes long, more than "
+				  "the %u allowed"),
+				i, a, (unsigned long long)len, MF_MAX_NAME);
+	case NAME_BAD_UTF8:
+		return mf_error(p->mf, _("tensor %llu at byte %llu: the name is not valid UTF-8"), i,
+				a);
+	default:
+		return mf_error(p->mf, _("tensor %llu at byte %llu: the name contains a NUL byte"),
+				i, a);
+	}
+}
+
+/* Bytes for the shape, as ggml_nbytes counts them for a contiguous tensor:
+ * whole blocks along ne[0], then the other dimensions. */
+static int tensor_size(struct parse *p, struct mf_tensor *t, const struct ggml_type_info *ti)
+{
+	uint64_t elems = 1, size;
+
+	/* ggml holds dimensions and the element count in int64_t. */
+	for (uint32_t i = 0; i < t->n_dims; i++)
+		if (__builtin_mul_overflow(elems, t->shape[i], &elems) || elems > INT64_MAX)
+			goto overflow;
+	if (t->shape[0] % ti->blck)
+		return mf_error(p->mf,
+				_("tensor '%s': its first dimension %llu is not a multiple of the "
+				  "%s block size %u"),
+				t->name, (unsigned long long)t->shape[0], ti->name,
+				(unsigned)ti->blck);
+	size = t->shape[0] / ti->blck;
+	if (__builtin_mul_overflow(size, (uint64_t)ti->size, &size))
+		goto overflow;
+	for (uint32_t i = 1; i < t->n_dims; i++)
+		if (__builtin_mul_overflow(size, t->shape[i], &size))
+			goto overflow;
+	t->size = size;
+	return 0;
+overflow:
+	return mf_error(p->mf, _("tensor '%s': its element count or size overflows 64 bits"),
+			t->name);
+}
+
+static int read_tensor_info(struct parse *p, uint64_t index)
+{
+	struct cursor *c = &p->c;
+	uint64_t at = c->pos, len;
+	const struct ggml_type_info *ti;
+	enum name_error fault;
+	struct mf_tensor *t;
+	uint32_t n_dims, type;
+	char *name;
+	int rc;
+
+	c->what = W_TENSOR_NAME;
+	c->index = index;
+	c->name = NULL;
+	if ((rc = read_name(p, &name, &len, &fault)))
+		return rc;
+	if (fault)
+		return tensor_name_error(p, fault, index, at, len);
+	/* It fails only for memory: the count was held to MF_MAX_TENSORS. */
+	if (!(t = mf_add_tensor(p->mf, name)))
+		return DEVCACHE_ENOMEM;
+	c->what = W_TENSOR;
+	c->name = t->name;
+	if ((rc = cur_u32(c, &n_dims)))
+		return rc;
+	/* ggml's own reader takes 1 to GGML_MAX_DIMS (4). */
+	if (n_dims == 0 || n_dims > GGUF_MAX_DIMS)
+		return mf_error(p->mf, _("tensor '%s': %u dimensions (only 1 to 4)"), t->name,
+				(unsigned)n_dims);
+	t->n_dims = n_dims;
+	/* A dimension of 0 is allowed, as ggml allows it: an empty tensor of
+	 * no bytes (ggml rejects only negative ones, which here are past
+	 * INT64_MAX). */
+	for (uint32_t i = 0; i < n_dims; i++) {
+		if ((rc = cur_u64(c, &t->shape[i])))
+			return rc;
+		if (t->shape[i] > INT64_MAX)
+			return mf_error(p->mf,
+					_("tensor '%s': dimension %u is %llu, more than ggml can hold"),
+					t->name, (unsigned)i, (unsigned long long)t->shape[i]);
+	}
+	if ((rc = cur_u32(c, &type)) || (rc = cur_u64(c, &t->offset)))
+		return rc;
+	ti = type < N_GGML_TYPES ? &ggml_types[type] : NULL;
+	if (!ti || !ti->name)
+		return mf_error(p->mf, _("tensor '%s': type %u is not a ggml type this reader knows"),
+				t->name, (unsigned)type);
+	if (!ti->blck)
+		return mf_error(p->mf,
+				_("tensor '%s': type %u (%s) has been removed from GGUF files"),
+				t->name, (unsigned)type, ti->name);
+	t->type = type;
+	t->dtype = ti->name;
+	c->name = NULL;
+	return tensor_size(p, t, ti);
+}
+
+/* Offsets are read relative to the data section, which starts only after
+ * the last tensor info: they are checked, and made absolute, here. */
+static int place_tensors(struct parse *p)
+{
+	struct devcache_model_file *mf = p->mf;
+	uint64_t a = mf->alignment;
+
+	/* No overflow: pos is within the file (an off_t), a at most 2^31. */
+	mf->data_offset = (p->c.pos + a - 1) / a * a;
+	for (size_t i = 0; i < mf->n_tensors; i++) {
+		struct mf_tensor *t = &mf->tensors[i];
+		uint64_t start, end;
+
+		if (t->offset % a)
+			return mf_error(mf, _("tensor '%s': offset %llu is not a multiple of the "
+					      "alignment %llu"),
+					t->name, (unsigned long long)t->offset, (unsigned long long)a);
+		if (__builtin_add_overflow(mf->data_offset, t->offset, &start) ||
+		    __builtin_add_overflow(start, t->size, &end) || end > mf->size)
+			return mf_error(mf,
+					_("tensor '%s': its %llu bytes at data offset %llu run past "
+					  "the end of the %llu-byte file (the data starts at byte %llu)"),
+					t->name, (unsigned long long)t->size,
+					(unsigned long long)t->offset, (unsigned long long)mf->size,
+					(unsigned long long)mf->data_offset);
+		t->offset = start;
+	}
+	return 0;
+}
+
+struct span {
+	uint64_t start, end;
+	size_t index;
+};
+
+static int by_start(const void *x, const void *y)
+{
+	const struct span *a = x, *b = y;
+
+	return a->start < b->start ? -1 : a->start > b->start;
+}
+
+/* Two tensors sharing bytes would be two views of one buffer, which a
+ * loader copying each to its own device memory cannot honour. */
+static int check_overlaps(struct parse *p)
+{
+	struct devcache_model_file *mf = p->mf;
+	struct span *s, far = {0, 0, 0};
+	size_t n = 0;
+	int rc = 0;
+
+	if (mf->n_tensors < 2)
+		return 0;
+	if (!(s = malloc(mf->n_tensors * sizeof *s)))
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	/* An empty tensor holds no bytes, so it overlaps nothing. */
+	for (size_t i = 0; i < mf->n_tensors; i++)
+		if (mf->tensors[i].size)
+			s[n++] = (struct span){mf->tensors[i].offset,
+					       mf->tensors[i].offset + mf->tensors[i].size, i};
+	qsort(s, n, sizeof *s, by_start);
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (i && s[i].start < far.end) {
+			const struct mf_tensor *a = &mf->tensors[far.index], *b = &mf->tensors[s[i].index];
+
+			rc = mf_error(mf,
+				      _("tensors '%s' and '%s' overlap (bytes %llu to %llu and %llu to "
+					"%llu)"),
+				      a->name, b->name, (unsigned long long)far.start,
+				      (unsigned long long)far.end, (unsigned long long)s[i].start,
+				      (unsigned long long)s[i].end);
+		}
+		if (s[i].end > far.end)
+			far = s[i];
+	}
+	free(s);
+	return rc;
+}
+
+/* ---- the header ---------------------------------------------------------------- */
+
+static int read_header(struct parse *p, uint64_t *n_tensors_p, uint64_t *n_kv_p)
+{
+	struct devcache_model_file *mf = p->mf;
+	struct cursor *c = &p->c;
+	unsigned char magic[4];
+	uint64_t nt, nkv, room;
+	uint32_t version;
+	int rc;
+
+	c->what = W_HEADER;
+	/* The magic was matched by the caller. */
+	if ((rc = cur_read(c, magic, sizeof magic)) || (rc = cur_u32(c, &version)))
+		return rc;
+	if (version != 2 && version != 3) {
+		uint32_t swapped = __builtin_bswap32(version);
+
+		if (swapped == 2 || swapped == 3)
+			return mf_error(mf, _("GGUF version %u is version %u byte-swapped: "
+					      "big-endian files are not supported"),
+					(unsigned)version, (unsigned)swapped);
+		return mf_error(mf, _("GGUF version %u is not supported (only 2 and 3)"),
+				(unsigned)version);
+	}
+	mf->version = version;
+	if ((rc = cur_u64(c, &nt)) || (rc = cur_u64(c, &nkv)))
+		return rc;
+	/* Every count is held to what the file could hold, and to the hard
+	 * limits, before anything is allocated or looped over. */
+	room = mf->size - GGUF_HEADER_SIZE;
+	if (nt > room / GGUF_MIN_TENSOR_INFO)
+		return mf_error(mf, _("tensor count %llu cannot fit in a %llu-byte file"),
+				(unsigned long long)nt, (unsigned long long)mf->size);
+	if (nkv > room / GGUF_MIN_KV)
+		return mf_error(mf, _("metadata count %llu cannot fit in a %llu-byte file"),
+				(unsigned long long)nkv, (unsigned long long)mf->size);
+	if (nt > MF_MAX_TENSORS)
+		return mf_error(mf, _("tensor count %llu is more than the %u this reader accepts"),
+				(unsigned long long)nt, MF_MAX_TENSORS);
+	if (nkv > MF_MAX_METADATA)
+		return mf_error(mf, _("metadata count %llu is more than the %u this reader accepts"),
+				(unsigned long long)nkv, MF_MAX_METADATA);
+	if (nt * GGUF_MIN_TENSOR_INFO + nkv * GGUF_MIN_KV > room)
+		return mf_error(mf,
+				_("%llu metadata entries and %llu tensors cannot fit in a %llu-byte "
+				  "file"),
+				(unsigned long long)nkv, (unsigned long long)nt,
+				(unsigned long long)mf->size);
+	*n_tensors_p = nt;
+	*n_kv_p = nkv;
+	return 0;
+}
+
+int gguf_parse(struct devcache_model_file *mf)
+{
+	uint64_t n_tensors = 0, n_kv = 0;
+	struct parse *p;
+	int rc;
+
+	if (!(p = calloc(1, sizeof *p)))
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	p->mf = mf;
+	p->c.mf = mf;
+	mf->alignment = GGUF_DEFAULT_ALIGNMENT;
+	if ((rc = read_header(p, &n_tensors, &n_kv)))
+		goto out;
+	for (uint64_t i = 0; i < n_kv && !rc; i++)
+		rc = read_kv(p, i);
+	if (rc)
+		goto out;
+	/* Counted again now that the metadata's true length is known. */
+	if (n_tensors > cur_left(&p->c) / GGUF_MIN_TENSOR_INFO) {
+		rc = mf_error(mf,
+			      _("tensor count %llu cannot fit in the %llu bytes left after the "
+				"metadata (from byte %llu)"),
+			      (unsigned long long)n_tensors, (unsigned long long)cur_left(&p->c),
+			      (unsigned long long)p->c.pos);
+		goto out;
+	}
+	for (uint64_t i = 0; i < n_tensors && !rc; i++)
+		rc = read_tensor_info(p, i);
+	if (!rc)
+		rc = place_tensors(p);
+	if (!rc)
+		rc = check_overlaps(p);
+out:
+	free(p->scratch);
+	free(p->keys);
+	free(p);
+	return rc;
+}

@@ -1,0 +1,885 @@
+/* model-cache.c - loading model files onto devices (zero-copy on the host, a pinned staging ring elsewhere) and caching them within RAM and VRAM budgets. */
+#include "model-file.h"
+#include "alloc.h"
+#include "backend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Tensors on a device are packed at this alignment: what GPU kernels and
+ * vectorised loads expect of a tensor's first byte. */
+#define TENSOR_ALIGN ((uint64_t)256)
+/* O_DIRECT reads go in units of the logical block size; 4 KiB covers the
+ * disks in use. */
+#define DIRECT_ALIGN ((uint64_t)4096)
+
+enum entry_state { ENTRY_LOADING, ENTRY_READY };
+
+/* One cached model: a file placed on one device, writable or not. */
+struct devcache_model {
+	struct model_cache *cache;
+	/* the key */
+	dev_t fdev;
+	ino_t ino;
+	uint64_t fsize;
+	struct timespec mtime;
+	devcache_device_t *dev;
+	bool writable;
+
+	devcache_model_file_t *mf;
+	void *map;             /* host placement: the file's mapping (or a copy) */
+	size_t map_len;
+	void *dev_base;        /* device placement: one allocation */
+	uint64_t *dev_offsets; /* each tensor's offset in it */
+	uint64_t bytes;        /* charged against the budget */
+	uint64_t read, uploaded; /* by its load, for the statistics */
+	int locks;             /* loads not yet released */
+	enum entry_state state;
+	struct devcache_model *prev, *next; /* most recently used first */
+};
+
+struct model_cache {
+	devcache_ctx_t *ctx;
+	pthread_mutex_t lock;
+	pthread_cond_t ready; /* an entry left the loading state */
+	struct devcache_model *head, *tail;
+	uint64_t ram_used, ram_budget;
+	uint64_t *vram_used, *vram_budget; /* by device index */
+	devcache_cache_stats_t stats;
+};
+
+static bool is_host(const devcache_device_t *dev)
+{
+	return dev->info.caps & DEVCACHE_CAP_HOST_MEMORY;
+}
+
+static size_t dev_index(const struct model_cache *c, const devcache_device_t *dev)
+{
+	return (size_t)(dev - c->ctx->devices);
+}
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- budgets ------------------------------------------------------------------ */
+
+static uint64_t tun_size(const devcache_ctx_t *ctx, int id, uint64_t auto_value)
+{
+	const struct tunable_value *v = &ctx->tun.v[id];
+
+	return v->special == TV_AUTO ? auto_value : v->u.size;
+}
+
+/* device_working_mem's auto rule: a tenth of the device, at least 512 MiB
+ * and at most half of it. */
+static uint64_t working_mem(const devcache_ctx_t *ctx, uint64_t total)
+{
+	uint64_t w = total / 10;
+
+	if (w < (512ull << 20))
+		w = 512ull << 20;
+	if (w > total / 2)
+		w = total / 2;
+	return tun_size(ctx, TUN_device_working_mem, w);
+}
+
+static int cache_create(devcache_ctx_t *ctx, struct model_cache **c_p)
+{
+	struct model_cache *c = calloc(1, sizeof *c);
+
+	if (!c || !(c->vram_used = calloc(ctx->n_devices, sizeof *c->vram_used)) ||
+	    !(c->vram_budget = calloc(ctx->n_devices, sizeof *c->vram_budget))) {
+		if (c)
+			free(c->vram_used);
+		free(c);
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	}
+	c->ctx = ctx;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->ready, NULL);
+	uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	c->ram_budget = tun_size(ctx, TUN_max_cache_ram, phys / 2);
+	for (size_t i = 0; i < ctx->n_devices; i++) {
+		uint64_t total = ctx->devices[i].info.total_memory;
+
+		c->vram_budget[i] = tun_size(ctx, TUN_max_cache_vram,
+					     total - working_mem(ctx, total));
+	}
+	c->stats.ram_budget = c->ram_budget;
+	*c_p = c;
+	return 0;
+}
+
+/* ---- LRU and eviction ------------------------------------------------------------ */
+
+static void lru_unlink(struct model_cache *c, struct devcache_model *m)
+{
+	if (m->prev)
+		m->prev->next = m->next;
+	else if (c->head == m)
+		c->head = m->next;
+	if (m->next)
+		m->next->prev = m->prev;
+	else if (c->tail == m)
+		c->tail = m->prev;
+	m->prev = m->next = NULL;
+}
+
+static void lru_push_front(struct model_cache *c, struct devcache_model *m)
+{
+	m->prev = NULL;
+	m->next = c->head;
+	if (c->head)
+		c->head->prev = m;
+	c->head = m;
+	if (!c->tail)
+		c->tail = m;
+}
+
+static uint64_t *used_of(struct model_cache *c, const devcache_device_t *dev)
+{
+	return is_host(dev) ? &c->ram_used : &c->vram_used[dev_index(c, dev)];
+}
+
+static uint64_t budget_of(struct model_cache *c, const devcache_device_t *dev)
+{
+	return is_host(dev) ? c->ram_budget : c->vram_budget[dev_index(c, dev)];
+}
+
+/* Give back what an entry holds; the caller has unlinked and uncharged it. */
+static void entry_free(struct devcache_model *m)
+{
+	if (m->map)
+		munmap(m->map, m->map_len);
+	if (m->dev_base && devcache_free(m->dev, m->dev_base))
+		log_msg(&m->dev->ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
+	free(m->dev_offsets);
+	devcache_model_file_close(m->mf);
+	free(m);
+}
+
+static void evict(struct model_cache *c, struct devcache_model *m)
+{
+	lru_unlink(c, m);
+	*used_of(c, m->dev) -= m->bytes;
+	c->stats.evictions++;
+	c->stats.models--;
+	log_msg(&c->ctx->log, DEVCACHE_LOG_INFO, _("model cache: evicted %s from %s"), m->mf->path,
+		m->dev->id);
+	entry_free(m);
+}
+
+/* Evict unlocked models on dev, least recently used first, until need
+ * bytes fit its budget or, with need 0, until want bytes are freed.
+ * Called with the cache locked.  Returns the bytes freed. */
+static uint64_t evict_for(struct model_cache *c, devcache_device_t *dev, uint64_t need,
+			  uint64_t want)
+{
+	uint64_t *used = used_of(c, dev), budget = budget_of(c, dev), freed = 0;
+	struct devcache_model *m = c->tail;
+
+	while (m && (need ? *used + need > budget : freed < want)) {
+		struct devcache_model *prev = m->prev;
+
+		if (m->dev == dev && m->locks == 0 && m->state == ENTRY_READY) {
+			freed += m->bytes;
+			evict(c, m);
+		}
+		m = prev;
+	}
+	return freed;
+}
+
+/* The allocator is out of memory on dev: evict unlocked models there. */
+static size_t cache_pressure(void *user, devcache_device_t *dev, size_t need)
+{
+	struct model_cache *c = user;
+	uint64_t freed;
+
+	if (is_host(dev))
+		return 0; /* host placements are mappings, not allocator memory */
+	pthread_mutex_lock(&c->lock);
+	freed = evict_for(c, dev, 0, need ? need : 1);
+	pthread_mutex_unlock(&c->lock);
+	return (size_t)freed;
+}
+
+/* ---- host placement: the file in place ---------------------------------------- */
+
+static int place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
+{
+	devcache_ctx_t *ctx = m->dev->ctx;
+	devcache_model_file_t *mf = m->mf;
+	size_t len = mf->size ? (size_t)mf->size : 1;
+	struct stat st;
+
+	if (!ctx->tun.v[TUN_mmap].u.b) {
+		/* A copy in anonymous memory: it survives the file being replaced. */
+		void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		uint64_t done = 0;
+
+		if (p == MAP_FAILED)
+			return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes: %s"), mf->path,
+				       len, strerror(errno));
+		m->map = p;
+		m->map_len = len;
+		while (done < mf->size) {
+			size_t chunk = mf->size - done > (64u << 20) ? (64u << 20) : (size_t)(mf->size - done);
+			int rc = mf_read(mf, (char *)p + done, chunk, done, _("tensor data"));
+
+			if (rc)
+				return rc;
+			done += chunk;
+			m->read += chunk;
+			if (args->progress && args->progress(args->progress_user, done, mf->size))
+				return err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), mf->path);
+		}
+		if (!(args->flags & DEVCACHE_LOAD_WRITABLE))
+			mprotect(p, len, PROT_READ);
+		return 0;
+	}
+	/* Zero-copy.  Pages come from the page cache as they are touched, so
+	 * the file must keep its size while it is mapped: a file truncated
+	 * under a mapping raises SIGBUS on access (devcache.conf(5), mmap).
+	 * Its size is checked here, once the mapping exists. */
+	void *p = args->flags & DEVCACHE_LOAD_WRITABLE
+			  ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, mf->fd, 0)
+			  : mmap(NULL, len, PROT_READ, MAP_SHARED, mf->fd, 0);
+	if (p == MAP_FAILED)
+		return err_set(DEVCACHE_EIO, _("%s: cannot map: %s"), mf->path, strerror(errno));
+	m->map = p;
+	m->map_len = len;
+	if (fstat(mf->fd, &st) != 0 || (uint64_t)st.st_size != mf->size)
+		return mf_error(mf, _("the file changed size while it was being opened"));
+	if (args->progress && args->progress(args->progress_user, mf->size, mf->size))
+		return err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), mf->path);
+	return 0;
+}
+
+/* ---- device placement: the staging ring ------------------------------------------ */
+
+/* A run of the file read into one staging buffer, and the tensor pieces in
+ * it to copy to the device. */
+struct piece {
+	uint64_t buf_off, len, dev_off;
+};
+
+struct chunk {
+	uint64_t file_off, len;
+	size_t first_piece, n_pieces;
+};
+
+struct staging {
+	void *buf;
+	devcache_event_t event; /* the copies out of it; NULL: none pending */
+	bool busy;
+};
+
+struct upload {
+	struct devcache_model *m;
+	const devcache_load_args_t *args;
+	struct backend *be;
+	int ordinal;
+	int fd, direct_fd;
+	struct chunk *chunks;
+	size_t n_chunks, next_chunk;
+	struct piece *pieces;
+	size_t n_pieces;
+	struct staging *ring;
+	size_t n_ring;
+	uint64_t buf_size, done, total;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool direct_failed; /* atomic: O_DIRECT refused, read plainly */
+	int error;        /* the first failure, or 0 */
+	char why[512];    /* its detail message */
+	bool cancelled;
+	uint64_t reported; /* the reporter's last figure */
+};
+
+static void upload_fail(struct upload *u, int rc)
+{
+	pthread_mutex_lock(&u->lock);
+	if (!u->error) {
+		u->error = rc;
+		snprintf(u->why, sizeof u->why, "%s", devcache_last_error());
+	}
+	pthread_cond_broadcast(&u->cond);
+	pthread_mutex_unlock(&u->lock);
+}
+
+/* Read a chunk into buf.  With O_DIRECT the read covers the aligned
+ * superset of the chunk into an aligned part of the buffer (plan_upload
+ * left room for both); a file system that refuses it turns direct reads
+ * off for the rest of the load, and the chunk is read plainly. */
+static int read_chunk(struct upload *u, const struct chunk *ch, char *buf, char **data_p)
+{
+	const devcache_model_file_t *mf = u->m->mf;
+	bool direct = u->direct_fd >= 0 && !__atomic_load_n(&u->direct_failed, __ATOMIC_RELAXED);
+	int fd = direct ? u->direct_fd : u->fd;
+	uint64_t start = ch->file_off, end = ch->file_off + ch->len;
+
+	if (direct) {
+		start &= ~(DIRECT_ALIGN - 1);
+		end = (end + DIRECT_ALIGN - 1) & ~(DIRECT_ALIGN - 1);
+		buf = (char *)(((uintptr_t)buf + DIRECT_ALIGN - 1) & ~(uintptr_t)(DIRECT_ALIGN - 1));
+	}
+	*data_p = buf + (ch->file_off - start);
+	for (uint64_t pos = start; pos < end;) {
+		ssize_t n = pread(fd, buf + (pos - start), (size_t)(end - pos), (off_t)pos);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EINVAL && direct) {
+			if (!__atomic_exchange_n(&u->direct_failed, true, __ATOMIC_RELAXED))
+				log_msg(&u->m->dev->ctx->log, DEVCACHE_LOG_DEBUG,
+					_("%s: O_DIRECT reads fail (%s); reading through the page cache"),
+					mf->path, strerror(errno));
+			return read_chunk(u, ch, buf, data_p);
+		}
+		if (n < 0)
+			return err_set(DEVCACHE_EIO, _("%s: cannot read at byte %llu: %s"), mf->path,
+				       (unsigned long long)pos, strerror(errno));
+		if (n == 0) {
+			if (pos >= ch->file_off + ch->len)
+				break; /* O_DIRECT: the aligned end lies past the end of the file */
+			return mf_error(mf, _("the file ends at byte %llu, but tensor data runs to "
+					      "byte %llu: was it truncated while being loaded?"),
+					(unsigned long long)pos,
+					(unsigned long long)(ch->file_off + ch->len));
+		}
+		pos += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Take a staging buffer whose copies have completed. */
+static int take_buffer(struct upload *u, size_t *idx_p)
+{
+	pthread_mutex_lock(&u->lock);
+	for (;;) {
+		if (u->error || u->cancelled) {
+			pthread_mutex_unlock(&u->lock);
+			return -1;
+		}
+		for (size_t i = 0; i < u->n_ring; i++)
+			if (!u->ring[i].busy) {
+				u->ring[i].busy = true;
+				pthread_mutex_unlock(&u->lock);
+				*idx_p = i;
+				/* Wait for the copies out of it, outside the lock. */
+				if (u->ring[i].event &&
+				    u->be->ops->event_synchronize(u->be->state, u->ordinal, u->ring[i].event)) {
+					upload_fail(u, DEVCACHE_EBACKEND);
+					return -1;
+				}
+				return 0;
+			}
+		pthread_cond_wait(&u->cond, &u->lock);
+	}
+}
+
+static void give_buffer(struct upload *u, size_t idx)
+{
+	pthread_mutex_lock(&u->lock);
+	u->ring[idx].busy = false;
+	pthread_cond_broadcast(&u->cond);
+	pthread_mutex_unlock(&u->lock);
+}
+
+/* One worker: take the next chunk, read it into a free buffer, queue its
+ * copies, record an event so the buffer is reused only once they are done.
+ * The loading thread runs this too, and reports progress between chunks. */
+static void work(struct upload *u, bool reporter)
+{
+	devcache_stream_t stream = u->args->stream;
+	char *base = u->m->dev_base;
+
+	for (;;) {
+		size_t ci, bi;
+
+		pthread_mutex_lock(&u->lock);
+		if (u->error || u->cancelled || u->next_chunk == u->n_chunks) {
+			pthread_mutex_unlock(&u->lock);
+			break;
+		}
+		ci = u->next_chunk++;
+		pthread_mutex_unlock(&u->lock);
+		if (take_buffer(u, &bi))
+			break;
+		const struct chunk *ch = &u->chunks[ci];
+		char *data;
+		int rc = read_chunk(u, ch, u->ring[bi].buf, &data);
+
+		for (size_t p = 0; rc == 0 && p < ch->n_pieces; p++) {
+			const struct piece *pc = &u->pieces[ch->first_piece + p];
+
+			rc = u->be->ops->memcpy_htod(u->be->state, u->ordinal, base + pc->dev_off,
+						     data + pc->buf_off, (size_t)pc->len, stream);
+		}
+		if (rc == 0)
+			rc = u->be->ops->event_record(u->be->state, u->ordinal, u->ring[bi].event,
+						      stream);
+		if (rc) {
+			give_buffer(u, bi);
+			upload_fail(u, rc);
+			break;
+		}
+		give_buffer(u, bi);
+		pthread_mutex_lock(&u->lock);
+		u->done += ch->len;
+		uint64_t done = u->done;
+		pthread_mutex_unlock(&u->lock);
+		if (reporter && (u->reported = done, u->args->progress) &&
+		    u->args->progress(u->args->progress_user, done, u->total)) {
+			pthread_mutex_lock(&u->lock);
+			u->cancelled = true;
+			pthread_cond_broadcast(&u->cond);
+			pthread_mutex_unlock(&u->lock);
+			break;
+		}
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	work(arg, false);
+	return NULL;
+}
+
+/* Lay the tensors out on the device, packed at TENSOR_ALIGN in file order,
+ * and cut the file into chunks of at most one staging buffer. */
+static int plan_upload(struct upload *u, uint64_t *dev_size_p)
+{
+	devcache_model_file_t *mf = u->m->mf;
+	/* O_DIRECT needs room to align the buffer's start and both ends. */
+	uint64_t cur = 0, room = u->buf_size - (u->direct_fd >= 0 ? 3 * DIRECT_ALIGN : 0);
+
+	u->m->dev_offsets = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *u->m->dev_offsets);
+	/* Each tensor is cut into at most size/room + 1 pieces. */
+	size_t max_pieces = 0;
+	for (size_t i = 0; i < mf->n_tensors; i++)
+		max_pieces += (size_t)(mf->tensors[i].size / room) + 1;
+	u->pieces = calloc(max_pieces ? max_pieces : 1, sizeof *u->pieces);
+	u->chunks = calloc(max_pieces ? max_pieces : 1, sizeof *u->chunks);
+	if (!u->m->dev_offsets || !u->pieces || !u->chunks)
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	for (size_t i = 0; i < mf->n_tensors; i++) {
+		cur = (cur + TENSOR_ALIGN - 1) & ~(TENSOR_ALIGN - 1);
+		u->m->dev_offsets[i] = cur;
+		cur += mf->tensors[i].size;
+	}
+	*dev_size_p = cur ? cur : 1;
+	/* Pieces in file order; a chunk grows while the next piece ends within
+	 * one buffer of the chunk's start (gaps between tensors are read too:
+	 * GGUF pads to its alignment). */
+	struct chunk *ch = NULL;
+	for (size_t i = 0; i < mf->n_tensors; i++) {
+		const struct mf_tensor *t = &mf->tensors[i];
+
+		for (uint64_t off = 0; off < t->size;) {
+			uint64_t f = t->offset + off, len = t->size - off;
+
+			if (ch && f >= ch->file_off && f + 1 <= ch->file_off + room) {
+				uint64_t fit = ch->file_off + room - f;
+
+				len = len < fit ? len : fit;
+			} else {
+				ch = &u->chunks[u->n_chunks++];
+				*ch = (struct chunk){.file_off = f, .first_piece = u->n_pieces};
+				len = len < room ? len : room;
+			}
+			u->pieces[u->n_pieces++] = (struct piece){
+				.buf_off = f - ch->file_off, .len = len,
+				.dev_off = u->m->dev_offsets[i] + off};
+			ch->n_pieces++;
+			if (f + len - ch->file_off > ch->len)
+				ch->len = f + len - ch->file_off;
+			off += len;
+		}
+	}
+	for (size_t i = 0; i < u->n_chunks; i++)
+		u->total += u->chunks[i].len;
+	return 0;
+}
+
+static int place_on_device(struct devcache_model *m, const devcache_load_args_t *args)
+{
+	devcache_ctx_t *ctx = m->dev->ctx;
+	devcache_model_file_t *mf = m->mf;
+	struct upload u = {.m = m, .args = args, .be = m->dev->backend, .ordinal = m->dev->ordinal,
+			   .fd = mf->fd, .direct_fd = -1};
+	uint64_t dev_size = 0;
+	size_t n_workers = (size_t)ctx->tun.v[TUN_load_workers].u.i;
+	pthread_t *threads = NULL;
+	size_t started = 0;
+	int rc;
+
+	u.buf_size = ctx->tun.v[TUN_staging_buffer_size].u.size;
+	u.n_ring = (size_t)ctx->tun.v[TUN_staging_buffers].u.i;
+	pthread_mutex_init(&u.lock, NULL);
+	pthread_cond_init(&u.cond, NULL);
+	if (ctx->tun.v[TUN_direct_io].u.b) {
+		u.direct_fd = open(mf->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		if (u.direct_fd < 0)
+			log_msg(&ctx->log, DEVCACHE_LOG_DEBUG,
+				_("%s: O_DIRECT reads fail (%s); reading through the page cache"),
+				mf->path, strerror(errno));
+	}
+	if ((rc = plan_upload(&u, &dev_size)))
+		goto out;
+	if ((rc = devcache_alloc(m->dev, (size_t)dev_size, args->stream, &m->dev_base)))
+		goto out;
+	if (!(u.ring = calloc(u.n_ring, sizeof *u.ring))) {
+		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		goto out;
+	}
+	for (size_t i = 0; i < u.n_ring; i++) {
+		if ((rc = devcache_host_alloc(m->dev, (size_t)u.buf_size, &u.ring[i].buf)) ||
+		    (rc = u.be->ops->event_create(u.be->state, u.ordinal, &u.ring[i].event)))
+			goto out;
+	}
+	if (n_workers > 1 && !(threads = calloc(n_workers - 1, sizeof *threads))) {
+		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		goto out;
+	}
+	for (size_t i = 0; i + 1 < n_workers && u.n_chunks > i + 1; i++) {
+		if (pthread_create(&threads[i], NULL, worker_main, &u) != 0)
+			break; /* fewer workers: slower, not wrong */
+		started++;
+	}
+	work(&u, true);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	/* The other workers may have finished the last chunks: report the end. */
+	if (!u.error && !u.cancelled && u.reported < u.done && args->progress &&
+	    args->progress(args->progress_user, u.done, u.total))
+		u.cancelled = true;
+	/* Every copy is queued; the load is done when the stream is. */
+	int sync = u.be->ops->stream_synchronize(u.be->state, u.ordinal, args->stream);
+	if (u.error) {
+		rc = err_set(u.error, "%s", u.why);
+	} else if (u.cancelled) {
+		rc = err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), mf->path);
+	} else if (sync) {
+		rc = sync;
+	} else {
+		m->read = m->uploaded = u.total;
+		if (ctx->tun.v[TUN_evict_page_cache].u.b)
+			posix_fadvise(mf->fd, 0, 0, POSIX_FADV_DONTNEED);
+	}
+out:
+	for (size_t i = 0; u.ring && i < u.n_ring; i++) {
+		if (u.ring[i].event)
+			u.be->ops->event_destroy(u.be->state, u.ordinal, u.ring[i].event);
+		devcache_host_free(m->dev, u.ring[i].buf);
+	}
+	free(u.ring);
+	free(threads);
+	free(u.pieces);
+	free(u.chunks);
+	if (u.direct_fd >= 0)
+		close(u.direct_fd);
+	pthread_cond_destroy(&u.cond);
+	pthread_mutex_destroy(&u.lock);
+	return rc;
+}
+
+/* ---- the public API -------------------------------------------------------------- */
+
+static struct devcache_model *find(struct model_cache *c, const devcache_model_file_t *mf,
+				   devcache_device_t *dev, bool writable)
+{
+	for (struct devcache_model *m = c->head; m; m = m->next)
+		if (m->ino == mf->ino && m->fdev == mf->dev && m->fsize == mf->size &&
+		    m->mtime.tv_sec == mf->mtime.tv_sec && m->mtime.tv_nsec == mf->mtime.tv_nsec &&
+		    m->dev == dev && m->writable == writable)
+			return m;
+	return NULL;
+}
+
+/* What a model takes where it is placed. */
+static uint64_t footprint(const devcache_model_file_t *mf, const devcache_device_t *dev)
+{
+	if (is_host(dev))
+		return mf->size;
+	uint64_t cur = 0;
+	for (size_t i = 0; i < mf->n_tensors; i++)
+		cur = ((cur + TENSOR_ALIGN - 1) & ~(TENSOR_ALIGN - 1)) + mf->tensors[i].size;
+	return cur;
+}
+
+static int get_cache(devcache_ctx_t *ctx, struct model_cache **c_p)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&ctx->lock);
+	if (!ctx->cache && (rc = cache_create(ctx, &ctx->cache)) == 0) {
+		/* Registered under ctx->lock, as devcache_pressure_register does. */
+		if (ctx->n_pressure == DEVCACHE_MAX_PRESSURE)
+			log_msg(&ctx->log, DEVCACHE_LOG_WARNING,
+				_("model cache: no room for its pressure callback; models are evicted "
+				  "only within their budgets"));
+		else
+			ctx->pressure[ctx->n_pressure++] = (struct pressure_cb){cache_pressure, ctx->cache};
+	}
+	*c_p = ctx->cache;
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev,
+			const devcache_load_args_t *args, devcache_model_t **model_p)
+{
+	devcache_load_args_t defaults = {.struct_size = sizeof defaults};
+	devcache_model_file_t *mf = NULL;
+	struct model_cache *c;
+	struct devcache_model *m;
+	char need_s[32], budget_s[32];
+	int rc;
+
+	if (!ctx || !path || !dev || !model_p)
+		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: NULL argument"));
+	*model_p = NULL;
+	if (!args)
+		args = &defaults;
+	if (args->struct_size < sizeof *args)
+		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: struct_size %zu is too small"),
+			       args->struct_size);
+	if (dev->ctx != ctx)
+		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: %s belongs to another context"),
+			       dev->id);
+	if ((rc = get_cache(ctx, &c)))
+		return rc;
+	if ((rc = devcache_model_file_open(path, &mf))) {
+		pthread_mutex_lock(&c->lock);
+		c->stats.failed_loads++;
+		pthread_mutex_unlock(&c->lock);
+		return rc;
+	}
+	bool writable = is_host(dev) && (args->flags & DEVCACHE_LOAD_WRITABLE);
+	uint64_t need = footprint(mf, dev);
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		m = find(c, mf, dev, writable);
+		if (!m || m->state == ENTRY_READY)
+			break;
+		pthread_cond_wait(&c->ready, &c->lock); /* another thread is loading it */
+	}
+	if (m) {
+		m->locks++;
+		c->stats.hits++;
+		c->stats.locked_models += m->locks == 1;
+		lru_unlink(c, m);
+		lru_push_front(c, m);
+		pthread_mutex_unlock(&c->lock);
+		devcache_model_file_close(mf);
+		*model_p = m;
+		return 0;
+	}
+	c->stats.misses++;
+	evict_for(c, dev, need, 0);
+	if (*used_of(c, dev) + need > budget_of(c, dev)) {
+		uint64_t budget = budget_of(c, dev), used = *used_of(c, dev);
+
+		c->stats.failed_loads++;
+		pthread_mutex_unlock(&c->lock);
+		format_size(need, need_s, sizeof need_s);
+		format_size(budget, budget_s, sizeof budget_s);
+		rc = err_set(DEVCACHE_ENOMEM,
+			     _("%s: the model needs %s on %s, but the cache's budget there (%s) is "
+			       "%s and locked models hold %llu bytes of it"),
+			     path, need_s, dev->id, is_host(dev) ? "max_cache_ram" : "max_cache_vram",
+			     budget_s, (unsigned long long)used);
+		devcache_model_file_close(mf);
+		return rc;
+	}
+	if (!(m = calloc(1, sizeof *m))) {
+		c->stats.failed_loads++;
+		pthread_mutex_unlock(&c->lock);
+		devcache_model_file_close(mf);
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	}
+	*m = (struct devcache_model){.cache = c, .fdev = mf->dev, .ino = mf->ino, .fsize = mf->size,
+				     .mtime = mf->mtime, .dev = dev, .writable = writable, .mf = mf,
+				     .bytes = need, .locks = 1, .state = ENTRY_LOADING};
+	/* Charged and listed while it loads, so concurrent loads see it. */
+	*used_of(c, dev) += need;
+	lru_push_front(c, m);
+	c->stats.models++;
+	c->stats.locked_models++;
+	pthread_mutex_unlock(&c->lock);
+
+	double t0 = now_seconds();
+	if (ctx->tun.v[TUN_fadvise_sequential].u.b)
+		posix_fadvise(mf->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	rc = is_host(dev) ? place_on_host(m, args) : place_on_device(m, args);
+
+	pthread_mutex_lock(&c->lock);
+	c->stats.load_seconds += now_seconds() - t0;
+	if (rc) {
+		/* Nothing of a failed load stays: memory, charge, entry. */
+		lru_unlink(c, m);
+		*used_of(c, dev) -= m->bytes;
+		c->stats.models--;
+		c->stats.locked_models--;
+		if (rc == DEVCACHE_ECANCELED)
+			c->stats.cancelled_loads++;
+		else
+			c->stats.failed_loads++;
+	} else {
+		m->state = ENTRY_READY;
+		/* A zero-copy mapping reads nothing now: the page cache reads
+		 * the file as its pages are first touched. */
+		c->stats.bytes_read += m->read;
+		c->stats.bytes_uploaded += m->uploaded;
+	}
+	pthread_cond_broadcast(&c->ready);
+	pthread_mutex_unlock(&c->lock);
+	if (rc) {
+		char why[1024];
+
+		snprintf(why, sizeof why, "%s", devcache_last_error());
+		entry_free(m);
+		return err_set(rc, "%s", why);
+	}
+	*model_p = m;
+	return 0;
+}
+
+void devcache_model_release(devcache_model_t *m)
+{
+	if (!m)
+		return;
+	struct model_cache *c = m->cache;
+
+	pthread_mutex_lock(&c->lock);
+	if (m->locks > 0 && --m->locks == 0)
+		c->stats.locked_models--;
+	pthread_mutex_unlock(&c->lock);
+}
+
+const devcache_model_file_t *devcache_model_file(const devcache_model_t *m)
+{
+	return m ? m->mf : NULL;
+}
+
+int devcache_model_tensor_at(const devcache_model_t *m, size_t index, devcache_tensor_info_t *info,
+			     void **data_p)
+{
+	if (!m || !info || !data_p)
+		return err_set(DEVCACHE_EINVAL, _("devcache_model_tensor_at: NULL argument"));
+	if (devcache_model_file_tensor(m->mf, index, info))
+		return DEVCACHE_ENOENT;
+	*data_p = m->map ? (char *)m->map + info->offset : (char *)m->dev_base + m->dev_offsets[index];
+	return 0;
+}
+
+int devcache_model_tensor(const devcache_model_t *m, const char *name, devcache_tensor_info_t *info,
+			  void **data_p)
+{
+	if (!m || !name || !info || !data_p)
+		return err_set(DEVCACHE_EINVAL, _("devcache_model_tensor: NULL argument"));
+	long i = mf_index(m->mf, name);
+	if (i < 0)
+		return err_set(DEVCACHE_ENOENT, _("%s: no tensor named '%s'"), m->mf->path, name);
+	return devcache_model_tensor_at(m, (size_t)i, info, data_p);
+}
+
+int devcache_cache_stats(devcache_ctx_t *ctx, devcache_cache_stats_t *stats)
+{
+	struct model_cache *c;
+	int rc;
+
+	if (!ctx || !stats)
+		return err_set(DEVCACHE_EINVAL, _("devcache_cache_stats: NULL argument"));
+	if ((rc = get_cache(ctx, &c)))
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	*stats = c->stats;
+	stats->ram_used = c->ram_used;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+int devcache_cache_device_usage(devcache_ctx_t *ctx, devcache_device_t *dev, uint64_t *used_p,
+				uint64_t *budget_p)
+{
+	struct model_cache *c;
+	int rc;
+
+	if (!ctx || !dev || !used_p || !budget_p)
+		return err_set(DEVCACHE_EINVAL, _("devcache_cache_device_usage: NULL argument"));
+	if ((rc = get_cache(ctx, &c)))
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	*used_p = *used_of(c, dev);
+	*budget_p = budget_of(c, dev);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+size_t devcache_cache_evict_all(devcache_ctx_t *ctx)
+{
+	struct model_cache *c;
+	size_t n = 0;
+
+	if (!ctx || get_cache(ctx, &c))
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	for (struct devcache_model *m = c->tail, *prev; m; m = prev) {
+		prev = m->prev;
+		if (m->locks == 0 && m->state == ENTRY_READY) {
+			evict(c, m);
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+/* At devcache_close(), before the allocators go: every model is dropped,
+ * locked or not (a program that closes the context is done with them). */
+void model_cache_destroy(devcache_ctx_t *ctx)
+{
+	struct model_cache *c = ctx->cache;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	for (size_t i = 0; i < ctx->n_pressure; i++)
+		if (ctx->pressure[i].fn == cache_pressure && ctx->pressure[i].user == c) {
+			ctx->pressure[i] = ctx->pressure[--ctx->n_pressure];
+			break;
+		}
+	pthread_mutex_unlock(&ctx->lock);
+	size_t locked = 0;
+	while (c->head) {
+		struct devcache_model *m = c->head;
+
+		locked += m->locks > 0;
+		lru_unlink(c, m);
+		entry_free(m);
+	}
+	if (locked)
+		log_msg(&ctx->log, DEVCACHE_LOG_WARNING,
+			_("model cache: %zu model(s) still locked when the context closed"), locked);
+	pthread_cond_destroy(&c->ready);
+	pthread_mutex_destroy(&c->lock);
+	free(c->vram_used);
+	free(c->vram_budget);
+	free(c);
+	ctx->cache = NULL;
+}

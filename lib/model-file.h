@@ -1,0 +1,81 @@
+/* model-file.h - safetensors and GGUF files: the parsed header every later stage works from. */
+#ifndef DEVCACHE_MODEL_FILE_H
+#define DEVCACHE_MODEL_FILE_H
+
+#include "internal.h"
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+/* Hard limits: whatever a header claims, the reader never allocates or
+ * loops beyond these (and never beyond what the file's size allows). */
+#define MF_MAX_SAFETENSORS_HEADER 100000000u /* bytes, as the reference reader */
+#define MF_MAX_TENSORS (1u << 20)
+#define MF_MAX_METADATA (1u << 20)            /* key-value pairs */
+#define MF_MAX_NAME 65535u                    /* bytes in a tensor name or key */
+#define MF_MAX_STRING (64u << 20)             /* bytes in one string value */
+#define MF_MAX_ARRAY_DEPTH 4                  /* GGUF arrays of arrays */
+#define MF_MAX_JSON_VALUE (16u << 20)         /* bytes of JSON text kept per value */
+
+struct mf_tensor {
+	char *name;          /* owned */
+	const char *dtype;   /* a static string: "F32", "Q4_K" */
+	uint32_t type;       /* the format's own type number (GGUF), or 0 */
+	uint32_t n_dims;
+	uint64_t shape[DEVCACHE_MAX_DIMS];
+	uint64_t offset;     /* absolute, from the start of the file */
+	uint64_t size;       /* bytes */
+};
+
+struct mf_meta {
+	char *key;   /* owned */
+	char *value; /* owned: JSON text */
+};
+
+struct devcache_model_file {
+	char *path;
+	int fd;
+	uint64_t size;          /* of the file when it was opened */
+	dev_t dev;
+	ino_t ino;
+	struct timespec mtime;
+	int format;             /* enum devcache_model_format */
+	unsigned version;       /* GGUF: 2 or 3; safetensors: 0 */
+	uint64_t data_offset;   /* where the data section starts */
+	uint64_t alignment;     /* GGUF: general.alignment; safetensors: 1 */
+	struct mf_tensor *tensors;
+	size_t n_tensors, tensors_cap;
+	struct mf_meta *meta;
+	size_t n_meta, meta_cap;
+	struct mf_tensor **by_name; /* sorted, for lookups; built after parsing */
+};
+
+/* model-file.c: for the parsers. */
+
+/* Fail with DEVCACHE_EFORMAT: "PATH: " and the formatted fault.  fmt is
+ * translated by the caller (_("...")). */
+int mf_error(const struct devcache_model_file *mf, const char *fmt, ...) DEVCACHE_PRINTF(2, 3);
+/* Read exactly len bytes at off; reading past the end of the file is a
+ * DEVCACHE_EFORMAT error saying what was being read (what: "the header"). */
+int mf_read(const struct devcache_model_file *mf, void *buf, size_t len, uint64_t off,
+	    const char *what);
+/* Append a tensor (name is taken over, even on failure); the parser fills
+ * in the rest of the returned entry.  NULL with the error set. */
+struct mf_tensor *mf_add_tensor(struct devcache_model_file *mf, char *name);
+/* Append a metadata pair (both are taken over, even on failure). */
+int mf_add_meta(struct devcache_model_file *mf, char *key, char *value_json);
+
+void mf_tensor_info(const struct mf_tensor *t, devcache_tensor_info_t *info);
+/* The index of the tensor of that name, or -1. */
+long mf_index(const struct devcache_model_file *mf, const char *name);
+
+/* The parsers: fill tensors, meta, data_offset, alignment and version from
+ * the open file, checking every rule of the format; return 0 or a negative
+ * DEVCACHE_E* code with the detail message set (through mf_error for a
+ * malformed file).  The caller checks again, after parsing, that no two
+ * tensors share a name; the safetensors parser must itself catch duplicate
+ * keys, which json-c would silently merge into one. */
+int safetensors_parse(struct devcache_model_file *mf);
+int gguf_parse(struct devcache_model_file *mf);
+
+#endif

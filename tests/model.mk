@@ -1,0 +1,20 @@
+## tests/model.mk - model files: the safetensors and GGUF readers, devcache inspect.
+model_tests = tests/test-safetensors tests/test-gguf tests/test-inspect \
+	tests/test-model-cache
+
+if HAVE_CMOCKA
+check_PROGRAMS += $(model_tests)
+TESTS += $(model_tests)
+tests_test_safetensors_SOURCES = tests/test-safetensors.c tests/tap.h
+tests_test_safetensors_CFLAGS = $(test_cflags)
+tests_test_safetensors_LDADD = $(test_ldadd)
+tests_test_gguf_SOURCES = tests/test-gguf.c tests/tap.h
+tests_test_gguf_CFLAGS = $(test_cflags)
+tests_test_gguf_LDADD = $(test_ldadd)
+tests_test_inspect_SOURCES = tests/test-inspect.c tests/tap.h tests/spawn.c tests/spawn.h
+tests_test_inspect_CFLAGS = $(test_cflags)
+tests_test_inspect_LDADD = $(test_ldadd)
+tests_test_model_cache_SOURCES = tests/test-model-cache.c tests/tap.h
+tests_test_model_cache_CFLAGS = $(test_cflags)
+tests_test_model_cache_LDADD = $(test_ldadd)
+endif

@@ -1,0 +1,210 @@
+/* test-inspect.c - devcache inspect: the table, --json, --full, and its exit statuses for bad files and bad usage. */
+#include "tap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <devcache.h>
+
+#include "spawn.h"
+
+static struct result r;
+static char dir[256];
+
+#define RUN(...)                                                                           \
+	do {                                                                               \
+		const char *args_[] = {__VA_ARGS__, NULL};                                 \
+		spawn_tool(&r, plain, args_);                                              \
+	} while (0)
+
+static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+
+	assert_non_null(f);
+	assert_int_equal(fwrite(data, 1, len, f), len);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* A safetensors file: little-endian header length, the header, the data. */
+static void write_safetensors(const char *path, const char *header, size_t data_len)
+{
+	size_t hl = strlen(header), len = 8 + hl + data_len;
+	unsigned char *buf = calloc(1, len);
+
+	assert_non_null(buf);
+	for (int i = 0; i < 8; i++)
+		buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+	memcpy(buf + 8, header, hl);
+	write_file(path, buf, len);
+	free(buf);
+}
+
+struct bytes {
+	unsigned char b[4096];
+	size_t n;
+};
+
+static void put(struct bytes *w, uint64_t v, int size)
+{
+	for (int i = 0; i < size; i++)
+		w->b[w->n++] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_str(struct bytes *w, const char *s)
+{
+	put(w, strlen(s), 8);
+	memcpy(w->b + w->n, s, strlen(s));
+	w->n += strlen(s);
+}
+
+/* GGUF v3: general.architecture = "llama", one F32 tensor of 4 elements. */
+static void write_gguf(const char *path)
+{
+	struct bytes w = {.n = 0};
+
+	memcpy(w.b, "GGUF", 4);
+	w.n = 4;
+	put(&w, 3, 4);     /* version */
+	put(&w, 1, 8);     /* tensors */
+	put(&w, 1, 8);     /* metadata */
+	put_str(&w, "general.architecture");
+	put(&w, 8, 4);     /* STRING */
+	put_str(&w, "llama");
+	put_str(&w, "token_embd.weight");
+	put(&w, 1, 4);     /* n_dims */
+	put(&w, 4, 8);     /* ne[0] */
+	put(&w, 0, 4);     /* F32 */
+	put(&w, 0, 8);     /* offset */
+	while (w.n % 32)
+		w.b[w.n++] = 0;
+	for (int i = 0; i < 16; i++)
+		w.b[w.n++] = 0;
+	write_file(path, w.b, w.n);
+}
+
+static void path_of(char *buf, size_t size, const char *name)
+{
+	snprintf(buf, size, "%s/%s", dir, name);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	return test_tmpdir_make(dir, sizeof dir, "inspect");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return test_tmpdir_remove(dir);
+}
+
+static void lists_a_safetensors_file(void **state)
+{
+	char path[512];
+
+	(void)state;
+	path_of(path, sizeof path, "model.safetensors");
+	write_safetensors(path,
+			  "{\"__metadata__\":{\"format\":\"pt\"},"
+			  "\"model.embed.weight\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+			  "\"model.norm\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[12,16]}}",
+			  16);
+	RUN("inspect", path);
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.err, "");
+	assert_contains(r.out, "model.safetensors: safetensors, ");
+	assert_contains(r.out, "1 metadata entries, 2 tensors, data from byte ");
+	assert_contains(r.out, "  format = \"pt\"\n");
+	assert_contains(r.out, "model.embed.weight  F16    [2, 3]");
+	assert_contains(r.out, "model.norm          F32    []");
+	assert_contains(r.out, "2 tensors, 16 B of data");
+}
+
+static void lists_a_gguf_file_as_json(void **state)
+{
+	char path[512];
+
+	(void)state;
+	path_of(path, sizeof path, "model.gguf");
+	write_gguf(path);
+	RUN("inspect", "--json", path);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "\"format\":\"gguf\",\"version\":3");
+	assert_contains(r.out, "\"metadata\":{\"general.architecture\":\"llama\"}");
+	assert_contains(r.out, "{\"name\":\"token_embd.weight\",\"dtype\":\"F32\",\"shape\":[4],"
+			       "\"offset\":");
+	assert_contains(r.out, "\"size\":16}");
+	RUN("inspect", path);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "model.gguf: GGUF v3, ");
+}
+
+static void cuts_long_values_unless_full(void **state)
+{
+	char path[512], header[1024], value[301];
+
+	(void)state;
+	memset(value, 'x', 300);
+	value[300] = '\0';
+	snprintf(header, sizeof header, "{\"__metadata__\":{\"long\":\"%s\"}}", value);
+	path_of(path, sizeof path, "long.safetensors");
+	write_safetensors(path, header, 0);
+	RUN("inspect", path);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "... (cut; --full prints it whole)");
+	assert_null(strstr(r.out, value));
+	RUN("inspect", "--full", path);
+	assert_contains(r.out, value);
+}
+
+static void a_bad_file_is_named_and_exits_1(void **state)
+{
+	char bad[512], good[512];
+
+	(void)state;
+	path_of(bad, sizeof bad, "bad.bin");
+	write_file(bad, "not a model at all", 18);
+	path_of(good, sizeof good, "good.gguf");
+	write_gguf(good);
+	/* The good one is still listed; the status says one failed. */
+	RUN("inspect", bad, good);
+	assert_int_equal(r.status, 1);
+	assert_contains(r.err, "bad.bin: neither a safetensors nor a GGUF file");
+	assert_contains(r.out, "good.gguf: GGUF v3");
+	path_of(bad, sizeof bad, "missing.safetensors");
+	RUN("inspect", bad);
+	assert_int_equal(r.status, 1);
+	assert_contains(r.err, "missing.safetensors: cannot open: No such file or directory");
+}
+
+static void usage_errors_exit_2(void **state)
+{
+	(void)state;
+	RUN("inspect");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "inspect: no file given");
+	RUN("inspect", "--frobnicate", "x");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "Try 'devcache inspect --help'");
+	RUN("inspect", "--help");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "Usage: devcache inspect [--json] [--full] FILE...");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(lists_a_safetensors_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(lists_a_gguf_file_as_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(cuts_long_values_unless_full, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_bad_file_is_named_and_exits_1, setup, teardown),
+		cmocka_unit_test(usage_errors_exit_2),
+	};
+
+	return RUN_TAP(tests);
+}

@@ -1,0 +1,508 @@
+/* test-model-cache.c - loading models on the host and through the staging ring, hits, locks, budgets, eviction, cancellation and failures. */
+#include "tap.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <devcache.h>
+
+static char dir[256];
+
+/* A safetensors file of n U8 tensors "t0".."tN-1" of the given sizes,
+ * byte j of tensor i being (i * 31 + j * 7 + seed) & 0xff. */
+static void make_model(const char *path, size_t n, const size_t *sizes, unsigned seed)
+{
+	char *header = malloc(64 + n * 96), *p = header;
+	uint64_t off = 0;
+	FILE *f;
+
+	assert_non_null(header);
+	p += sprintf(p, "{");
+	for (size_t i = 0; i < n; i++) {
+		p += sprintf(p, "%s\"t%zu\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[%llu,%llu]}",
+			     i ? "," : "", i, sizes[i], (unsigned long long)off,
+			     (unsigned long long)(off + sizes[i]));
+		off += sizes[i];
+	}
+	p += sprintf(p, "}");
+	uint64_t hl = (uint64_t)(p - header);
+	unsigned char len[8];
+	for (int i = 0; i < 8; i++)
+		len[i] = (unsigned char)(hl >> (8 * i));
+	assert_non_null(f = fopen(path, "wb"));
+	assert_int_equal(fwrite(len, 1, 8, f), 8);
+	assert_int_equal(fwrite(header, 1, hl, f), hl);
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < sizes[i]; j++)
+			fputc((int)((i * 31 + j * 7 + seed) & 0xff), f);
+	assert_int_equal(fclose(f), 0);
+	free(header);
+}
+
+static void check_tensors(devcache_model_t *m, size_t n, const size_t *sizes, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		devcache_tensor_info_t info;
+		unsigned char *data;
+		char name[16];
+
+		snprintf(name, sizeof name, "t%zu", i);
+		assert_int_equal(devcache_model_tensor(m, name, &info, (void **)&data), 0);
+		assert_int_equal(info.size, sizes[i]);
+		for (size_t j = 0; j < sizes[i]; j++)
+			if (data[j] != (unsigned char)((i * 31 + j * 7 + seed) & 0xff))
+				fail_msg("tensor %s byte %zu is %u", name, j, data[j]);
+	}
+}
+
+static devcache_ctx_t *open_ctx(const char *options)
+{
+	char opts[1024];
+	devcache_ctx_t *ctx;
+	devcache_open_args_t args = {.struct_size = sizeof args,
+				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV,
+				     .options = opts};
+
+	snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:good%s%s",
+		 test_env("TEST_MODULES"), options ? "," : "", options ? options : "");
+	if (devcache_open_ex(&ctx, &args))
+		fail_msg("devcache_open_ex(%s): %s", opts, devcache_last_error());
+	return ctx;
+}
+
+static devcache_device_t *device(devcache_ctx_t *ctx, const char *name)
+{
+	devcache_device_t *dev;
+
+	assert_int_equal(devcache_device_get(ctx, name, &dev), 0);
+	return dev;
+}
+
+static void path_of(char *buf, size_t size, const char *name)
+{
+	snprintf(buf, size, "%s/%s", dir, name);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	return test_tmpdir_make(dir, sizeof dir, "model-cache");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return test_tmpdir_remove(dir);
+}
+
+static const size_t small_sizes[] = {1, 255, 4096, 70000, 3};
+
+static void host_load_is_zero_copy(void **state)
+{
+	char path[512];
+	devcache_model_t *m, *again;
+	devcache_tensor_info_t info;
+	void *data, *data2;
+
+	(void)state;
+	path_of(path, sizeof path, "a.safetensors");
+	make_model(path, 5, small_sizes, 1);
+	devcache_ctx_t *ctx = open_ctx(NULL);
+	devcache_device_t *host = device(ctx, "host");
+	assert_int_equal(devcache_model_load(ctx, path, host, NULL, &m), 0);
+	check_tensors(m, 5, small_sizes, 1);
+	/* The tensors are the file's bytes where the file is mapped: t1
+	 * follows the 1-byte t0 directly, as in the file. */
+	assert_int_equal(devcache_model_tensor_at(m, 1, &info, &data), 0);
+	assert_string_equal(info.name, "t1");
+	assert_int_equal(devcache_model_tensor_at(m, 0, &info, &data2), 0);
+	assert_ptr_equal((char *)data, (char *)data2 + 1);
+	/* The same file again is a hit: the same model. */
+	assert_int_equal(devcache_model_load(ctx, path, host, NULL, &again), 0);
+	assert_ptr_equal(again, m);
+	devcache_cache_stats_t s;
+	assert_int_equal(devcache_cache_stats(ctx, &s), 0);
+	assert_int_equal(s.misses, 1);
+	assert_int_equal(s.hits, 1);
+	assert_int_equal(s.models, 1);
+	assert_int_equal(s.locked_models, 1);
+	assert_int_equal(s.ram_used, devcache_model_file_size(devcache_model_file(m)));
+	assert_int_equal(devcache_model_tensor(m, "nope", &info, &data), DEVCACHE_ENOENT);
+	devcache_model_release(again);
+	devcache_model_release(m);
+	assert_int_equal(devcache_cache_stats(ctx, &s), 0);
+	assert_int_equal(s.locked_models, 0);
+	assert_int_equal(devcache_cache_evict_all(ctx), 1);
+	devcache_close(ctx);
+}
+
+static void writable_host_load_leaves_the_file_alone(void **state)
+{
+	char path[512];
+	devcache_model_t *m, *ro;
+	devcache_tensor_info_t info;
+	unsigned char *data;
+	devcache_load_args_t args = {.struct_size = sizeof args, .flags = DEVCACHE_LOAD_WRITABLE};
+
+	(void)state;
+	path_of(path, sizeof path, "w.safetensors");
+	make_model(path, 5, small_sizes, 2);
+	devcache_ctx_t *ctx = open_ctx(NULL);
+	devcache_device_t *host = device(ctx, "host");
+	assert_int_equal(devcache_model_load(ctx, path, host, &args, &m), 0);
+	assert_int_equal(devcache_model_tensor(m, "t2", &info, (void **)&data), 0);
+	memset(data, 0xee, info.size); /* a LoRA merge, say */
+	/* A read-only load of the same file is another entry, and sees the file. */
+	assert_int_equal(devcache_model_load(ctx, path, host, NULL, &ro), 0);
+	assert_ptr_not_equal(ro, m);
+	check_tensors(ro, 5, small_sizes, 2);
+	devcache_model_release(ro);
+	devcache_model_release(m);
+	devcache_close(ctx);
+	/* And so does a fresh context reading the file. */
+	ctx = open_ctx("mmap:false");
+	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "host"), NULL, &m), 0);
+	check_tensors(m, 5, small_sizes, 2);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
+static int count_calls(void *user, uint64_t done, uint64_t total)
+{
+	uint64_t *last = user;
+
+	assert_true(done <= total);
+	assert_true(done >= last[0]);
+	last[0] = done;
+	last[1] = total;
+	last[2]++;
+	return 0;
+}
+
+/* The staging path: small buffers, several workers, pieces cut across
+ * buffers, every byte where the layout says. */
+static void device_load_streams_through_the_ring(void **state)
+{
+	static const size_t sizes[] = {100000, 1, 300000, 65536, 12345, 0, 200000};
+	char path[512];
+	devcache_model_t *m;
+	uint64_t progress[3] = {0, 0, 0};
+	devcache_load_args_t args = {.struct_size = sizeof args, .progress = count_calls,
+				     .progress_user = progress};
+
+	(void)state;
+	path_of(path, sizeof path, "d.safetensors");
+	make_model(path, 7, sizes, 3);
+	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K,staging_buffers:3,load_workers:3");
+	devcache_device_t *dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m), 0);
+	check_tensors(m, 7, sizes, 3);
+	/* Packed at 256 bytes, in one allocation. */
+	for (size_t i = 0; i < 7; i++) {
+		devcache_tensor_info_t info;
+		void *data, *base;
+
+		devcache_model_tensor_at(m, 0, &info, &base);
+		devcache_model_tensor_at(m, i, &info, &data);
+		assert_int_equal(((char *)data - (char *)base) % 256, 0);
+	}
+	assert_int_equal(progress[0], progress[1]);
+	/* The loading thread reports after each of its chunks (of 11, 64 KiB
+	 * each) and once more at the end. */
+	assert_true(progress[2] >= 2);
+	devcache_cache_stats_t s;
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.bytes_uploaded, 100000 + 1 + 300000 + 65536 + 12345 + 200000);
+	uint64_t used, budget;
+	assert_int_equal(devcache_cache_device_usage(ctx, dev, &used, &budget), 0);
+	assert_true(used >= s.bytes_uploaded && used < s.bytes_uploaded + 7 * 256);
+	/* auto: 1 GiB less device_working_mem (512 MiB, half of it). */
+	assert_int_equal(budget, 512u << 20);
+	devcache_stats_t as;
+	devcache_stats(dev, &as);
+	assert_int_equal(as.allocation[DEVCACHE_POOL_ALL].current, 1);
+	devcache_model_release(m);
+	/* The staging buffers were pinned host memory, given back. */
+	devcache_host_stats(dev, &as);
+	assert_int_equal(as.allocation[DEVCACHE_POOL_ALL].current, 0);
+	devcache_close(ctx);
+}
+
+static void direct_io_and_page_cache_advice_load_the_same_bytes(void **state)
+{
+	static const size_t sizes[] = {5000, 100000, 7};
+	char path[512];
+	devcache_model_t *m;
+
+	(void)state;
+	path_of(path, sizeof path, "o.safetensors");
+	make_model(path, 3, sizes, 4);
+	/* Where the file system refuses O_DIRECT, the load falls back. */
+	devcache_ctx_t *ctx = open_ctx("direct_io:true,fadvise_sequential:true,evict_page_cache:true,"
+				       "staging_buffer_size:64K");
+	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "good:0"), NULL, &m), 0);
+	check_tensors(m, 3, sizes, 4);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
+static void budgets_evict_least_recently_used_unlocked(void **state)
+{
+	static const size_t mib[] = {1 << 20};
+	char a[512], b[512], c[512];
+	devcache_model_t *ma, *mb, *mc;
+
+	(void)state;
+	path_of(a, sizeof a, "a.st");
+	path_of(b, sizeof b, "b.st");
+	path_of(c, sizeof c, "c.st");
+	make_model(a, 1, mib, 5);
+	make_model(b, 1, mib, 6);
+	make_model(c, 1, mib, 7);
+	/* Room for two models of 1 MiB. */
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:2300K");
+	devcache_device_t *dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), 0);
+	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0);
+	devcache_model_release(ma);
+	devcache_model_release(mb);
+	/* a is least recently used: c takes its place. */
+	assert_int_equal(devcache_model_load(ctx, c, dev, NULL, &mc), 0);
+	devcache_cache_stats_t s;
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.evictions, 1);
+	assert_int_equal(s.models, 2);
+	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0); /* a hit */
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.hits, 1);
+	/* Both locked: a third cannot be placed, and says why. */
+	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), DEVCACHE_ENOMEM);
+	assert_contains(devcache_last_error(), "a.st: the model needs 1M on good:0");
+	assert_contains(devcache_last_error(), "max_cache_vram");
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.failed_loads, 1);
+	assert_int_equal(s.models, 2);
+	check_tensors(mb, 1, mib, 6);
+	check_tensors(mc, 1, mib, 7);
+	devcache_model_release(mb);
+	devcache_model_release(mc);
+	devcache_close(ctx);
+}
+
+static void allocator_pressure_evicts_unlocked_models(void **state)
+{
+	static const size_t big[] = {30 << 20};
+	char a[512];
+	devcache_model_t *m;
+	void *p = NULL;
+
+	(void)state;
+	path_of(a, sizeof a, "big.st");
+	make_model(a, 1, big, 8);
+	/* A 51 MiB cap on the device. */
+	devcache_ctx_t *ctx = open_ctx("memory_fraction:0.05");
+	devcache_device_t *dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &m), 0);
+	/* Locked, it stays: 30 MiB more does not fit beside it. */
+	assert_int_equal(devcache_alloc(dev, 30u << 20, NULL, &p), DEVCACHE_ENOMEM);
+	devcache_model_release(m);
+	/* Unlocked, the allocator's pressure callback evicts it. */
+	assert_int_equal(devcache_alloc(dev, 30u << 20, NULL, &p), 0);
+	devcache_cache_stats_t s;
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.evictions, 1);
+	assert_int_equal(s.models, 0);
+	devcache_free(dev, p);
+	devcache_close(ctx);
+}
+
+static int cancel_at_half(void *user, uint64_t done, uint64_t total)
+{
+	(void)user;
+	return done * 2 >= total;
+}
+
+static void cancelled_and_failed_loads_leave_nothing(void **state)
+{
+	static const size_t sizes[] = {400000, 400000};
+	char path[512];
+	devcache_model_t *m = (void *)1;
+	devcache_load_args_t args = {.struct_size = sizeof args, .progress = cancel_at_half};
+
+	(void)state;
+	path_of(path, sizeof path, "c.safetensors");
+	make_model(path, 2, sizes, 9);
+	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K,load_workers:2");
+	devcache_device_t *dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m), DEVCACHE_ECANCELED);
+	assert_null(m);
+	assert_contains(devcache_last_error(), "c.safetensors: load cancelled");
+	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "host"), &args, &m),
+			 DEVCACHE_ECANCELED);
+	devcache_cache_stats_t s;
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.cancelled_loads, 2);
+	assert_int_equal(s.models, 0);
+	uint64_t used, budget;
+	devcache_cache_device_usage(ctx, dev, &used, &budget);
+	assert_int_equal(used, 0);
+	devcache_stats_t as;
+	devcache_stats(dev, &as);
+	assert_int_equal(as.allocation[DEVCACHE_POOL_ALL].current, 0);
+	devcache_host_stats(dev, &as);
+	assert_int_equal(as.allocation[DEVCACHE_POOL_ALL].current, 0);
+	devcache_close(ctx);
+	/* The device cannot hold it (a 512 KiB cap): the allocation fails
+	 * part way in, and the load leaves no entry and no memory. */
+	ctx = open_ctx("memory_fraction:0.0005");
+	dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), DEVCACHE_ENOMEM);
+	assert_contains(devcache_last_error(), "out of memory");
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.failed_loads, 1);
+	assert_int_equal(s.models, 0);
+	devcache_close(ctx);
+	/* A malformed file fails before anything is placed. */
+	path_of(path, sizeof path, "junk.safetensors");
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	fputs("this is not a model", f);
+	fclose(f);
+	ctx = open_ctx(NULL);
+	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "host"), NULL, &m),
+			 DEVCACHE_EFORMAT);
+	assert_contains(devcache_last_error(), "junk.safetensors");
+	devcache_close(ctx);
+}
+
+/* The file is cut short while it streams: an error, never SIGBUS. */
+static int truncate_on_first_call(void *user, uint64_t done, uint64_t total)
+{
+	const char *path = user;
+
+	(void)total;
+	if (done > 0 && done < 200000)
+		assert_int_equal(truncate(path, 100000), 0);
+	return 0;
+}
+
+static void a_file_that_shrinks_while_streaming_is_an_error(void **state)
+{
+	static const size_t sizes[] = {600000};
+	char path[512];
+	devcache_model_t *m;
+	devcache_load_args_t args = {.struct_size = sizeof args, .progress = truncate_on_first_call,
+				     .progress_user = path};
+
+	(void)state;
+	path_of(path, sizeof path, "shrink.safetensors");
+	make_model(path, 1, sizes, 10);
+	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K,load_workers:1,staging_buffers:2");
+	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "good:0"), &args, &m),
+			 DEVCACHE_EFORMAT);
+	assert_contains(devcache_last_error(), "shrink.safetensors: the file ends at byte 100000");
+	assert_contains(devcache_last_error(), "truncated while being loaded");
+	devcache_close(ctx);
+}
+
+struct loader {
+	devcache_ctx_t *ctx;
+	devcache_device_t *dev;
+	const char *path;
+	devcache_model_t *got;
+	int rc;
+};
+
+static void *load_thread(void *arg)
+{
+	struct loader *l = arg;
+
+	for (int i = 0; i < 20 && l->rc == 0; i++) {
+		devcache_model_t *m;
+
+		l->rc = devcache_model_load(l->ctx, l->path, l->dev, NULL, &m);
+		if (l->rc == 0) {
+			l->got = m;
+			devcache_model_release(m);
+		}
+	}
+	return NULL;
+}
+
+static void threads_loading_one_file_share_one_model(void **state)
+{
+	static const size_t sizes[] = {500000, 1000};
+	char path[512];
+	struct loader l[4];
+	pthread_t t[4];
+
+	(void)state;
+	path_of(path, sizeof path, "shared.safetensors");
+	make_model(path, 2, sizes, 11);
+	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K");
+	for (int i = 0; i < 4; i++) {
+		l[i] = (struct loader){ctx, device(ctx, i % 2 ? "good:0" : "host"), path, NULL, 0};
+		assert_int_equal(pthread_create(&t[i], NULL, load_thread, &l[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+		assert_int_equal(l[i].rc, 0);
+	}
+	assert_ptr_equal(l[0].got, l[2].got);
+	assert_ptr_equal(l[1].got, l[3].got);
+	devcache_cache_stats_t s;
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.misses, 2);
+	assert_int_equal(s.hits, 78);
+	assert_int_equal(s.locked_models, 0);
+	devcache_close(ctx);
+}
+
+static void bad_arguments_fail_cleanly(void **state)
+{
+	devcache_model_t *m;
+	devcache_load_args_t small = {.struct_size = 4};
+
+	(void)state;
+	devcache_ctx_t *ctx = open_ctx(NULL);
+	devcache_ctx_t *other = open_ctx(NULL);
+	devcache_device_t *host = device(ctx, "host");
+	assert_int_equal(devcache_model_load(NULL, "x", host, NULL, &m), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_model_load(ctx, NULL, host, NULL, &m), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_model_load(ctx, "x", host, &small, &m), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_model_load(other, "x", host, NULL, &m), DEVCACHE_EINVAL);
+	assert_contains(devcache_last_error(), "belongs to another context");
+	assert_int_equal(devcache_model_load(ctx, "/nonexistent/model.gguf", host, NULL, &m),
+			 DEVCACHE_ENOENT);
+	assert_contains(devcache_last_error(), "/nonexistent/model.gguf: cannot open");
+	devcache_model_release(NULL);
+	devcache_close(other);
+	devcache_close(ctx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(host_load_is_zero_copy, setup, teardown),
+		cmocka_unit_test_setup_teardown(writable_host_load_leaves_the_file_alone, setup, teardown),
+		cmocka_unit_test_setup_teardown(device_load_streams_through_the_ring, setup, teardown),
+		cmocka_unit_test_setup_teardown(direct_io_and_page_cache_advice_load_the_same_bytes,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(budgets_evict_least_recently_used_unlocked, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(allocator_pressure_evicts_unlocked_models, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(cancelled_and_failed_loads_leave_nothing, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(a_file_that_shrinks_while_streaming_is_an_error, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(threads_loading_one_file_share_one_model, setup,
+						teardown),
+		cmocka_unit_test(bad_arguments_fail_cleanly),
+	};
+
+	return RUN_TAP(tests);
+}
