@@ -176,6 +176,12 @@ typedef void *devcache_stream_t;
 DEVCACHE_API int devcache_stream_create(devcache_device_t *dev, devcache_stream_t *stream_p);
 DEVCACHE_API int devcache_stream_destroy(devcache_device_t *dev, devcache_stream_t stream);
 DEVCACHE_API int devcache_stream_synchronize(devcache_device_t *dev, devcache_stream_t stream);
+/* Copy between host memory and the device's memory, queued on stream; the
+ * copy has completed when the call returns. */
+DEVCACHE_API int devcache_copy_to_device(devcache_device_t *dev, void *dst, const void *src,
+					size_t size, devcache_stream_t stream);
+DEVCACHE_API int devcache_copy_to_host(devcache_device_t *dev, void *dst, const void *src,
+				      size_t size, devcache_stream_t stream);
 
 /* ---- The caching allocator -------------------------------------------------
  * Device memory, cached for reuse with PyTorch's policy (see libdevcache(3)
@@ -349,14 +355,19 @@ typedef struct devcache_cache_stats {
 	uint64_t bytes_uploaded; /* to devices */
 	double load_seconds;     /* spent in loads that missed */
 	uint64_t models, locked_models;
-	uint64_t ram_used, ram_budget; /* host placements */
-	uint64_t reserved[8];
+	uint64_t ram_used, ram_budget; /* host placements and RAM copies */
+	uint64_t ram_copies;           /* models evicted from a device, kept in RAM */
+	uint64_t ram_copy_reloads;     /* hits served by copying a RAM copy back */
+	uint64_t reserved[6];
 } devcache_cache_stats_t;
 
 DEVCACHE_API int devcache_cache_stats(devcache_ctx_t *ctx, devcache_cache_stats_t *stats);
 /* The model cache's use and budget on one device. */
 DEVCACHE_API int devcache_cache_device_usage(devcache_ctx_t *ctx, devcache_device_t *dev,
 					    uint64_t *used_p, uint64_t *budget_p);
+/* The cache as a table: each model (file, device, size, locks), the
+ * budgets and their use, hits, misses, evictions, bytes read and uploaded. */
+DEVCACHE_API int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out);
 /* Evict every unlocked model; returns how many. */
 DEVCACHE_API size_t devcache_cache_evict_all(devcache_ctx_t *ctx);
 

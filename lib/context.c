@@ -2,6 +2,7 @@
 #include "backend.h"
 #include "trace.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +85,11 @@ int devcache_open_ex(devcache_ctx_t **ctx_p, const devcache_open_args_t *args)
 		ctx_free(ctx);
 		return rc;
 	}
+	/* An opt-in for the whole program, as the tunable says: its large
+	 * malloc() blocks then come from mmap and go back when freed. */
+	if (ctx->tun.v[TUN_malloc_mmap_threshold].u.size &&
+	    !mallopt(M_MMAP_THRESHOLD, (int)ctx->tun.v[TUN_malloc_mmap_threshold].u.size))
+		log_msg(&ctx->log, DEVCACHE_LOG_WARNING, _("mallopt(M_MMAP_THRESHOLD) failed"));
 	*ctx_p = ctx;
 	return 0;
 }

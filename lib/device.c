@@ -138,3 +138,33 @@ void devices_stop_allocators(devcache_ctx_t *ctx)
 		ctx->devices[i].alloc = ctx->devices[i].pinned = NULL;
 	}
 }
+
+static int copy(devcache_device_t *dev, void *dst, const void *src, size_t size,
+		devcache_stream_t stream, bool to_device)
+{
+	const char *fn = to_device ? "devcache_copy_to_device" : "devcache_copy_to_host";
+	int rc;
+
+	if (!dev || ((!dst || !src) && size))
+		return err_set(DEVCACHE_EINVAL, _("%s: NULL argument"), fn);
+	if (!size)
+		return 0;
+	struct backend *be = dev->backend;
+	rc = to_device ? be->ops->memcpy_htod(be->state, dev->ordinal, dst, src, size, stream)
+		       : be->ops->memcpy_dtoh(be->state, dev->ordinal, dst, src, size, stream);
+	if (rc == 0)
+		rc = be->ops->stream_synchronize(be->state, dev->ordinal, stream);
+	return rc;
+}
+
+int devcache_copy_to_device(devcache_device_t *dev, void *dst, const void *src, size_t size,
+			    devcache_stream_t stream)
+{
+	return copy(dev, dst, src, size, stream, true);
+}
+
+int devcache_copy_to_host(devcache_device_t *dev, void *dst, const void *src, size_t size,
+			  devcache_stream_t stream)
+{
+	return copy(dev, dst, src, size, stream, false);
+}

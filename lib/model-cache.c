@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@ struct devcache_model {
 	void *map;             /* host placement: the file's mapping (or a copy) */
 	size_t map_len;
 	void *dev_base;        /* device placement: one allocation */
+	void *ram_copy;        /* evicted from its device, kept in RAM (keep_ram_copy) */
 	uint64_t *dev_offsets; /* each tensor's offset in it */
 	uint64_t bytes;        /* charged against the budget */
 	uint64_t read, uploaded; /* by its load, for the statistics */
@@ -152,6 +154,94 @@ static uint64_t *used_of(struct model_cache *c, const devcache_device_t *dev)
 	return is_host(dev) ? &c->ram_used : &c->vram_used[dev_index(c, dev)];
 }
 
+/* What an entry is charged to: RAM for host placements and RAM copies,
+ * its device's budget otherwise. */
+static uint64_t *charge_of(struct model_cache *c, const struct devcache_model *m)
+{
+	return m->ram_copy ? &c->ram_used : used_of(c, m->dev);
+}
+
+/* Whether evicting m makes room where dev's budget counts. */
+static bool charged_to(const struct devcache_model *m, const devcache_device_t *dev)
+{
+	if (is_host(dev))
+		return m->ram_copy || is_host(m->dev);
+	return !m->ram_copy && m->dev == dev;
+}
+
+/* ---- memory use, for log_memory_usage ---------------------------------------------- */
+
+struct mem_use {
+	uint64_t rss, cached, heap;
+};
+
+static uint64_t rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "re");
+	unsigned long long size = 0, resident = 0;
+
+	if (f) {
+		if (fscanf(f, "%llu %llu", &size, &resident) != 2)
+			resident = 0;
+		fclose(f);
+	}
+	return resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Pages of a file in the page cache, by mincore() on a mapping of it, a
+ * gigabyte at a time. */
+static uint64_t cached_bytes(int fd, uint64_t size)
+{
+	const uint64_t window = 1ull << 30;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), total = 0;
+	unsigned char *vec = malloc((size_t)(window / page));
+
+	for (uint64_t off = 0; vec && off < size; off += window) {
+		size_t len = (size_t)(size - off < window ? size - off : window);
+		void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+
+		if (p == MAP_FAILED)
+			break;
+		if (mincore(p, len, vec) == 0)
+			for (size_t i = 0; i < (len + page - 1) / page; i++)
+				total += (vec[i] & 1) * page;
+		munmap(p, len);
+	}
+	free(vec);
+	return total;
+}
+
+/* Called with the cache locked. */
+static void mem_use(struct model_cache *c, struct mem_use *u)
+{
+	struct mallinfo2 mi = mallinfo2();
+
+	u->rss = rss_bytes();
+	u->heap = mi.arena + mi.hblkhd;
+	u->cached = 0;
+	for (struct devcache_model *m = c->head; m; m = m->next)
+		u->cached += cached_bytes(m->mf->fd, m->mf->size);
+}
+
+static void log_mem_use(struct model_cache *c, const char *what, const char *path,
+			const struct mem_use *before)
+{
+	struct mem_use after;
+	char a[3][32], b[3][32];
+
+	mem_use(c, &after);
+	format_size(before->rss, b[0], sizeof b[0]);
+	format_size(after.rss, a[0], sizeof a[0]);
+	format_size(before->cached, b[1], sizeof b[1]);
+	format_size(after.cached, a[1], sizeof a[1]);
+	format_size(before->heap, b[2], sizeof b[2]);
+	format_size(after.heap, a[2], sizeof a[2]);
+	log_msg(&c->ctx->log, DEVCACHE_LOG_INFO,
+		_("model cache: %s %s: RSS %s -> %s, cached files in the page cache %s -> %s, "
+		  "malloc heap %s -> %s"),
+		what, path, b[0], a[0], b[1], a[1], b[2], a[2]);
+}
+
 static uint64_t budget_of(struct model_cache *c, const devcache_device_t *dev)
 {
 	return is_host(dev) ? c->ram_budget : c->vram_budget[dev_index(c, dev)];
@@ -162,6 +252,8 @@ static void entry_free(struct devcache_model *m)
 {
 	if (m->map)
 		munmap(m->map, m->map_len);
+	if (m->ram_copy)
+		munmap(m->ram_copy, m->bytes);
 	if (m->dev_base && devcache_free(m->dev, m->dev_base))
 		log_msg(&m->dev->ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
 	free(m->dev_offsets);
@@ -169,15 +261,74 @@ static void entry_free(struct devcache_model *m)
 	free(m);
 }
 
+/* Copy a device model into RAM and give its device memory back; false
+ * when the RAM budget or the copy does not allow it. */
+static bool keep_in_ram(struct model_cache *c, struct devcache_model *m)
+{
+	void *copy;
+
+	if (is_host(m->dev) || !c->ctx->tun.v[TUN_keep_ram_copy].u.b ||
+	    c->ram_used + m->bytes > c->ram_budget)
+		return false;
+	/* Anonymous memory, never the malloc heap: it goes back to the
+	 * kernel when the copy is dropped. */
+	copy = mmap(NULL, (size_t)m->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (copy == MAP_FAILED)
+		return false;
+	if (devcache_copy_to_host(m->dev, copy, m->dev_base, (size_t)m->bytes, NULL)) {
+		log_msg(&c->ctx->log, DEVCACHE_LOG_WARNING,
+			_("model cache: cannot keep a RAM copy of %s: %s"), m->mf->path,
+			devcache_last_error());
+		munmap(copy, (size_t)m->bytes);
+		return false;
+	}
+	if (devcache_free(m->dev, m->dev_base))
+		log_msg(&c->ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
+	m->dev_base = NULL;
+	c->vram_used[dev_index(c, m->dev)] -= m->bytes;
+	m->ram_copy = copy;
+	c->ram_used += m->bytes;
+	c->stats.ram_copies++;
+	return true;
+}
+
+/* Drop m from the cache altogether. */
+static void drop(struct model_cache *c, struct devcache_model *m)
+{
+	struct mem_use before;
+	bool log_use = c->ctx->tun.v[TUN_log_memory_usage].u.b;
+	char *path = NULL;
+
+	if (log_use) {
+		mem_use(c, &before);
+		path = strdup(m->mf->path);
+	}
+	lru_unlink(c, m);
+	*charge_of(c, m) -= m->bytes;
+	c->stats.models--;
+	if (m->ram_copy)
+		c->stats.ram_copies--;
+	log_msg(&c->ctx->log, DEVCACHE_LOG_INFO, _("model cache: evicted %s from %s"), m->mf->path,
+		m->ram_copy ? "RAM" : m->dev->id);
+	entry_free(m);
+	if (log_use)
+		log_mem_use(c, _("evicted"), path ? path : "?", &before);
+	free(path);
+	if (c->ctx->tun.v[TUN_malloc_trim_on_evict].u.b)
+		malloc_trim(0);
+}
+
+/* Evict m from where it is: a device model becomes a RAM copy when
+ * keep_ram_copy and the RAM budget allow; anything else is dropped. */
 static void evict(struct model_cache *c, struct devcache_model *m)
 {
-	lru_unlink(c, m);
-	*used_of(c, m->dev) -= m->bytes;
 	c->stats.evictions++;
-	c->stats.models--;
-	log_msg(&c->ctx->log, DEVCACHE_LOG_INFO, _("model cache: evicted %s from %s"), m->mf->path,
-		m->dev->id);
-	entry_free(m);
+	if (!m->ram_copy && keep_in_ram(c, m))
+		log_msg(&c->ctx->log, DEVCACHE_LOG_INFO,
+			_("model cache: evicted %s from %s, keeping a copy in RAM"), m->mf->path,
+			m->dev->id);
+	else
+		drop(c, m);
 }
 
 /* Evict unlocked models on dev, least recently used first, until need
@@ -192,7 +343,7 @@ static uint64_t evict_for(struct model_cache *c, devcache_device_t *dev, uint64_
 	while (m && (need ? *used + need > budget : freed < want)) {
 		struct devcache_model *prev = m->prev;
 
-		if (m->dev == dev && m->locks == 0 && m->state == ENTRY_READY) {
+		if (charged_to(m, dev) && m->locks == 0 && m->state == ENTRY_READY) {
 			freed += m->bytes;
 			evict(c, m);
 		}
@@ -306,6 +457,7 @@ struct upload {
 	char why[512];    /* its detail message */
 	bool cancelled;
 	uint64_t reported; /* the reporter's last figure */
+	size_t running;    /* workers besides the loading thread */
 };
 
 static void upload_fail(struct upload *u, int rc)
@@ -436,11 +588,11 @@ static void work(struct upload *u, bool reporter)
 			upload_fail(u, rc);
 			break;
 		}
-		give_buffer(u, bi);
 		pthread_mutex_lock(&u->lock);
 		u->done += ch->len;
 		uint64_t done = u->done;
 		pthread_mutex_unlock(&u->lock);
+		give_buffer(u, bi); /* wakes the loading thread to report */
 		if (reporter && (u->reported = done, u->args->progress) &&
 		    u->args->progress(u->args->progress_user, done, u->total)) {
 			pthread_mutex_lock(&u->lock);
@@ -454,8 +606,41 @@ static void work(struct upload *u, bool reporter)
 
 static void *worker_main(void *arg)
 {
-	work(arg, false);
+	struct upload *u = arg;
+
+	work(u, false);
+	pthread_mutex_lock(&u->lock);
+	u->running--;
+	pthread_cond_broadcast(&u->cond);
+	pthread_mutex_unlock(&u->lock);
 	return NULL;
+}
+
+/* The loading thread has no chunk left: report the others' progress as
+ * they finish theirs (they broadcast as buffers come back), so that the
+ * callback hears of every chunk, always on this thread. */
+static void report_until_done(struct upload *u)
+{
+	pthread_mutex_lock(&u->lock);
+	while (u->running > 0 || u->reported < u->done) {
+		if (u->reported < u->done && !u->error && !u->cancelled && u->args->progress) {
+			uint64_t done = u->done;
+
+			u->reported = done;
+			pthread_mutex_unlock(&u->lock);
+			int stop = u->args->progress(u->args->progress_user, done, u->total);
+			pthread_mutex_lock(&u->lock);
+			if (stop) {
+				u->cancelled = true;
+				pthread_cond_broadcast(&u->cond);
+			}
+			continue;
+		}
+		u->reported = u->done;
+		if (u->running > 0)
+			pthread_cond_wait(&u->cond, &u->lock);
+	}
+	pthread_mutex_unlock(&u->lock);
 }
 
 /* Lay the tensors out on the device, packed at TENSOR_ALIGN in file order,
@@ -555,17 +740,21 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 		goto out;
 	}
 	for (size_t i = 0; i + 1 < n_workers && u.n_chunks > i + 1; i++) {
-		if (pthread_create(&threads[i], NULL, worker_main, &u) != 0)
+		pthread_mutex_lock(&u.lock);
+		u.running++;
+		pthread_mutex_unlock(&u.lock);
+		if (pthread_create(&threads[i], NULL, worker_main, &u) != 0) {
+			pthread_mutex_lock(&u.lock);
+			u.running--;
+			pthread_mutex_unlock(&u.lock);
 			break; /* fewer workers: slower, not wrong */
+		}
 		started++;
 	}
 	work(&u, true);
+	report_until_done(&u);
 	for (size_t i = 0; i < started; i++)
 		pthread_join(threads[i], NULL);
-	/* The other workers may have finished the last chunks: report the end. */
-	if (!u.error && !u.cancelled && u.reported < u.done && args->progress &&
-	    args->progress(args->progress_user, u.done, u.total))
-		u.cancelled = true;
 	/* Every copy is queued; the load is done when the stream is. */
 	int sync = u.be->ops->stream_synchronize(u.be->state, u.ordinal, args->stream);
 	if (u.error) {
@@ -597,6 +786,69 @@ out:
 }
 
 /* ---- the public API -------------------------------------------------------------- */
+
+/* A hit on a model kept in RAM after its eviction from the device: copy it
+ * back, no disk read.  Called and returns with the cache locked; the copy
+ * runs unlocked, with the entry in the loading state so that concurrent
+ * loads of it wait. */
+static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
+			   const devcache_load_args_t *args)
+{
+	devcache_device_t *dev = m->dev;
+	uint64_t *vram = &c->vram_used[dev_index(c, dev)];
+	void *base = NULL;
+	char need_s[32], budget_s[32];
+	int rc;
+
+	evict_for(c, dev, m->bytes, 0);
+	if (*vram + m->bytes > c->vram_budget[dev_index(c, dev)]) {
+		c->stats.failed_loads++;
+		format_size(m->bytes, need_s, sizeof need_s);
+		format_size(c->vram_budget[dev_index(c, dev)], budget_s, sizeof budget_s);
+		return err_set(DEVCACHE_ENOMEM,
+			       _("%s: the model needs %s on %s, but the cache's budget there (%s) is "
+				 "%s and locked models hold %llu bytes of it"),
+			       m->mf->path, need_s, dev->id, "max_cache_vram", budget_s,
+			       (unsigned long long)*vram);
+	}
+	*vram += m->bytes; /* charged to both while it is copied */
+	m->state = ENTRY_LOADING;
+	m->locks = 1;
+	pthread_mutex_unlock(&c->lock);
+	rc = devcache_alloc(dev, (size_t)m->bytes, args->stream, &base);
+	if (rc == 0)
+		rc = devcache_copy_to_device(dev, base, m->ram_copy, (size_t)m->bytes, args->stream);
+	if (rc == 0 && args->progress && args->progress(args->progress_user, m->bytes, m->bytes))
+		rc = err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), m->mf->path);
+	if (rc && base)
+		devcache_free(dev, base);
+	pthread_mutex_lock(&c->lock);
+	if (rc) {
+		char why[1024];
+
+		snprintf(why, sizeof why, "%s", devcache_last_error());
+		*vram -= m->bytes;
+		m->locks = 0;
+		c->stats.failed_loads += rc != DEVCACHE_ECANCELED;
+		c->stats.cancelled_loads += rc == DEVCACHE_ECANCELED;
+		rc = err_set(rc, "%s", why);
+	} else {
+		munmap(m->ram_copy, (size_t)m->bytes);
+		m->ram_copy = NULL;
+		c->ram_used -= m->bytes;
+		m->dev_base = base;
+		c->stats.hits++;
+		c->stats.ram_copy_reloads++;
+		c->stats.ram_copies--;
+		c->stats.locked_models++;
+		c->stats.bytes_uploaded += m->bytes;
+		lru_unlink(c, m);
+		lru_push_front(c, m);
+	}
+	m->state = ENTRY_READY;
+	pthread_cond_broadcast(&c->ready);
+	return rc;
+}
 
 static struct devcache_model *find(struct model_cache *c, const devcache_model_file_t *mf,
 				   devcache_device_t *dev, bool writable)
@@ -678,6 +930,15 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 			break;
 		pthread_cond_wait(&c->ready, &c->lock); /* another thread is loading it */
 	}
+	if (m && m->ram_copy) {
+		rc = reload_from_ram(c, m, args);
+		pthread_mutex_unlock(&c->lock);
+		devcache_model_file_close(mf);
+		if (rc)
+			return rc;
+		*model_p = m;
+		return 0;
+	}
 	if (m) {
 		m->locks++;
 		c->stats.hits++;
@@ -722,12 +983,21 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 	c->stats.locked_models++;
 	pthread_mutex_unlock(&c->lock);
 
+	struct mem_use before;
+	bool log_use = ctx->tun.v[TUN_log_memory_usage].u.b;
+	if (log_use) {
+		pthread_mutex_lock(&c->lock);
+		mem_use(c, &before);
+		pthread_mutex_unlock(&c->lock);
+	}
 	double t0 = now_seconds();
 	if (ctx->tun.v[TUN_fadvise_sequential].u.b)
 		posix_fadvise(mf->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	rc = is_host(dev) ? place_on_host(m, args) : place_on_device(m, args);
 
 	pthread_mutex_lock(&c->lock);
+	if (log_use && rc == 0)
+		log_mem_use(c, _("loaded"), path, &before);
 	c->stats.load_seconds += now_seconds() - t0;
 	if (rc) {
 		/* Nothing of a failed load stays: memory, charge, entry. */
@@ -810,6 +1080,7 @@ int devcache_cache_stats(devcache_ctx_t *ctx, devcache_cache_stats_t *stats)
 	pthread_mutex_lock(&c->lock);
 	*stats = c->stats;
 	stats->ram_used = c->ram_used;
+	stats->ram_budget = c->ram_budget;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -831,6 +1102,52 @@ int devcache_cache_device_usage(devcache_ctx_t *ctx, devcache_device_t *dev, uin
 	return 0;
 }
 
+int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out)
+{
+	struct model_cache *c;
+	char a[32], b[32], d[32];
+	int rc;
+
+	if (!ctx || !out)
+		return err_set(DEVCACHE_EINVAL, _("devcache_cache_summary: NULL argument"));
+	if ((rc = get_cache(ctx, &c)))
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	const devcache_cache_stats_t *s = &c->stats;
+	fprintf(out, "%s\n", _("Model cache"));
+	fprintf(out, _("  %llu model(s), %llu locked, %llu kept in RAM; %llu hit(s) (%llu from RAM), "
+		       "%llu miss(es), %llu eviction(s), %llu failed, %llu cancelled\n"),
+		(unsigned long long)s->models, (unsigned long long)s->locked_models,
+		(unsigned long long)s->ram_copies, (unsigned long long)s->hits,
+		(unsigned long long)s->ram_copy_reloads, (unsigned long long)s->misses,
+		(unsigned long long)s->evictions, (unsigned long long)s->failed_loads,
+		(unsigned long long)s->cancelled_loads);
+	format_size(s->bytes_read, a, sizeof a);
+	format_size(s->bytes_uploaded, b, sizeof b);
+	fprintf(out, _("  read %s from files, uploaded %s, %.3f s loading\n"), a, b, s->load_seconds);
+	format_size(c->ram_used, a, sizeof a);
+	format_size(c->ram_budget, b, sizeof b);
+	fprintf(out, _("  %-10s %s of %s (max_cache_ram)\n"), "RAM", a, b);
+	for (size_t i = 0; i < ctx->n_devices; i++) {
+		if (is_host(&ctx->devices[i]))
+			continue;
+		format_size(c->vram_used[i], a, sizeof a);
+		format_size(c->vram_budget[i], b, sizeof b);
+		fprintf(out, _("  %-10s %s of %s (max_cache_vram)\n"), ctx->devices[i].id, a, b);
+	}
+	if (c->head)
+		fprintf(out, "  %-10s %10s %5s  %s\n", _("device"), _("size"), _("locks"), _("file"));
+	/* Most recently used first: the last lines go first when room is needed. */
+	for (struct devcache_model *m = c->head; m; m = m->next) {
+		format_size(m->bytes, d, sizeof d);
+		fprintf(out, "  %-10s %10s %5d  %s%s%s\n", m->ram_copy ? "RAM" : m->dev->id, d,
+			m->locks, m->mf->path, m->writable ? _(" (writable)") : "",
+			m->state == ENTRY_LOADING ? _(" (loading)") : "");
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ferror(out) ? err_set(DEVCACHE_EIO, _("devcache_cache_summary: write error")) : 0;
+}
+
 size_t devcache_cache_evict_all(devcache_ctx_t *ctx)
 {
 	struct model_cache *c;
@@ -842,7 +1159,9 @@ size_t devcache_cache_evict_all(devcache_ctx_t *ctx)
 	for (struct devcache_model *m = c->tail, *prev; m; m = prev) {
 		prev = m->prev;
 		if (m->locks == 0 && m->state == ENTRY_READY) {
-			evict(c, m);
+			/* All the way: no RAM copy is kept. */
+			c->stats.evictions++;
+			drop(c, m);
 			n++;
 		}
 	}

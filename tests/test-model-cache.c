@@ -209,10 +209,9 @@ static void device_load_streams_through_the_ring(void **state)
 		devcache_model_tensor_at(m, i, &info, &data);
 		assert_int_equal(((char *)data - (char *)base) % 256, 0);
 	}
+	/* Last of the whole; how often before depends on the workers' pace. */
 	assert_int_equal(progress[0], progress[1]);
-	/* The loading thread reports after each of its chunks (of 11, 64 KiB
-	 * each) and once more at the end. */
-	assert_true(progress[2] >= 2);
+	assert_true(progress[2] >= 1);
 	devcache_cache_stats_t s;
 	devcache_cache_stats(ctx, &s);
 	assert_int_equal(s.bytes_uploaded, 100000 + 1 + 300000 + 65536 + 12345 + 200000);
@@ -228,6 +227,15 @@ static void device_load_streams_through_the_ring(void **state)
 	/* The staging buffers were pinned host memory, given back. */
 	devcache_host_stats(dev, &as);
 	assert_int_equal(as.allocation[DEVCACHE_POOL_ALL].current, 0);
+	devcache_close(ctx);
+	/* One worker, the loading thread: a report after each 64 KiB chunk. */
+	ctx = open_ctx("staging_buffer_size:64K,load_workers:1");
+	memset(progress, 0, sizeof progress);
+	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "good:0"), &args, &m), 0);
+	check_tensors(m, 7, sizes, 3);
+	assert_int_equal(progress[0], progress[1]);
+	assert_true(progress[2] >= 10);
+	devcache_model_release(m);
 	devcache_close(ctx);
 }
 
@@ -269,12 +277,15 @@ static void budgets_evict_least_recently_used_unlocked(void **state)
 	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0);
 	devcache_model_release(ma);
 	devcache_model_release(mb);
-	/* a is least recently used: c takes its place. */
+	/* a is least recently used: c takes its place, and a is kept in RAM
+	 * (keep_ram_copy is on by default). */
 	assert_int_equal(devcache_model_load(ctx, c, dev, NULL, &mc), 0);
 	devcache_cache_stats_t s;
 	devcache_cache_stats(ctx, &s);
 	assert_int_equal(s.evictions, 1);
-	assert_int_equal(s.models, 2);
+	assert_int_equal(s.models, 3);
+	assert_int_equal(s.ram_copies, 1);
+	assert_int_equal(s.ram_used, 1 << 20);
 	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0); /* a hit */
 	devcache_cache_stats(ctx, &s);
 	assert_int_equal(s.hits, 1);
@@ -284,7 +295,8 @@ static void budgets_evict_least_recently_used_unlocked(void **state)
 	assert_contains(devcache_last_error(), "max_cache_vram");
 	devcache_cache_stats(ctx, &s);
 	assert_int_equal(s.failed_loads, 1);
-	assert_int_equal(s.models, 2);
+	assert_int_equal(s.models, 3);
+	assert_int_equal(s.ram_copies, 1);
 	check_tensors(mb, 1, mib, 6);
 	check_tensors(mc, 1, mib, 7);
 	devcache_model_release(mb);
@@ -314,8 +326,108 @@ static void allocator_pressure_evicts_unlocked_models(void **state)
 	devcache_cache_stats_t s;
 	devcache_cache_stats(ctx, &s);
 	assert_int_equal(s.evictions, 1);
-	assert_int_equal(s.models, 0);
+	assert_int_equal(s.models, 1); /* its RAM copy */
+	assert_int_equal(s.ram_copies, 1);
 	devcache_free(dev, p);
+	devcache_close(ctx);
+}
+
+/* Evicted from the device, a model comes back from RAM: no disk read. */
+static void a_ram_copy_makes_the_reload_a_copy(void **state)
+{
+	static const size_t sizes[] = {300000, 5, 70000};
+	char a[512], b[512];
+	devcache_model_t *ma, *mb;
+
+	(void)state;
+	path_of(a, sizeof a, "ra.st");
+	path_of(b, sizeof b, "rb.st");
+	make_model(a, 3, sizes, 12);
+	make_model(b, 3, sizes, 13);
+	/* Room for one model on the device. */
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:400K");
+	devcache_device_t *dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), 0);
+	devcache_model_release(ma);
+	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0);
+	devcache_model_release(mb);
+	devcache_cache_stats_t s0, s;
+	devcache_cache_stats(ctx, &s0);
+	assert_int_equal(s0.ram_copies, 1);
+	/* a again: b goes to RAM, a comes back from RAM. */
+	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), 0);
+	check_tensors(ma, 3, sizes, 12);
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.ram_copy_reloads, 1);
+	assert_int_equal(s.hits, s0.hits + 1);
+	assert_int_equal(s.misses, s0.misses);
+	assert_int_equal(s.bytes_read, s0.bytes_read); /* nothing read from the file */
+	assert_int_equal(s.ram_copies, 1);           /* b's, now */
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+	assert_non_null(out);
+	assert_int_equal(devcache_cache_summary(ctx, out), 0);
+	fclose(out);
+	assert_contains(text, "Model cache\n");
+	assert_contains(text, "1 hit(s) (1 from RAM), 2 miss(es)");
+	assert_contains(text, "(max_cache_vram)");
+	assert_contains(text, "ra.st");
+	assert_contains(text, "\n  RAM ");
+	free(text);
+	devcache_model_release(ma);
+	/* Without keep_ram_copy an eviction drops the model. */
+	devcache_close(ctx);
+	ctx = open_ctx("max_cache_vram:400K,keep_ram_copy:false,malloc_trim_on_evict:true");
+	dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), 0);
+	devcache_model_release(ma);
+	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0);
+	devcache_model_release(mb);
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.ram_copies, 0);
+	assert_int_equal(s.models, 1);
+	devcache_close(ctx);
+}
+
+struct log_capture {
+	char text[8192];
+};
+
+static void capture(void *user, enum devcache_log_level level, const char *msg)
+{
+	struct log_capture *l = user;
+
+	(void)level;
+	strncat(l->text, msg, sizeof l->text - strlen(l->text) - 2);
+	strcat(l->text, "\n");
+}
+
+static void memory_use_is_logged_at_each_load_and_eviction(void **state)
+{
+	static const size_t sizes[] = {100000};
+	char a[512], b[512];
+	devcache_model_t *m;
+	struct log_capture log = {.text = ""};
+
+	(void)state;
+	path_of(a, sizeof a, "la.st");
+	path_of(b, sizeof b, "lb.st");
+	make_model(a, 1, sizes, 14);
+	make_model(b, 1, sizes, 15);
+	devcache_ctx_t *ctx = open_ctx("log_memory_usage:true,log_level:info,max_cache_ram:150K,"
+				       "malloc_mmap_threshold:1M");
+	devcache_set_log_handler(ctx, capture, &log);
+	devcache_device_t *host = device(ctx, "host");
+	assert_int_equal(devcache_model_load(ctx, a, host, NULL, &m), 0);
+	devcache_model_release(m);
+	assert_int_equal(devcache_model_load(ctx, b, host, NULL, &m), 0);
+	devcache_model_release(m);
+	assert_contains(log.text, "model cache: loaded ");
+	assert_contains(log.text, "la.st: RSS ");
+	assert_contains(log.text, "cached files in the page cache");
+	assert_contains(log.text, "malloc heap");
+	assert_contains(log.text, "model cache: evicted ");
 	devcache_close(ctx);
 }
 
@@ -494,6 +606,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(budgets_evict_least_recently_used_unlocked, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(allocator_pressure_evicts_unlocked_models, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(a_ram_copy_makes_the_reload_a_copy, setup, teardown),
+		cmocka_unit_test_setup_teardown(memory_use_is_logged_at_each_load_and_eviction, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(cancelled_and_failed_loads_leave_nothing, setup,
 						teardown),
