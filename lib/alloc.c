@@ -888,6 +888,19 @@ static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size,
 	int64_t allocated = a->stats.allocated_bytes[DEVCACHE_POOL_ALL].current;
 
 	a->stats.num_ooms++;
+	if (a->kind == ALLOC_PINNED) {
+		char driver[512];
+
+		snprintf(driver, sizeof driver, "%s", devcache_last_error());
+		format_size(seg_size, req, sizeof req);
+		format_size((uint64_t)allocated, alloc, sizeof alloc);
+		format_size(a->reserved_total - (uint64_t)allocated, unused, sizeof unused);
+		return err_set(DEVCACHE_ENOMEM,
+			       _("%s: out of pinned host memory: cannot allocate %zu bytes (a %s "
+				 "segment); libdevcache has %s of it allocated and %s cached; the "
+				 "driver said: %s"),
+			       a->dev->id, requested, req, alloc, unused, driver);
+	}
 	be->ops->mem_get_info(be->state, a->dev->ordinal, &free_mem, &total);
 	format_size(seg_size, req, sizeof req);
 	format_size(a->cap, cap, sizeof cap);

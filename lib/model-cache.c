@@ -652,10 +652,11 @@ static int plan_upload(struct upload *u, uint64_t *dev_size_p)
 	uint64_t cur = 0, room = u->buf_size - (u->direct_fd >= 0 ? 3 * DIRECT_ALIGN : 0);
 
 	u->m->dev_offsets = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *u->m->dev_offsets);
-	/* Each tensor is cut into at most size/room + 1 pieces. */
+	/* A tensor that starts inside a chunk fills its rest, then whole
+	 * chunks, then a last part: at most size/room + 2 pieces. */
 	size_t max_pieces = 0;
 	for (size_t i = 0; i < mf->n_tensors; i++)
-		max_pieces += (size_t)(mf->tensors[i].size / room) + 1;
+		max_pieces += (size_t)(mf->tensors[i].size / room) + 2;
 	u->pieces = calloc(max_pieces ? max_pieces : 1, sizeof *u->pieces);
 	u->chunks = calloc(max_pieces ? max_pieces : 1, sizeof *u->chunks);
 	if (!u->m->dev_offsets || !u->pieces || !u->chunks)

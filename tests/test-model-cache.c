@@ -1,6 +1,7 @@
 /* test-model-cache.c - loading models on the host and through the staging ring, hits, locks, budgets, eviction, cancellation and failures. */
 #include "tap.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -490,6 +491,72 @@ static void cancelled_and_failed_loads_leave_nothing(void **state)
 	devcache_close(ctx);
 }
 
+/* Every driver failure in the middle of a load: a clean error, nothing
+ * left behind, and the next load works. */
+static void driver_faults_mid_load_leave_nothing(void **state)
+{
+	static const size_t sizes[] = {300000, 300000};
+	static const struct {
+		const char *entry;
+		unsigned nth; /* 0x80000000: every call from the nth on */
+		int rc;
+		const char *says;
+	} faults[] = {
+		{"memcpy_htod", 3, DEVCACHE_EBACKEND, "injected failure of memcpy_htod"},
+		{"host_alloc", 1 | 0x80000000u, DEVCACHE_ENOMEM,
+		 "out of pinned host memory: cannot allocate 65536 bytes"},
+		{"event_create", 2, DEVCACHE_EBACKEND, "injected failure of event_create"},
+		{"event_record", 4, DEVCACHE_EBACKEND, "injected failure of event_record"},
+		/* Every call, or the OOM sequence's retry would succeed. */
+		{"mem_alloc", 1 | 0x80000000u, DEVCACHE_ENOMEM, "good:0: out of memory"},
+	};
+	char path[512], module_path[4096];
+	void (*inject)(const char *, unsigned);
+
+	(void)state;
+	snprintf(module_path, sizeof module_path, "%s/good.so", test_env("TEST_MODULES"));
+	void *module = dlopen(module_path, RTLD_NOW);
+	assert_non_null(module);
+	*(void **)&inject = dlsym(module, "fake_fail");
+	assert_non_null(inject);
+	path_of(path, sizeof path, "f.safetensors");
+	make_model(path, 2, sizes, 16);
+	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K,load_workers:2");
+	devcache_device_t *dev = device(ctx, "good:0");
+	for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
+		devcache_model_t *m = NULL;
+		devcache_cache_stats_t s;
+		devcache_stats_t as;
+		uint64_t used, budget;
+
+		/* Cached memory would spare the driver the call. */
+		assert_int_equal(devcache_host_empty_cache(dev), 0);
+		assert_int_equal(devcache_empty_cache(dev), 0);
+		inject(faults[i].entry, faults[i].nth);
+		int rc = devcache_model_load(ctx, path, dev, NULL, &m);
+		inject(faults[i].entry, 0);
+		if (rc != faults[i].rc)
+			fail_msg("%s: %d (%s)", faults[i].entry, rc, devcache_last_error());
+		assert_contains(devcache_last_error(), faults[i].says);
+		assert_null(m);
+		devcache_cache_stats(ctx, &s);
+		assert_int_equal(s.models, 0);
+		devcache_cache_device_usage(ctx, dev, &used, &budget);
+		assert_int_equal(used, 0);
+		devcache_stats(dev, &as);
+		assert_int_equal(as.allocation[DEVCACHE_POOL_ALL].current, 0);
+		devcache_host_stats(dev, &as);
+		assert_int_equal(as.allocation[DEVCACHE_POOL_ALL].current, 0);
+		/* And the context is fine for the next one. */
+		assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+		check_tensors(m, 2, sizes, 16);
+		devcache_model_release(m);
+		assert_int_equal(devcache_cache_evict_all(ctx), 1);
+	}
+	devcache_close(ctx);
+	dlclose(module);
+}
+
 /* The file is cut short while it streams: an error, never SIGBUS. */
 static int truncate_on_first_call(void *user, uint64_t done, uint64_t total)
 {
@@ -614,6 +681,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(a_file_that_shrinks_while_streaming_is_an_error, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(driver_faults_mid_load_leave_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(threads_loading_one_file_share_one_model, setup,
 						teardown),
 		cmocka_unit_test(bad_arguments_fail_cleanly),

@@ -28,10 +28,43 @@ const struct devcache_backend_ops *devcache_backend_module(void);
  * stay pending while hold_events is set, as work queued on a busy GPU. */
 void fake_hold_events(int hold);
 unsigned long fake_allocs(void);
+/* Fault injection: the nth call from now (1: the next) of the named entry
+ * ("mem_alloc", "host_alloc", "memcpy_htod", "memcpy_dtoh", "event_create",
+ * "event_record") fails as a driver would, and with FAKE_FAIL_ON every call
+ * from the nth on does; 0 disarms it. */
+#define FAKE_FAIL_ON 0x80000000u
+void fake_fail(const char *entry, unsigned nth);
 
 static uint64_t used[FAKE_DEVICES > 0 ? FAKE_DEVICES : 1];
 static unsigned long n_allocs;
 static int hold_events;
+
+enum { F_MEM_ALLOC, F_HOST_ALLOC, F_HTOD, F_DTOH, F_EVENT_CREATE, F_EVENT_RECORD, F_COUNT };
+static const char *const fault_names[F_COUNT] = {"mem_alloc", "host_alloc", "memcpy_htod",
+						  "memcpy_dtoh", "event_create", "event_record"};
+static unsigned fault_at[F_COUNT]; /* calls to go before the failing one; 0: none */
+
+void fake_fail(const char *entry, unsigned nth)
+{
+	for (int i = 0; i < F_COUNT; i++)
+		if (strcmp(entry, fault_names[i]) == 0)
+			__atomic_store_n(&fault_at[i], nth, __ATOMIC_RELAXED);
+}
+
+/* Whether this call of entry f is to fail. */
+static int faulty(int f)
+{
+	unsigned n = __atomic_load_n(&fault_at[f], __ATOMIC_RELAXED), next;
+
+	do {
+		if ((n & ~FAKE_FAIL_ON) == 0)
+			return 0;
+		/* Count down to 1; from then on, FAKE_FAIL_ON stays armed. */
+		next = (n & ~FAKE_FAIL_ON) == 1 ? (n & FAKE_FAIL_ON ? n : 0) : n - 1;
+	} while (!__atomic_compare_exchange_n(&fault_at[f], &n, next, 0, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	return (n & ~FAKE_FAIL_ON) == 1;
+}
 
 void fake_hold_events(int hold)
 {
@@ -107,6 +140,8 @@ __attribute__((unused)) static int fake_mem_alloc(void *state, int dev, size_t s
 	char *p;
 
 	__atomic_add_fetch(&n_allocs, 1, __ATOMIC_RELAXED); /* calls, failed ones too */
+	if (faulty(F_MEM_ALLOC))
+		return host->error(DEVCACHE_ENOMEM, "fake: injected failure of mem_alloc");
 	now = __atomic_add_fetch(&used[dev], size, __ATOMIC_RELAXED);
 
 	if (now > cap || !(p = aligned_alloc(FAKE_HEADER, FAKE_HEADER + ((size + 511) & ~(size_t)511)))) {
@@ -132,7 +167,10 @@ static int fake_free(void *state, int dev, void *ptr)
 
 static int fake_host_alloc(void *state, size_t size, void **ptr_p)
 {
-	(void)state;
+	const struct devcache_backend_host *host = state;
+
+	if (faulty(F_HOST_ALLOC))
+		return host->error(DEVCACHE_ENOMEM, "fake: injected failure of host_alloc");
 	*ptr_p = malloc(size ? size : 1);
 	return *ptr_p ? 0 : DEVCACHE_ENOMEM;
 }
@@ -164,11 +202,40 @@ static int fake_copy(void *state, int dev, void *dst, const void *src, size_t si
 	return 0;
 }
 
+static int fake_htod(void *state, int dev, void *dst, const void *src, size_t size,
+		     devcache_stream_t stream)
+{
+	const struct devcache_backend_host *host = state;
+
+	if (faulty(F_HTOD))
+		return host->error(DEVCACHE_EBACKEND, "fake: injected failure of memcpy_htod");
+	return fake_copy(state, dev, dst, src, size, stream);
+}
+
+static int fake_dtoh(void *state, int dev, void *dst, const void *src, size_t size,
+		     devcache_stream_t stream)
+{
+	const struct devcache_backend_host *host = state;
+
+	if (faulty(F_DTOH))
+		return host->error(DEVCACHE_EBACKEND, "fake: injected failure of memcpy_dtoh");
+	return fake_copy(state, dev, dst, src, size, stream);
+}
+
 static int fake_handle_create(void *state, int dev, void **handle_p)
 {
 	(void)state, (void)dev;
 	*handle_p = malloc(1);
 	return *handle_p ? 0 : DEVCACHE_ENOMEM;
+}
+
+static int fake_event_create(void *state, int dev, void **event_p)
+{
+	const struct devcache_backend_host *host = state;
+
+	if (faulty(F_EVENT_CREATE))
+		return host->error(DEVCACHE_EBACKEND, "fake: injected failure of event_create");
+	return fake_handle_create(state, dev, event_p);
 }
 
 static int fake_handle_destroy(void *state, int dev, void *handle)
@@ -194,7 +261,11 @@ static int fake_wait(void *state, int dev, void *handle)
 
 static int fake_record(void *state, int dev, devcache_event_t event, devcache_stream_t stream)
 {
-	(void)state, (void)dev, (void)event, (void)stream;
+	const struct devcache_backend_host *host = state;
+
+	(void)dev, (void)event, (void)stream;
+	if (faulty(F_EVENT_RECORD))
+		return host->error(DEVCACHE_EBACKEND, "fake: injected failure of event_record");
 	return 0;
 }
 
@@ -354,12 +425,12 @@ static const struct devcache_backend_ops fake_ops = {
 	.host_free = fake_host_free,
 	.host_register = fake_register,
 	.host_unregister = fake_unregister,
-	.memcpy_htod = fake_copy,
-	.memcpy_dtoh = fake_copy,
+	.memcpy_htod = fake_htod,
+	.memcpy_dtoh = fake_dtoh,
 	.stream_create = fake_handle_create,
 	.stream_destroy = fake_handle_destroy,
 	.stream_synchronize = fake_wait,
-	.event_create = fake_handle_create,
+	.event_create = fake_event_create,
 	.event_destroy = fake_handle_destroy,
 	.event_record = fake_record,
 	.event_query = fake_event_query,
