@@ -230,12 +230,12 @@ static void log_mem_use(struct model_cache *c, const char *what, const char *pat
 	char a[3][32], b[3][32];
 
 	mem_use(c, &after);
-	format_size(before->rss, b[0], sizeof b[0]);
-	format_size(after.rss, a[0], sizeof a[0]);
-	format_size(before->cached, b[1], sizeof b[1]);
-	format_size(after.cached, a[1], sizeof a[1]);
-	format_size(before->heap, b[2], sizeof b[2]);
-	format_size(after.heap, a[2], sizeof a[2]);
+	format_bytes(before->rss, b[0], sizeof b[0]);
+	format_bytes(after.rss, a[0], sizeof a[0]);
+	format_bytes(before->cached, b[1], sizeof b[1]);
+	format_bytes(after.cached, a[1], sizeof a[1]);
+	format_bytes(before->heap, b[2], sizeof b[2]);
+	format_bytes(after.heap, a[2], sizeof a[2]);
 	log_msg(&c->ctx->log, DEVCACHE_LOG_INFO,
 		_("model cache: %s %s: RSS %s -> %s, cached files in the page cache %s -> %s, "
 		  "malloc heap %s -> %s"),
@@ -804,8 +804,8 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 	evict_for(c, dev, m->bytes, 0);
 	if (*vram + m->bytes > c->vram_budget[dev_index(c, dev)]) {
 		c->stats.failed_loads++;
-		format_size(m->bytes, need_s, sizeof need_s);
-		format_size(c->vram_budget[dev_index(c, dev)], budget_s, sizeof budget_s);
+		format_bytes(m->bytes, need_s, sizeof need_s);
+		format_bytes(c->vram_budget[dev_index(c, dev)], budget_s, sizeof budget_s);
 		return err_set(DEVCACHE_ENOMEM,
 			       _("%s: the model needs %s on %s, but the cache's budget there (%s) is "
 				 "%s and locked models hold %llu bytes of it"),
@@ -958,8 +958,8 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 
 		c->stats.failed_loads++;
 		pthread_mutex_unlock(&c->lock);
-		format_size(need, need_s, sizeof need_s);
-		format_size(budget, budget_s, sizeof budget_s);
+		format_bytes(need, need_s, sizeof need_s);
+		format_bytes(budget, budget_s, sizeof budget_s);
 		rc = err_set(DEVCACHE_ENOMEM,
 			     _("%s: the model needs %s on %s, but the cache's budget there (%s) is "
 			       "%s and locked models hold %llu bytes of it"),
@@ -1123,24 +1123,24 @@ int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out)
 		(unsigned long long)s->ram_copy_reloads, (unsigned long long)s->misses,
 		(unsigned long long)s->evictions, (unsigned long long)s->failed_loads,
 		(unsigned long long)s->cancelled_loads);
-	format_size(s->bytes_read, a, sizeof a);
-	format_size(s->bytes_uploaded, b, sizeof b);
+	format_bytes(s->bytes_read, a, sizeof a);
+	format_bytes(s->bytes_uploaded, b, sizeof b);
 	fprintf(out, _("  read %s from files, uploaded %s, %.3f s loading\n"), a, b, s->load_seconds);
-	format_size(c->ram_used, a, sizeof a);
-	format_size(c->ram_budget, b, sizeof b);
+	format_bytes(c->ram_used, a, sizeof a);
+	format_bytes(c->ram_budget, b, sizeof b);
 	fprintf(out, _("  %-10s %s of %s (max_cache_ram)\n"), "RAM", a, b);
 	for (size_t i = 0; i < ctx->n_devices; i++) {
 		if (is_host(&ctx->devices[i]))
 			continue;
-		format_size(c->vram_used[i], a, sizeof a);
-		format_size(c->vram_budget[i], b, sizeof b);
+		format_bytes(c->vram_used[i], a, sizeof a);
+		format_bytes(c->vram_budget[i], b, sizeof b);
 		fprintf(out, _("  %-10s %s of %s (max_cache_vram)\n"), ctx->devices[i].id, a, b);
 	}
 	if (c->head)
 		fprintf(out, "  %-10s %10s %5s  %s\n", _("device"), _("size"), _("locks"), _("file"));
 	/* Most recently used first: the last lines go first when room is needed. */
 	for (struct devcache_model *m = c->head; m; m = m->next) {
-		format_size(m->bytes, d, sizeof d);
+		format_bytes(m->bytes, d, sizeof d);
 		fprintf(out, "  %-10s %10s %5d  %s%s%s\n", m->ram_copy ? "RAM" : m->dev->id, d,
 			m->locks, m->mf->path, m->writable ? _(" (writable)") : "",
 			m->state == ENTRY_LOADING ? _(" (loading)") : "");

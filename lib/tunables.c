@@ -168,6 +168,20 @@ void format_size(uint64_t bytes, char *buf, size_t size)
 	snprintf(buf, size, "%" PRIu64, bytes);
 }
 
+void format_bytes(uint64_t bytes, char *buf, size_t size)
+{
+	static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+	double v = (double)bytes;
+	int u = -1;
+
+	while (v >= 1024 && u < 3)
+		v /= 1024, u++;
+	if (u < 0)
+		snprintf(buf, size, "%" PRIu64 " B", bytes);
+	else
+		snprintf(buf, size, "%.1f %s", v, units[u]);
+}
+
 static int parse_ll(const char *text, long long *out)
 {
 	char *end;

@@ -53,5 +53,7 @@ void tunable_set_free(struct tunable_set *set);
 void tunable_format(enum tunable_id id, const struct tunable_value *v, char *buf, size_t size);
 /* Format a byte count exactly, with the largest unit that divides it: 512, 64K, 1536M. */
 void format_size(uint64_t bytes, char *buf, size_t size);
+/* For people: "6.5 MiB", "512 B". */
+void format_bytes(uint64_t bytes, char *buf, size_t size);
 
 #endif

@@ -1,6 +1,6 @@
-## tests/model.mk - model files: the safetensors and GGUF readers, devcache inspect.
+## tests/model.mk - model files: the safetensors and GGUF readers, devcache inspect, load, dump and demo.
 model_tests = tests/test-safetensors tests/test-gguf tests/test-inspect \
-	tests/test-model-cache
+	tests/test-model-cache tests/test-load-tool
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(model_tests)
@@ -17,4 +17,7 @@ tests_test_inspect_LDADD = $(test_ldadd)
 tests_test_model_cache_SOURCES = tests/test-model-cache.c tests/tap.h
 tests_test_model_cache_CFLAGS = $(test_cflags)
 tests_test_model_cache_LDADD = $(test_ldadd)
+tests_test_load_tool_SOURCES = tests/test-load-tool.c tests/tap.h tests/spawn.c tests/spawn.h
+tests_test_load_tool_CFLAGS = $(test_cflags)
+tests_test_load_tool_LDADD = $(test_ldadd)
 endif

@@ -292,7 +292,7 @@ static void budgets_evict_least_recently_used_unlocked(void **state)
 	assert_int_equal(s.hits, 1);
 	/* Both locked: a third cannot be placed, and says why. */
 	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), DEVCACHE_ENOMEM);
-	assert_contains(devcache_last_error(), "a.st: the model needs 1M on good:0");
+	assert_contains(devcache_last_error(), "a.st: the model needs 1.0 MiB on good:0");
 	assert_contains(devcache_last_error(), "max_cache_vram");
 	devcache_cache_stats(ctx, &s);
 	assert_int_equal(s.failed_loads, 1);

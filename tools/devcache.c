@@ -70,6 +70,9 @@ static void usage(FILE *out)
 		"  config --check FILE   check a configuration file\n"
 		"  replay TRACE...       replay allocation traces through the allocator\n"
 		"  inspect FILE...       list a safetensors or GGUF file's metadata and tensors\n"
+		"  load FILE...          load model files through the cache; time and memory\n"
+		"  dump FILE TENSOR      write a tensor's bytes as a device holds them\n"
+		"  demo                  walk a small model through the cache, step by step\n"
 		"  help                  show this help\n"),
 	      out);
 	fputs("\n", out);
@@ -100,6 +103,9 @@ static const struct command {
 	{"config", cmd_config},
 	{"replay", cmd_replay},
 	{"inspect", cmd_inspect},
+	{"load", cmd_load},
+	{"dump", cmd_dump},
+	{"demo", cmd_demo},
 	{"help", cmd_help},
 };
 

@@ -34,5 +34,8 @@ int cmd_info(const struct tool *t, int argc, char **argv);
 int cmd_config(const struct tool *t, int argc, char **argv);
 int cmd_replay(const struct tool *t, int argc, char **argv);
 int cmd_inspect(const struct tool *t, int argc, char **argv);
+int cmd_load(const struct tool *t, int argc, char **argv);
+int cmd_dump(const struct tool *t, int argc, char **argv);
+int cmd_demo(const struct tool *t, int argc, char **argv);
 
 #endif

@@ -1,0 +1,178 @@
+/* cmd-dump.c - `devcache dump`: one tensor's bytes as a device holds them, copied back and written out. */
+#include "tool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct dump_opts {
+	const char *device;
+	const char *output; /* NULL or "-": standard output */
+};
+
+static void help(void)
+{
+	printf(_("Usage: devcache dump [--device D] [-o OUT] FILE TENSOR\n"));
+	fputs(_("Load FILE through the model cache onto a device, copy the bytes of\n"
+		"TENSOR back from it and write them, raw, to OUT or standard output\n"
+		"(not a terminal).\n"),
+	      stdout);
+	fputs("\n", stdout);
+	fputs(_("  -d, --device=D       load onto device D (default: host)\n"
+		"  -o, --output=OUT     write to the file OUT (default: standard output)\n"
+		"  -h, --help           show this help and exit\n"),
+	      stdout);
+	fputs("\n", stdout);
+	fputs(_("The -o after the command is the output file; tunables are set with the\n"
+		"-o before it: devcache -o KEY:VALUE dump FILE TENSOR -o OUT.\n"),
+	      stdout);
+}
+
+/* Returns -1 to go on, or the exit status. */
+static int parse_args(struct dump_opts *o, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"device", required_argument, NULL, 'd'},
+		{"output", required_argument, NULL, 'o'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+
+	/* 0: getopt starts afresh, so options may follow FILE and TENSOR. */
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "d:o:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			o->device = optarg;
+			break;
+		case 'o':
+			o->output = optarg;
+			break;
+		case 'h':
+			help();
+			return EXIT_OK;
+		default:
+			fprintf(stderr, _("Try 'devcache dump --help' for more information.\n"));
+			return EXIT_USAGE;
+		}
+	}
+	if (argc - optind != 2) {
+		tool_error("%s", argc - optind < 2 ? _("dump: expected FILE and TENSOR")
+						   : _("dump: too many arguments"));
+		fprintf(stderr, _("Try 'devcache dump --help' for more information.\n"));
+		return EXIT_USAGE;
+	}
+	if (o->output && strcmp(o->output, "-") == 0)
+		o->output = NULL;
+	/* Raw tensor bytes would garble the terminal, and are no use there. */
+	if (!o->output && isatty(STDOUT_FILENO)) {
+		tool_error("%s", _("dump: refusing to write binary data to a terminal; "
+				   "use -o OUT or redirect standard output"));
+		return EXIT_USAGE;
+	}
+	return -1;
+}
+
+static int write_all(int fd, const unsigned char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int write_out(const char *path, const unsigned char *buf, size_t len)
+{
+	int fd = path ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666) : STDOUT_FILENO;
+
+	if (fd < 0) {
+		tool_error(_("dump: cannot open %s: %s"), path, strerror(errno));
+		return EXIT_RUNTIME;
+	}
+	if (write_all(fd, buf, len) != 0) {
+		tool_error(_("dump: cannot write %s: %s"), path ? path : _("standard output"),
+			   strerror(errno));
+		if (path)
+			close(fd);
+		return EXIT_RUNTIME;
+	}
+	/* close() is where a full disk on NFS is reported. */
+	if (path && close(fd) != 0) {
+		tool_error(_("dump: cannot write %s: %s"), path, strerror(errno));
+		return EXIT_RUNTIME;
+	}
+	return EXIT_OK;
+}
+
+/* The tensor, copied from the device into a buffer of its own and written. */
+static int dump_tensor(devcache_device_t *dev, const devcache_model_t *model, const char *name,
+		       const char *output)
+{
+	devcache_tensor_info_t info;
+	unsigned char *buf;
+	void *data;
+	int status;
+
+	if (devcache_model_tensor(model, name, &info, &data)) {
+		/* The message names the file and the tensor. */
+		tool_error("%s", devcache_last_error());
+		return EXIT_RUNTIME;
+	}
+	if ((size_t)info.size != info.size || !(buf = malloc(info.size ? (size_t)info.size : 1))) {
+		tool_error(_("dump: %s: cannot allocate %llu bytes: %s"), name,
+			   (unsigned long long)info.size, devcache_strerror(DEVCACHE_ENOMEM));
+		return EXIT_RUNTIME;
+	}
+	if (devcache_copy_to_host(dev, buf, data, (size_t)info.size, NULL)) {
+		tool_error(_("dump: %s: cannot copy it from the device: %s"), name,
+			   devcache_last_error());
+		free(buf);
+		return EXIT_RUNTIME;
+	}
+	status = write_out(output, buf, (size_t)info.size);
+	free(buf);
+	return status;
+}
+
+int cmd_dump(const struct tool *t, int argc, char **argv)
+{
+	struct dump_opts o = {.device = "host"};
+	devcache_model_t *model;
+	devcache_device_t *dev;
+	devcache_ctx_t *ctx;
+	int status;
+
+	if ((status = parse_args(&o, argc, argv)) >= 0)
+		return status;
+	const char *path = argv[optind], *name = argv[optind + 1];
+	if ((status = tool_open(t, &ctx)))
+		return status;
+	/* Whatever the code, a device that is not there is the user's to fix. */
+	if (devcache_device_get(ctx, o.device, &dev)) {
+		tool_error("%s", devcache_last_error());
+		devcache_close(ctx);
+		return EXIT_USAGE;
+	}
+	if (devcache_model_load(ctx, path, dev, NULL, &model)) {
+		tool_error("%s", devcache_last_error());
+		devcache_close(ctx);
+		return EXIT_RUNTIME;
+	}
+	status = dump_tensor(dev, model, name, o.output);
+	devcache_model_release(model);
+	devcache_close(ctx);
+	return status;
+}
