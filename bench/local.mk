@@ -5,7 +5,7 @@
 ## so nothing here needs them to build.  bench/README says what the figures
 ## mean and records them.
 
-bench_programs = bench/hotpath bench/gentrace bench/replay
+bench_programs = bench/hotpath bench/gentrace bench/replay bench/loadbench
 EXTRA_PROGRAMS = $(bench_programs)
 bench_cflags = $(AM_CFLAGS) -pthread
 bench_ldadd = libdevcache.la $(LIBM) -lpthread
@@ -19,14 +19,28 @@ bench_gentrace_LDADD = $(bench_ldadd)
 bench_replay_SOURCES = bench/replay.c bench/bench.h
 bench_replay_CFLAGS = $(bench_cflags)
 bench_replay_LDADD = $(bench_ldadd)
+bench_loadbench_SOURCES = bench/loadbench.c bench/bench.h
+bench_loadbench_CFLAGS = $(bench_cflags)
+bench_loadbench_LDADD = $(bench_ldadd)
+
+# The emulated device that bench/loadbench stages models onto: a backend
+# module like tests/modules/, built only for `make bench`, loaded from the
+# build tree (bench/modules/.libs) and never installed.
+bench_modules = bench/modules/benchdev.la
+EXTRA_LTLIBRARIES = $(bench_modules)
+bench_modules_benchdev_la_SOURCES = bench/modules/benchdev.c
+bench_modules_benchdev_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 
 EXTRA_DIST += bench/README bench/run.sh
-CLEANFILES += $(bench_programs) bench/*.trace bench/report.txt bench/report.tmp*
+CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/report.txt bench/report.tmp* \
+	bench/*.safetensors bench/*.safetensors.tmp
 
 # Builds the programs, generates the traces, runs everything and prints the
 # report (also left in bench/report.txt).  BENCH_FLAGS go to bench/hotpath
 # ("-r 9" for more runs per figure); BENCH_STRICT=yes fails on a missed target.
-bench: $(bench_programs)
+# The model files bench/loadbench generates (6 GiB) stay for the next run;
+# `make clean` removes them.
+bench: $(bench_programs) $(bench_modules)
 	@CC='$(CC)' CFLAGS='$(CFLAGS)' BENCH_FLAGS='$(BENCH_FLAGS)' \
 	BENCH_STRICT='$(BENCH_STRICT)' $(SHELL) $(srcdir)/bench/run.sh .
 .PHONY: bench

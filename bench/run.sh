@@ -1,7 +1,9 @@
 #!/bin/sh
-# run.sh - `make bench`: generates the traces, runs both benchmarks, and prints the report and its targets.
+# run.sh - `make bench`: generates the traces, runs the benchmarks, and prints the report and its targets.
 #
-# Usage: run.sh BUILDDIR   (the programs are BUILDDIR/bench/{gentrace,hotpath,replay})
+# Usage: run.sh BUILDDIR   (the programs are BUILDDIR/bench/{gentrace,hotpath,replay,loadbench};
+# loadbench generates its model files in BUILDDIR/bench and finds its backend
+# module in BUILDDIR/bench/modules/.libs)
 # The environment gives CC and CFLAGS (for the header) and BENCH_FLAGS (passed
 # to hotpath, e.g. "-r 9 -s 2").  Exit status: 0 when everything ran, even if
 # a target was missed (BENCH_STRICT=yes makes a miss fail); 2 when a program
@@ -54,11 +56,15 @@ rm -f "$log.fail" "$log.out" "$log.rc"
 	echo
 	run "$b/replay" "$b/train-fixed.trace" "$b/train-var.trace" "$b/decode.trace"
 	echo
+	run "$b/loadbench" -d "$b"
+	echo
 	echo "== Targets"
 	grep '^TARGET' "$log.out" | sed 's/^TARGET /  /'
 	pass=`grep -c '^TARGET .* PASS ' "$log.out"`
 	miss=`grep -c '^TARGET .* MISS ' "$log.out"`
-	echo "$pass passed, $miss missed; `expr \`date +%s\` - $start` s; load at the end `cut -d' ' -f1-3 /proc/loadavg`"
+	skip=`grep -c '^TARGET .* SKIP ' "$log.out"`
+	test "$skip" -gt 0 && skipped=", $skip skipped" || skipped=
+	echo "$pass passed, $miss missed$skipped; `expr \`date +%s\` - $start` s; load at the end `cut -d' ' -f1-3 /proc/loadavg`"
 } 2>&1 | tee "$log"
 mv "$log" "$report"
 rm -f "$log.out" "$log.rc"
