@@ -160,11 +160,13 @@ int cmd_dump(const struct tool *t, int argc, char **argv)
 	const char *path = argv[optind], *name = argv[optind + 1];
 	if ((status = tool_open(t, &ctx)))
 		return status;
-	/* Whatever the code, a device that is not there is the user's to fix. */
-	if (devcache_device_get(ctx, o.device, &dev)) {
+	/* As replay: a malformed name is a usage error, a device this machine
+	 * lacks a runtime failure (the same command works where it exists). */
+	int rc = devcache_device_get(ctx, o.device, &dev);
+	if (rc) {
 		tool_error("%s", devcache_last_error());
 		devcache_close(ctx);
-		return EXIT_USAGE;
+		return tool_status(rc);
 	}
 	if (devcache_model_load(ctx, path, dev, NULL, &model)) {
 		tool_error("%s", devcache_last_error());

@@ -261,11 +261,12 @@ int cmd_load(const struct tool *t, int argc, char **argv)
 		return status;
 	if ((status = tool_open(t, &ctx)))
 		return status;
-	/* Whatever the code, a device that is not there is the user's to fix. */
+	/* As replay: a malformed name is a usage error, a device this machine
+	 * lacks a runtime failure (the same command works where it exists). */
 	if ((rc = devcache_device_get(ctx, o.device, &dev))) {
 		tool_error("%s", devcache_last_error());
 		devcache_close(ctx);
-		return EXIT_USAGE;
+		return tool_status(rc);
 	}
 	if ((rc = devcache_device_info(dev, &info))) {
 		tool_error("%s", devcache_last_error());
