@@ -48,7 +48,7 @@ static void check_tensors(devcache_model_t *m, size_t n, const size_t *sizes, un
 	for (size_t i = 0; i < n; i++) {
 		devcache_tensor_info_t info;
 		unsigned char *data;
-		char name[16];
+		char name[32];
 
 		snprintf(name, sizeof name, "t%zu", i);
 		assert_int_equal(devcache_model_tensor(m, name, &info, (void **)&data), 0);
