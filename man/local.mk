@@ -22,12 +22,12 @@ man_subst = \
 # the library's and the configuration's pages do not.
 man_MANS = man/devcache.1
 notrans_man_MANS = man/libdevcache.3 man/devcache.conf.5 man/devcache-trace.5 \
-	man/devcache-hip.7
+	man/devcache-hip.7 man/devcache-ze.7
 EXTRA_DIST += man/devcache.1.in man/libdevcache.3.in man/devcache.conf.5.in \
-	man/devcache-trace.5.in man/devcache-hip.7.in
+	man/devcache-trace.5.in man/devcache-hip.7.in man/devcache-ze.7.in
 CLEANFILES += \
 	man/devcache.1 man/libdevcache.3 man/devcache.*.5 man/devcache-trace.5 \
-	man/devcache-hip.7 \
+	man/devcache-hip.7 man/devcache-ze.7 \
 	man/tunable-pages.list \
 	man/stamp-tunables man/*.tmp
 
@@ -48,6 +48,9 @@ man/devcache-trace.5: man/devcache-trace.5.in man/mkman$(EXEEXT) Makefile
 
 man/devcache-hip.7: man/devcache-hip.7.in man/mkman$(EXEEXT) Makefile
 	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-hip.7.in -O $@
+
+man/devcache-ze.7: man/devcache-ze.7.in man/mkman$(EXEEXT) Makefile
+	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-ze.7.in -O $@
 
 # One run of mkman writes devcache.conf.5, every tunable page and the list
 # of those pages; the stamp stands for all of them.

@@ -14,16 +14,35 @@
 struct target {
 	const char *label;
 	const char *device;
-	enum { T_HOST, T_MODULE, T_HIP_FAKE, T_HIP_REAL } kind;
-	bool enforced; /* the device's capacity is enforced by its driver */
+	enum { T_HOST, T_MODULE, T_FAKE, T_REAL } kind;
+	bool enforced;       /* the device's capacity is enforced by its driver */
+	const char *backend; /* T_FAKE, T_REAL: "hip", "ze" */
+	const char *fake;    /* T_FAKE: the fake runtime, in TEST_FAKES */
 };
 
 static const struct target targets[] = {
-	{"host", "host", T_HOST, false},
-	{"test module", "good:0", T_MODULE, true},
-	{"HIP on the fake runtime", "hip:0", T_HIP_FAKE, true},
-	{"HIP on the real runtime", "hip:0", T_HIP_REAL, false},
+	{"host", "host", T_HOST, false, NULL, NULL},
+	{"test module", "good:0", T_MODULE, true, NULL, NULL},
+	{"HIP on the fake runtime", "hip:0", T_FAKE, true, "hip", "libfake-hip.so"},
+	{"HIP on the real runtime", "hip:0", T_REAL, false, "hip", NULL},
+	{"Level Zero on the fake loader", "ze:0", T_FAKE, true, "ze", "libfake-ze.so"},
+	{"Level Zero on the real loader", "ze:0", T_REAL, false, "ze", NULL},
 };
+
+/* The backend modules are in the directories of TEST_BACKENDS. */
+static bool backend_built(const char *name)
+{
+	char *dirs = strdup(test_env("TEST_BACKENDS")), *save = NULL, path[4096];
+	bool found = false;
+
+	assert_non_null(dirs);
+	for (char *d = strtok_r(dirs, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+		snprintf(path, sizeof path, "%s/%s.so", d, name);
+		found = access(path, R_OK) == 0;
+	}
+	free(dirs);
+	return found;
+}
 
 static char dir[256];
 
@@ -51,21 +70,22 @@ static devcache_ctx_t *open_target(const struct target *t, const char *more, dev
 		snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:good%s%s",
 			 test_env("TEST_MODULES"), *m ? "," : "", m);
 		break;
-	case T_HIP_FAKE:
-	case T_HIP_REAL:
-		snprintf(path, sizeof path, "%s/hip.so", test_env("TEST_BACKENDS"));
-		if (!file_exists(path))
-			skip_because("the HIP backend is not built (configure found no HIP headers)");
-		if (t->kind == T_HIP_FAKE) {
-			snprintf(path, sizeof path, "%s/libfake-hip.so", test_env("TEST_FAKES"));
+	case T_FAKE:
+	case T_REAL:
+		if (!backend_built(t->backend))
+			skip_because("the %s backend is not built (configure found no headers for it)",
+				     t->backend);
+		if (t->kind == T_FAKE) {
+			snprintf(path, sizeof path, "%s/%s", test_env("TEST_FAKES"), t->fake);
 			if (!file_exists(path))
-				skip_because("the fake HIP runtime is not built");
+				skip_because("the fake runtime %s is not built", t->fake);
 			snprintf(opts, sizeof opts,
-				 "log_level:error,backend_path:%s,backends:hip,hip_library:%s%s%s",
-				 test_env("TEST_BACKENDS"), path, *m ? "," : "", m);
+				 "log_level:error,backend_path:%s,backends:%s,%s_library:%s%s%s",
+				 test_env("TEST_BACKENDS"), t->backend, t->backend, path, *m ? "," : "",
+				 m);
 		} else {
-			snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:hip%s%s",
-				 test_env("TEST_BACKENDS"), *m ? "," : "", m);
+			snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:%s%s%s",
+				 test_env("TEST_BACKENDS"), t->backend, *m ? "," : "", m);
 		}
 		break;
 	}
@@ -77,31 +97,38 @@ static devcache_ctx_t *open_target(const struct target *t, const char *more, dev
 		for (size_t i = 0; i < devcache_backend_count(ctx); i++) {
 			devcache_backend_info_t b;
 
-			if (devcache_backend_info(ctx, i, &b) == 0 && strcmp(b.name, "hip") == 0)
+			if (devcache_backend_info(ctx, i, &b) == 0 && t->backend &&
+			    strcmp(b.name, t->backend) == 0)
 				snprintf(why, sizeof why, "%s", b.reason);
 		}
 		devcache_close(ctx);
+		/* A fake always has devices: none is a failure, not a reason. */
+		if (t->kind == T_FAKE)
+			fail_msg("%s: no device %s: %s", t->label, t->device, why);
 		skip_because("%s: no device %s: %s", t->label, t->device, why);
 	}
 	return ctx;
 }
 
-/* The fake runtime's controls, found in the copy the backend loaded. */
-struct fake_hip {
+/* The fake runtime's controls (fake_hip_fail, fake_ze_live, ...), found
+ * in the copy the backend loaded. */
+struct fake {
 	void *lib;
 	void (*inject)(const char *, unsigned, int);
 	size_t (*live)(void);
 };
 
-static bool fake_hip(struct fake_hip *f)
+static bool fake_controls(const struct target *t, struct fake *f)
 {
-	char path[4096];
+	char path[4096], name[64];
 
-	snprintf(path, sizeof path, "%s/libfake-hip.so", test_env("TEST_FAKES"));
+	snprintf(path, sizeof path, "%s/%s", test_env("TEST_FAKES"), t->fake);
 	if (!(f->lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD)))
 		return false;
-	*(void **)&f->inject = dlsym(f->lib, "fake_hip_fail");
-	*(void **)&f->live = dlsym(f->lib, "fake_hip_live");
+	snprintf(name, sizeof name, "fake_%s_fail", t->backend);
+	*(void **)&f->inject = dlsym(f->lib, name);
+	snprintf(name, sizeof name, "fake_%s_live", t->backend);
+	*(void **)&f->live = dlsym(f->lib, name);
 	return f->inject && f->live;
 }
 
@@ -210,6 +237,45 @@ static void out_of_memory_is_a_clean_error(void **state)
 	devcache_close(ctx);
 }
 
+/* Expandable segments, where the device can map memory: growth in place,
+ * bytes intact, everything unmapped by empty_cache. */
+static void expandable_segments_where_the_device_maps(void **state)
+{
+	const struct target *t = *state;
+	devcache_device_t *dev;
+	devcache_ctx_t *ctx = open_target(t, "expandable_segments:True", &dev);
+	devcache_device_info_t info;
+	enum { A = 30 << 20, B = 50 << 20 };
+	unsigned char *in = malloc(B), *out = malloc(B);
+	void *p, *q;
+
+	assert_int_equal(devcache_device_info(dev, &info), 0);
+	if (!(info.caps & DEVCACHE_CAP_VMM)) {
+		free(in);
+		free(out);
+		devcache_close(ctx);
+		skip_because("%s: the device cannot map memory", t->label);
+	}
+	assert_true(in && out);
+	fill(in, B, 9);
+	assert_int_equal(devcache_alloc(dev, A, NULL, &p), 0);
+	assert_int_equal(devcache_free(dev, p), 0);
+	assert_int_equal(devcache_alloc(dev, B, NULL, &q), 0);
+	assert_ptr_equal(q, p); /* the mapping grew under the freed block */
+	assert_int_equal(devcache_copy_to_device(dev, q, in, B, NULL), 0);
+	assert_int_equal(devcache_copy_to_host(dev, out, q, B, NULL), 0);
+	assert_memory_equal(in, out, B);
+	assert_int_equal(devcache_free(dev, q), 0);
+	assert_int_equal(devcache_empty_cache(dev), 0);
+	devcache_stats_t s;
+	devcache_stats(dev, &s);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(s.num_device_alloc, s.num_device_free);
+	free(in);
+	free(out);
+	devcache_close(ctx);
+}
+
 /* A safetensors file of U8 tensors, and the check of a loaded model. */
 static void write_model(const char *path)
 {
@@ -278,37 +344,60 @@ static void a_model_uploads_byte_exact(void **state)
 static void injected_faults_leave_nothing(void **state)
 {
 	const struct target *t = *state;
+	/* Each runtime's out-of-memory code, and the calls a load makes. */
 	static const struct {
-		const char *function;
+		const char *backend, *function;
 		unsigned nth;
+		int error;
 	} faults[] = {
-		{"hipMalloc", 1 | 0x80000000u},   {"hipMemcpyAsync", 2},
-		{"hipHostMalloc", 1 | 0x80000000u}, {"hipEventCreateWithFlags", 1},
-		{"hipEventRecord", 2},             {"hipStreamSynchronize", 1},
+		{"hip", "hipMalloc", 1 | 0x80000000u, 2},
+		{"hip", "hipMemcpyAsync", 2, 2},
+		{"hip", "hipHostMalloc", 1 | 0x80000000u, 2},
+		{"hip", "hipEventCreateWithFlags", 1, 2},
+		{"hip", "hipEventRecord", 2, 2},
+		{"hip", "hipStreamSynchronize", 1, 2},
+		{"ze", "zeMemAllocDevice", 1 | 0x80000000u, 0x70000003},
+		{"ze", "zeCommandListAppendMemoryCopy", 2, 0x70000003},
+		{"ze", "zeMemAllocHost", 1 | 0x80000000u, 0x70000002},
+		{"ze", "zeEventCreate", 1, 0x70000002},
+		{"ze", "zeCommandListAppendBarrier", 3, 0x70000002},
+		{"ze", "zeEventHostSynchronize", 1, 0x70000002},
 	};
-	struct fake_hip f = {0};
+	struct fake f = {0};
 	devcache_device_t *dev;
 	char path[512];
 
-	if (t->kind != T_HIP_FAKE)
+	if (t->kind != T_FAKE)
 		skip_because("fault injection needs a fake runtime");
 	devcache_ctx_t *ctx = open_target(t, "staging_buffer_size:64K", &dev);
-	assert_true(fake_hip(&f));
-	size_t baseline = f.live();
+	assert_true(fake_controls(t, &f));
 	snprintf(path, sizeof path, "%s/faults.safetensors", dir);
 	write_model(path);
+	/* One load first: what a backend keeps for reuse (Level Zero's event
+	 * pools) is then in the baseline. */
+	devcache_model_t *warm;
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &warm), 0);
+	devcache_model_release(warm);
+	assert_int_equal(devcache_cache_evict_all(ctx), 1);
+	assert_int_equal(devcache_empty_cache(dev), 0);
+	assert_int_equal(devcache_host_empty_cache(dev), 0);
+	size_t baseline = f.live();
 	for (size_t i = 0; i < sizeof faults / sizeof *faults; i++) {
 		devcache_model_t *m = NULL;
 
+		if (strcmp(faults[i].backend, t->backend) != 0)
+			continue;
 		assert_int_equal(devcache_empty_cache(dev), 0);
 		assert_int_equal(devcache_host_empty_cache(dev), 0);
-		f.inject(faults[i].function, faults[i].nth, 2 /* hipErrorOutOfMemory */);
+		f.inject(faults[i].function, faults[i].nth, faults[i].error);
 		int rc = devcache_model_load(ctx, path, dev, NULL, &m);
 		f.inject(faults[i].function, 0, 0);
 		if (rc == 0)
 			fail_msg("%s: the load succeeded", faults[i].function);
 		assert_null(m);
-		assert_contains(devcache_last_error(), "out of memory");
+		/* "out of memory", "out of device memory", "out of host memory" */
+		assert_contains(devcache_last_error(), "out of");
+		assert_contains(devcache_last_error(), "memory");
 		assert_int_equal(devcache_empty_cache(dev), 0);
 		assert_int_equal(devcache_host_empty_cache(dev), 0);
 		if (f.live() != baseline)
@@ -337,11 +426,8 @@ static int teardown(void **state)
 	return test_tmpdir_remove(dir);
 }
 
-#define FOR_EACH_TARGET(test)                                                              \
-	cmocka_unit_test_prestate_setup_teardown(test, setup, teardown, (void *)&targets[0]), \
-	cmocka_unit_test_prestate_setup_teardown(test, setup, teardown, (void *)&targets[1]), \
-	cmocka_unit_test_prestate_setup_teardown(test, setup, teardown, (void *)&targets[2]), \
-	cmocka_unit_test_prestate_setup_teardown(test, setup, teardown, (void *)&targets[3])
+#define ON(test, i) cmocka_unit_test_prestate_setup_teardown(test, setup, teardown, (void *)&targets[i])
+#define FOR_EACH_TARGET(test) ON(test, 0), ON(test, 1), ON(test, 2), ON(test, 3), ON(test, 4), ON(test, 5)
 
 int main(void)
 {
@@ -350,6 +436,7 @@ int main(void)
 		FOR_EACH_TARGET(streams_keep_their_order),
 		FOR_EACH_TARGET(out_of_memory_is_a_clean_error),
 		FOR_EACH_TARGET(a_model_uploads_byte_exact),
+		FOR_EACH_TARGET(expandable_segments_where_the_device_maps),
 		FOR_EACH_TARGET(injected_faults_leave_nothing),
 	};
 

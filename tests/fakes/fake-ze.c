@@ -1,0 +1,1949 @@
+/* fake-ze.c - a host-memory stand-in for libze_loader.so.1, with test controls, for the Level Zero backend's tests. */
+#define _GNU_SOURCE /* twalk_r, secure_getenv, memfd_create, MAP_FIXED_NOREPLACE */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <search.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Everything not static is the loader's API or a test control, and must stay
+ * reachable by dlsym() whatever -fvisibility the build uses. */
+#pragma GCC visibility push(default)
+
+#include <level_zero/ze_api.h>
+
+/* Test controls, reached with dlsym() by tests that dlopen() this library. */
+#define FAKE_ZE_FAIL_ON 0x80000000u
+void fake_ze_fail(const char *function, unsigned nth, int result);
+unsigned long fake_ze_calls(const char *function);
+size_t fake_ze_live(void);
+void fake_ze_hold_events(int hold);
+
+/* Every function of the API that this fake provides, in one list: the call
+ * counters and fault injection are indexed by it. */
+#define FAKE_ZE_FUNCTIONS(X)                                                                       \
+	X(zeInit)                                                                                  \
+	X(zeDriverGet)                                                                             \
+	X(zeDriverGetApiVersion)                                                                   \
+	X(zeDriverGetProperties)                                                                   \
+	X(zeDeviceGet)                                                                             \
+	X(zeDeviceGetProperties)                                                                   \
+	X(zeDeviceGetMemoryProperties)                                                             \
+	X(zeDevicePciGetPropertiesExt)                                                             \
+	X(zeDeviceGetCommandQueueGroupProperties)                                                  \
+	X(zeContextCreate)                                                                         \
+	X(zeContextDestroy)                                                                        \
+	X(zeMemAllocDevice)                                                                        \
+	X(zeMemAllocHost)                                                                          \
+	X(zeMemFree)                                                                               \
+	X(zeMemGetAllocProperties)                                                                 \
+	X(zeMemGetAddressRange)                                                                    \
+	X(zeCommandListCreateImmediate)                                                            \
+	X(zeCommandListDestroy)                                                                    \
+	X(zeCommandListAppendMemoryCopy)                                                           \
+	X(zeCommandListAppendBarrier)                                                              \
+	X(zeCommandListAppendSignalEvent)                                                          \
+	X(zeEventPoolCreate)                                                                       \
+	X(zeEventPoolDestroy)                                                                      \
+	X(zeEventCreate)                                                                           \
+	X(zeEventDestroy)                                                                          \
+	X(zeEventHostSynchronize)                                                                  \
+	X(zeEventQueryStatus)                                                                      \
+	X(zeEventHostReset)                                                                        \
+	X(zeMemGetIpcHandle)                                                                       \
+	X(zeMemOpenIpcHandle)                                                                      \
+	X(zeMemCloseIpcHandle)                                                                     \
+	X(zeVirtualMemQueryPageSize)                                                               \
+	X(zeVirtualMemReserve)                                                                     \
+	X(zeVirtualMemFree)                                                                        \
+	X(zePhysicalMemCreate)                                                                     \
+	X(zePhysicalMemDestroy)                                                                    \
+	X(zeVirtualMemMap)                                                                         \
+	X(zeVirtualMemUnmap)
+
+#define X(name) F_##name,
+enum { FAKE_ZE_FUNCTIONS(X) F_COUNT };
+#undef X
+#define X(name) #name,
+static const char *const function_names[F_COUNT] = {FAKE_ZE_FUNCTIONS(X)};
+#undef X
+
+static unsigned long calls[F_COUNT];
+static unsigned fault_at[F_COUNT]; /* calls to go before the failing one, | FAKE_ZE_FAIL_ON; 0: none */
+static int fault_result[F_COUNT];
+
+/* The least alignment of zeMemAllocDevice. The spec leaves it to the driver;
+ * Intel's gives at least a cache line, and the backend may count on that. */
+#define DEVICE_ALIGN 64
+/* The one granularity of the virtual memory functions, whatever the size
+ * asked about: Intel's driver answers 64 KiB for small sizes and 2 MiB for
+ * large ones; a single answer keeps the backend's arithmetic testable. */
+#define VM_PAGE ((size_t)2 << 20)
+/* What zeMemGetAllocProperties reports as a device allocation's page size. */
+#define DEVICE_PAGE ((size_t)64 << 10)
+#define MAX_DEVICES 64
+/* Command queue groups: ordinal 0 computes (and copies), ordinal 1 only copies. */
+#define N_GROUPS 2
+
+/* Handles are pointers to these; the driver and devices are static, so a
+ * handle stays valid for the life of the process as in the real loader. */
+struct _ze_driver_handle_t {
+	int unused;
+};
+
+struct _ze_device_handle_t {
+	int phys; /* physical ordinal, before ZE_AFFINITY_MASK */
+};
+
+struct _ze_context_handle_t {
+	unsigned long objects; /* allocations, lists, pools, reservations, physical memory */
+};
+
+struct _ze_command_list_handle_t {
+	ze_context_handle_t ctx;
+	ze_device_handle_t dev;
+	uint32_t ordinal;
+};
+
+struct _ze_event_pool_handle_t {
+	ze_context_handle_t ctx;
+	ze_event_pool_flags_t flags;
+	uint32_t count;
+	unsigned long live; /* events created from it */
+	unsigned char *used; /* count entries: whether an event holds that index */
+};
+
+struct _ze_event_handle_t {
+	ze_event_pool_handle_t pool;
+	uint32_t index;
+	int signalled;
+	int pending; /* signalled while events were held, and not waited for since */
+};
+
+struct _ze_physical_mem_handle_t {
+	ze_context_handle_t ctx;
+	int phys; /* the device's physical ordinal */
+	size_t size;
+	int fd; /* a memfd, so that two mappings of one object share its bytes */
+	unsigned long maps;
+};
+
+static struct _ze_driver_handle_t the_driver;
+static struct _ze_device_handle_t device_table[MAX_DEVICES]; /* by visible ordinal */
+
+/* Read once, at the first zeInit, as the loader reads its environment. */
+static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+static int n_physical;
+static int n_visible;
+static size_t capacity;          /* bytes of each device */
+static size_t used[MAX_DEVICES]; /* by physical ordinal; under lock */
+static int initialized;          /* a zeInit succeeded */
+static int hold_events;
+
+/* The live objects, all under lock: one tree of non-overlapping address
+ * ranges (device and host allocations, reservations) so that any address
+ * inside one finds it, one of the mappings inside reservations, and one tree
+ * each of the other handles. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t event_cond; /* signalled events; on CLOCK_MONOTONIC */
+static void *ranges;
+static void *mappings;
+static void *contexts;
+static void *lists;
+static void *pools;
+static void *events;
+static void *physicals;
+static unsigned long next_serial;
+
+enum range_kind { R_DEVICE, R_HOST, R_RESERVED, R_MAPPED, R_KINDS };
+static const char *const kind_names[R_KINDS] = {"device allocation", "host allocation",
+						"virtual reservation", "virtual mapping"};
+static unsigned long live_count[R_KINDS];
+static size_t live_bytes[R_KINDS];
+static unsigned long live_contexts, live_lists, live_pools, live_events, live_physicals;
+static size_t physical_bytes;
+static unsigned long open_ipc;
+
+struct range {
+	uintptr_t base;
+	size_t size;
+	size_t mapped; /* host allocations and reservations: the length given to mmap() */
+	enum range_kind kind;
+	ze_context_handle_t ctx;
+	int phys;                       /* device allocations: physical ordinal */
+	int prot;                       /* mappings: what the pages allow */
+	ze_physical_mem_handle_t pmem;  /* mappings: what backs them */
+	unsigned ipc_opens;
+	unsigned long serial; /* tells a reused address from the one an IPC handle named */
+};
+
+/* What an IPC handle carries; it must fit ZE_MAX_IPC_HANDLE_SIZE. */
+struct ipc_handle {
+	char magic[8];
+	pid_t pid;
+	uintptr_t base;
+	unsigned long serial;
+};
+_Static_assert(sizeof(struct ipc_handle) <= sizeof(ze_ipc_mem_handle_t), "IPC handle too large");
+static const char ipc_magic[8] = "fakeze";
+
+/* ---- results ---- */
+
+#define RESULT(name) {name, #name}
+static const struct {
+	ze_result_t code;
+	const char *name;
+} result_table[] = {
+	RESULT(ZE_RESULT_SUCCESS),
+	RESULT(ZE_RESULT_NOT_READY),
+	RESULT(ZE_RESULT_ERROR_DEVICE_LOST),
+	RESULT(ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY),
+	RESULT(ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY),
+	RESULT(ZE_RESULT_ERROR_MODULE_BUILD_FAILURE),
+	RESULT(ZE_RESULT_ERROR_MODULE_LINK_FAILURE),
+	RESULT(ZE_RESULT_ERROR_DEVICE_REQUIRES_RESET),
+	RESULT(ZE_RESULT_ERROR_DEVICE_IN_LOW_POWER_STATE),
+	RESULT(ZE_RESULT_ERROR_INSUFFICIENT_PERMISSIONS),
+	RESULT(ZE_RESULT_ERROR_NOT_AVAILABLE),
+	RESULT(ZE_RESULT_ERROR_DEPENDENCY_UNAVAILABLE),
+	RESULT(ZE_RESULT_ERROR_UNINITIALIZED),
+	RESULT(ZE_RESULT_ERROR_UNSUPPORTED_VERSION),
+	RESULT(ZE_RESULT_ERROR_UNSUPPORTED_FEATURE),
+	RESULT(ZE_RESULT_ERROR_INVALID_ARGUMENT),
+	RESULT(ZE_RESULT_ERROR_INVALID_NULL_HANDLE),
+	RESULT(ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE),
+	RESULT(ZE_RESULT_ERROR_INVALID_NULL_POINTER),
+	RESULT(ZE_RESULT_ERROR_INVALID_SIZE),
+	RESULT(ZE_RESULT_ERROR_UNSUPPORTED_SIZE),
+	RESULT(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT),
+	RESULT(ZE_RESULT_ERROR_INVALID_SYNCHRONIZATION_OBJECT),
+	RESULT(ZE_RESULT_ERROR_INVALID_ENUMERATION),
+	RESULT(ZE_RESULT_ERROR_UNSUPPORTED_ENUMERATION),
+	RESULT(ZE_RESULT_ERROR_OVERLAPPING_REGIONS),
+	RESULT(ZE_RESULT_ERROR_UNKNOWN),
+};
+#undef RESULT
+
+/* ---- call counting and fault injection ---- */
+
+static int function_index(const char *name)
+{
+	if (!name)
+		return -1;
+	for (int i = 0; i < F_COUNT; i++)
+		if (strcmp(name, function_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+void fake_ze_fail(const char *function, unsigned nth, int result)
+{
+	int f = function_index(function);
+
+	if (f < 0) {
+		/* A typo in a test would otherwise arm nothing and pass. */
+		fprintf(stderr, "fake-ze: fake_ze_fail: no function %s\n",
+			function ? function : "(null)");
+		return;
+	}
+	__atomic_store_n(&fault_result[f], result, __ATOMIC_RELAXED);
+	__atomic_store_n(&fault_at[f], nth, __ATOMIC_RELEASE);
+}
+
+unsigned long fake_ze_calls(const char *function)
+{
+	int f = function_index(function);
+
+	return f < 0 ? 0 : __atomic_load_n(&calls[f], __ATOMIC_RELAXED);
+}
+
+/* Counts a call of f; returns the result it is to fail with, or ZE_RESULT_SUCCESS. */
+static ze_result_t enter(int f)
+{
+	unsigned n = __atomic_load_n(&fault_at[f], __ATOMIC_ACQUIRE), next;
+
+	__atomic_add_fetch(&calls[f], 1, __ATOMIC_RELAXED);
+	do {
+		if ((n & ~FAKE_ZE_FAIL_ON) == 0)
+			return ZE_RESULT_SUCCESS;
+		/* Count down to 1; from then on, FAKE_ZE_FAIL_ON stays armed. */
+		next = (n & ~FAKE_ZE_FAIL_ON) == 1 ? (n & FAKE_ZE_FAIL_ON ? n : 0) : n - 1;
+	} while (!__atomic_compare_exchange_n(&fault_at[f], &n, next, 0, __ATOMIC_ACQUIRE,
+					      __ATOMIC_ACQUIRE));
+	if ((n & ~FAKE_ZE_FAIL_ON) != 1)
+		return ZE_RESULT_SUCCESS;
+	return (ze_result_t)__atomic_load_n(&fault_result[f], __ATOMIC_RELAXED);
+}
+
+/* Each API function begins with this: counted, maybe failed on demand; and,
+ * as the spec says, refused before a successful zeInit. */
+#define ENTER(name)                                                                                \
+	do {                                                                                       \
+		ze_result_t injected_ = enter(F_##name);                                           \
+		if (injected_ != ZE_RESULT_SUCCESS)                                                \
+			return injected_;                                                          \
+		if (F_##name != F_zeInit && !__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))      \
+			return ZE_RESULT_ERROR_UNINITIALIZED;                                      \
+	} while (0)
+
+/* A result given by number or by name, as in FAKE_ZE_FAIL. */
+static int parse_result(const char *s, int *result_p)
+{
+	char *end;
+	long v;
+
+	for (size_t i = 0; i < sizeof result_table / sizeof *result_table; i++)
+		if (strcmp(s, result_table[i].name) == 0) {
+			*result_p = (int)result_table[i].code;
+			return 0;
+		}
+	errno = 0;
+	v = strtol(s, &end, 0);
+	if (errno || end == s || *end || v < INT_MIN || v > (long)UINT_MAX)
+		return -1;
+	*result_p = (int)(unsigned)v; /* 0x78000004 and the like are written unsigned */
+	return 0;
+}
+
+/* One FAKE_ZE_FAIL entry, "function:nth:result"; entry is modified. */
+static void parse_fail_entry(char *entry)
+{
+	char *nth_s = strchr(entry, ':'), *res_s = NULL, *end;
+	unsigned long nth = 0;
+	int result = 0, ok = 0;
+
+	if (nth_s) {
+		*nth_s++ = '\0';
+		res_s = strchr(nth_s, ':');
+		if (res_s)
+			*res_s++ = '\0';
+	}
+	if (res_s) {
+		errno = 0;
+		nth = strtoul(nth_s, &end, 0);
+		ok = !errno && end != nth_s && !*end && nth <= UINT_MAX &&
+		     parse_result(res_s, &result) == 0 && function_index(entry) >= 0;
+	}
+	if (!ok) {
+		/* Put the entry back together to show it as it was written. */
+		if (nth_s)
+			nth_s[-1] = ':';
+		if (res_s)
+			res_s[-1] = ':';
+		fprintf(stderr, "fake-ze: FAKE_ZE_FAIL: ignoring \"%s\" (want function:nth:result)\n",
+			entry);
+		return;
+	}
+	fake_ze_fail(entry, (unsigned)nth, result);
+}
+
+__attribute__((constructor)) static void fake_ze_load(void)
+{
+	const char *env = getenv("FAKE_ZE_FAIL");
+	pthread_condattr_t attr;
+	char *copy, *entry, *save;
+
+	/* Timed waits count time that a clock change cannot stretch. */
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&event_cond, &attr);
+	pthread_condattr_destroy(&attr);
+
+	if (!env || !*env)
+		return;
+	copy = strdup(env);
+	if (!copy) {
+		fprintf(stderr, "fake-ze: FAKE_ZE_FAIL: out of memory\n");
+		return;
+	}
+	for (entry = strtok_r(copy, ",", &save); entry; entry = strtok_r(NULL, ",", &save))
+		parse_fail_entry(entry);
+	free(copy);
+}
+
+/* ---- devices ---- */
+
+static long env_number(const char *name, long dflt, long min, long max)
+{
+	const char *s = getenv(name);
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return dflt;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < min || v > max) {
+		fprintf(stderr, "fake-ze: %s=%s is not a number from %ld to %ld; using %ld\n", name, s,
+			min, max, dflt);
+		return dflt;
+	}
+	return v;
+}
+
+/* ZE_AFFINITY_MASK as Intel's driver reads it: comma-separated root device
+ * indices, each maybe with ".sub-device" (and ".sub-sub-device"). The fake has
+ * no sub-devices: an entry naming one selects its whole root device. Entries
+ * that are no index, or name no device, are ignored; devices selected keep
+ * their physical order (the driver keeps a set, so "1,0" is "0,1"). A mask
+ * that selects nothing leaves no device, and so no driver. */
+static void parse_affinity(const char *mask, int *selected)
+{
+	const char *p = mask;
+	char *end;
+
+	while (*p) {
+		long v;
+
+		errno = 0;
+		v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
+		if (v >= 0 && !errno && v < n_physical && (*end == '\0' || *end == ',' || *end == '.'))
+			selected[v] = 1;
+		p = strchr(p, ',');
+		if (!p)
+			break;
+		p++;
+	}
+}
+
+static void devices_init(void)
+{
+	const char *mask = getenv("ZE_AFFINITY_MASK");
+	int selected[MAX_DEVICES] = {0};
+
+	n_physical = (int)env_number("FAKE_ZE_DEVICES", 2, 0, MAX_DEVICES);
+	capacity = (size_t)env_number("FAKE_ZE_MEMORY_MB", 1024, 0, (long)(SIZE_MAX >> 21)) << 20;
+	if (mask && *mask)
+		parse_affinity(mask, selected);
+	else
+		for (int i = 0; i < n_physical; i++)
+			selected[i] = 1;
+	n_visible = 0;
+	for (int i = 0; i < n_physical; i++)
+		if (selected[i])
+			device_table[n_visible++].phys = i;
+}
+
+static int driver_known(ze_driver_handle_t d)
+{
+	return d == &the_driver;
+}
+
+static int device_known(ze_device_handle_t d)
+{
+	uintptr_t p = (uintptr_t)d, first = (uintptr_t)device_table;
+
+	return p >= first && p < first + (size_t)n_visible * sizeof *device_table &&
+	       (p - first) % sizeof *device_table == 0;
+}
+
+/* The two-call idiom: a zero count or no array asks for the count; a count
+ * too large is cut down. Returns how many entries to fill. */
+static uint32_t count_idiom(uint32_t *count_p, const void *array, uint32_t n)
+{
+	if (*count_p == 0 || !array) {
+		*count_p = n;
+		return 0;
+	}
+	if (*count_p > n)
+		*count_p = n;
+	return *count_p;
+}
+
+/* ---- the registries ---- */
+
+static int range_cmp(const void *a, const void *b)
+{
+	const struct range *x = a, *y = b;
+
+	if (x->base + x->size <= y->base)
+		return -1;
+	if (y->base + y->size <= x->base)
+		return 1;
+	return 0; /* overlapping: for a one-byte key, the range that holds it */
+}
+
+static int handle_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The live range of tree overlapping [p, p + size), under lock; NULL if none. */
+static struct range *range_in(void *const *tree, const void *p, size_t size)
+{
+	struct range key = {.base = (uintptr_t)p, .size = size ? size : 1};
+	void *node = tfind(&key, tree, range_cmp);
+
+	return node ? *(struct range **)node : NULL;
+}
+
+static struct range *range_at(const void *p)
+{
+	return range_in(&ranges, p, 1);
+}
+
+/* Enters r in tree, under lock; returns the range it overlaps instead, or
+ * NULL when out of memory. */
+static struct range *range_add(void **tree, struct range *r)
+{
+	void *node = tsearch(r, tree, range_cmp);
+
+	if (!node)
+		return NULL;
+	if (*(struct range **)node != r)
+		return *(struct range **)node;
+	r->serial = ++next_serial;
+	live_count[r->kind]++;
+	live_bytes[r->kind] += r->size;
+	return r;
+}
+
+static void range_remove(void **tree, struct range *r)
+{
+	tdelete(r, tree, range_cmp);
+	live_count[r->kind]--;
+	live_bytes[r->kind] -= r->size;
+	open_ipc -= r->ipc_opens;
+}
+
+static int known(void *const *tree, const void *h)
+{
+	return h && tfind(h, tree, handle_cmp);
+}
+
+/* Enters handle h in tree, under lock; 0 when out of memory. */
+static int handle_add(void **tree, void *h, unsigned long *live)
+{
+	if (!tsearch(h, tree, handle_cmp))
+		return 0;
+	++*live;
+	return 1;
+}
+
+/* The usual first check of a handle argument, under lock. */
+static ze_result_t check_handle(void *const *tree, const void *h)
+{
+	if (!h)
+		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+	/* What the validation layer's handle tracking answers for a stale handle. */
+	return known(tree, h) ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+}
+
+static ze_result_t check_device(ze_device_handle_t d)
+{
+	if (!d)
+		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+	return device_known(d) ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+}
+
+/* check_handle for a context, taking the lock: for calls that need only that. */
+static ze_result_t check_context(ze_context_handle_t ctx)
+{
+	ze_result_t res;
+
+	pthread_mutex_lock(&lock);
+	res = check_handle(&contexts, ctx);
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+static int power_of_two_or_zero(size_t n)
+{
+	return (n & (n - 1)) == 0;
+}
+
+/* ---- driver ---- */
+
+/* With no device, the loader finds no driver: zeInit fails with
+ * ZE_RESULT_ERROR_UNINITIALIZED, as libze_loader does, and every later call
+ * is refused the same way. So is zeInit(ZE_INIT_FLAG_VPU_ONLY): this driver
+ * is a GPU driver. */
+ze_result_t zeInit(ze_init_flags_t flags)
+{
+	ENTER(zeInit);
+	if (flags > (ZE_INIT_FLAG_GPU_ONLY | ZE_INIT_FLAG_VPU_ONLY))
+		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+	pthread_once(&devices_once, devices_init);
+	if (n_visible == 0 || flags == ZE_INIT_FLAG_VPU_ONLY)
+		return ZE_RESULT_ERROR_UNINITIALIZED;
+	__atomic_store_n(&initialized, 1, __ATOMIC_RELEASE);
+	return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t zeDriverGet(uint32_t *pCount, ze_driver_handle_t *phDrivers)
+{
+	ENTER(zeDriverGet);
+	if (!pCount)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (count_idiom(pCount, phDrivers, 1))
+		phDrivers[0] = &the_driver;
+	return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t zeDriverGetApiVersion(ze_driver_handle_t hDriver, ze_api_version_t *version)
+{
+	ENTER(zeDriverGetApiVersion);
+	if (!hDriver)
+		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+	if (!driver_known(hDriver))
+		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	if (!version)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	*version = ZE_API_VERSION_1_4;
+	return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t zeDriverGetProperties(ze_driver_handle_t hDriver, ze_driver_properties_t *pDriverProperties)
+{
+	static const char uuid[ZE_MAX_DRIVER_UUID_SIZE] = "fake-ze-driver";
+
+	ENTER(zeDriverGetProperties);
+	if (!hDriver)
+		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+	if (!driver_known(hDriver))
+		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	if (!pDriverProperties)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	memcpy(pDriverProperties->uuid.id, uuid, sizeof uuid);
+	pDriverProperties->driverVersion = 1;
+	return ZE_RESULT_SUCCESS;
+}
+
+/* ---- devices ---- */
+
+ze_result_t zeDeviceGet(ze_driver_handle_t hDriver, uint32_t *pCount, ze_device_handle_t *phDevices)
+{
+	uint32_t n;
+
+	ENTER(zeDeviceGet);
+	if (!hDriver)
+		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+	if (!driver_known(hDriver))
+		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	if (!pCount)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	n = count_idiom(pCount, phDevices, (uint32_t)n_visible);
+	for (uint32_t i = 0; i < n; i++)
+		phDevices[i] = &device_table[i];
+	return ZE_RESULT_SUCCESS;
+}
+
+/* What the caller fills in (stype, pNext) is left as it is. */
+ze_result_t zeDeviceGetProperties(ze_device_handle_t hDevice, ze_device_properties_t *pDeviceProperties)
+{
+	ze_device_properties_t *p = pDeviceProperties;
+	ze_result_t res;
+
+	ENTER(zeDeviceGetProperties);
+	if ((res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!p)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	p->type = ZE_DEVICE_TYPE_GPU;
+	p->vendorId = 0x8086;
+	p->deviceId = 0x0bd5;
+	p->flags = 0;
+	p->subdeviceId = 0;
+	p->coreClockRate = 1600;
+	p->maxMemAllocSize = capacity;
+	p->maxHardwareContexts = 65536;
+	p->maxCommandQueuePriority = 0;
+	p->numThreadsPerEU = 8;
+	p->physicalEUSimdWidth = 16;
+	p->numEUsPerSubslice = 8;
+	p->numSubslicesPerSlice = 8;
+	p->numSlices = 1;
+	/* Nanoseconds, or cycles per second for the 1.2 structure: one clock. */
+	p->timerResolution = p->stype == ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES_1_2 ? 1000000000u : 1;
+	p->timestampValidBits = 64;
+	p->kernelTimestampValidBits = 32;
+	memset(p->uuid.id, 0, sizeof p->uuid.id);
+	memcpy(p->uuid.id, "fakeze", 6);
+	p->uuid.id[ZE_MAX_DEVICE_UUID_SIZE - 1] = (uint8_t)hDevice->phys;
+	/* The physical ordinal in the name lets a test see ZE_AFFINITY_MASK at work. */
+	snprintf(p->name, sizeof p->name, "Fake Level Zero device %d", hDevice->phys);
+	return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t zeDeviceGetMemoryProperties(ze_device_handle_t hDevice, uint32_t *pCount,
+					ze_device_memory_properties_t *pMemProperties)
+{
+	ze_result_t res;
+
+	ENTER(zeDeviceGetMemoryProperties);
+	if ((res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!pCount)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (count_idiom(pCount, pMemProperties, 1)) {
+		pMemProperties->flags = 0;
+		pMemProperties->maxClockRate = 3200;
+		pMemProperties->maxBusWidth = 4096;
+		pMemProperties->totalSize = capacity;
+		snprintf(pMemProperties->name, sizeof pMemProperties->name, "HBM");
+	}
+	return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t zeDevicePciGetPropertiesExt(ze_device_handle_t hDevice, ze_pci_ext_properties_t *pPciProperties)
+{
+	ze_result_t res;
+
+	ENTER(zeDevicePciGetPropertiesExt);
+	if ((res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!pPciProperties)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	/* A bus per physical device, as the HIP fake numbers them. */
+	pPciProperties->address = (ze_pci_address_ext_t){
+		.domain = 0, .bus = (uint32_t)hDevice->phys + 1, .device = 0, .function = 0};
+	pPciProperties->maxSpeed = (ze_pci_speed_ext_t){
+		.genVersion = 4, .width = 16, .maxBandwidth = (int64_t)32 << 30};
+	return ZE_RESULT_SUCCESS;
+}
+
+static const struct {
+	ze_command_queue_group_property_flags_t flags;
+	size_t fill;
+	uint32_t queues;
+} groups[N_GROUPS] = {
+	{ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE | ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY |
+		 ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COOPERATIVE_KERNELS |
+		 ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_METRICS,
+	 128, 1},
+	{ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY, 4, 1},
+};
+
+ze_result_t zeDeviceGetCommandQueueGroupProperties(
+	ze_device_handle_t hDevice, uint32_t *pCount,
+	ze_command_queue_group_properties_t *pCommandQueueGroupProperties)
+{
+	ze_result_t res;
+	uint32_t n;
+
+	ENTER(zeDeviceGetCommandQueueGroupProperties);
+	if ((res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!pCount)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	n = count_idiom(pCount, pCommandQueueGroupProperties, N_GROUPS);
+	for (uint32_t i = 0; i < n; i++) {
+		pCommandQueueGroupProperties[i].flags = groups[i].flags;
+		pCommandQueueGroupProperties[i].maxMemoryFillPatternSize = groups[i].fill;
+		pCommandQueueGroupProperties[i].numQueues = groups[i].queues;
+	}
+	return ZE_RESULT_SUCCESS;
+}
+
+/* ---- contexts ---- */
+
+ze_result_t zeContextCreate(ze_driver_handle_t hDriver, const ze_context_desc_t *desc,
+			    ze_context_handle_t *phContext)
+{
+	ze_context_handle_t ctx;
+	int ok;
+
+	ENTER(zeContextCreate);
+	if (!hDriver)
+		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+	if (!driver_known(hDriver))
+		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	if (!desc || !phContext)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (desc->flags > ZE_CONTEXT_FLAG_TBD)
+		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+	if (!(ctx = calloc(1, sizeof *ctx)))
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	pthread_mutex_lock(&lock);
+	ok = handle_add(&contexts, ctx, &live_contexts);
+	pthread_mutex_unlock(&lock);
+	if (!ok) {
+		free(ctx);
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	}
+	*phContext = ctx;
+	return ZE_RESULT_SUCCESS;
+}
+
+/* Stricter than Intel's driver, which frees what the context still holds: a
+ * backend that leaves objects behind its context should be told. */
+ze_result_t zeContextDestroy(ze_context_handle_t hContext)
+{
+	ze_result_t res;
+
+	ENTER(zeContextDestroy);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&contexts, hContext);
+	if (res == ZE_RESULT_SUCCESS && hContext->objects)
+		res = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+	if (res == ZE_RESULT_SUCCESS) {
+		tdelete(hContext, &contexts, handle_cmp);
+		live_contexts--;
+	}
+	pthread_mutex_unlock(&lock);
+	if (res == ZE_RESULT_SUCCESS)
+		free(hContext);
+	return res;
+}
+
+/* ---- memory ---- */
+
+#define DEVICE_ALLOC_FLAGS                                                                         \
+	(ZE_DEVICE_MEM_ALLOC_FLAG_BIAS_CACHED | ZE_DEVICE_MEM_ALLOC_FLAG_BIAS_UNCACHED |           \
+	 ZE_DEVICE_MEM_ALLOC_FLAG_BIAS_INITIAL_PLACEMENT)
+
+/* Takes size bytes of the device's capacity, under lock; 0 if they are not there. */
+static int capacity_take(int phys, size_t size)
+{
+	if (size > capacity - used[phys])
+		return 0;
+	used[phys] += size;
+	return 1;
+}
+
+ze_result_t zeMemAllocDevice(ze_context_handle_t hContext, const ze_device_mem_alloc_desc_t *device_desc,
+			     size_t size, size_t alignment, ze_device_handle_t hDevice, void **pptr)
+{
+	ze_result_t res;
+	struct range *r;
+	size_t align;
+	void *p;
+	int phys;
+
+	ENTER(zeMemAllocDevice);
+	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
+	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!device_desc || !pptr)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (device_desc->flags & ~(ze_device_mem_alloc_flags_t)DEVICE_ALLOC_FLAGS)
+		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+	/* One memory ordinal per device. */
+	if (device_desc->ordinal != 0)
+		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	/* Past maxMemAllocSize (the device's capacity) Intel's driver says
+	 * unsupported size; within it, and past what is left, out of memory. */
+	if (size == 0 || size > capacity)
+		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+	if (!power_of_two_or_zero(alignment))
+		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+	align = alignment > DEVICE_ALIGN ? alignment : DEVICE_ALIGN;
+	if (size > SIZE_MAX - align)
+		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+	phys = hDevice->phys;
+	/* Capacity counts the bytes asked for, so that a test can fill a device exactly. */
+	pthread_mutex_lock(&lock);
+	res = capacity_take(phys, size) ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS)
+		return res;
+
+	r = malloc(sizeof *r);
+	p = aligned_alloc(align, (size + align - 1) & ~(align - 1));
+	pthread_mutex_lock(&lock);
+	/* The context may have gone meanwhile: a race in the caller, refused. */
+	if (r && p && known(&contexts, hContext)) {
+		*r = (struct range){.base = (uintptr_t)p, .size = size, .kind = R_DEVICE,
+				    .ctx = hContext, .phys = phys};
+		if (range_add(&ranges, r) == r) {
+			hContext->objects++;
+			pthread_mutex_unlock(&lock);
+			*pptr = p;
+			return ZE_RESULT_SUCCESS;
+		}
+	}
+	res = r && p && !known(&contexts, hContext) ? ZE_RESULT_ERROR_INVALID_ARGUMENT :
+						       ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	used[phys] -= size;
+	pthread_mutex_unlock(&lock);
+	free(p);
+	free(r);
+	return res;
+}
+
+#define HOST_ALLOC_FLAGS                                                                           \
+	(ZE_HOST_MEM_ALLOC_FLAG_BIAS_CACHED | ZE_HOST_MEM_ALLOC_FLAG_BIAS_UNCACHED |               \
+	 ZE_HOST_MEM_ALLOC_FLAG_BIAS_WRITE_COMBINED | ZE_HOST_MEM_ALLOC_FLAG_BIAS_INITIAL_PLACEMENT)
+
+/* Pages of [len rounded to page] at an alignment of at least a page; the
+ * length to munmap() goes to *mapped_p. */
+static void *map_aligned(size_t len, size_t align, int prot, size_t *mapped_p)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), total, head;
+	uintptr_t p;
+	void *m;
+
+	len = (len + page - 1) & ~(page - 1);
+	if (align < page)
+		align = page;
+	if (len > SIZE_MAX - align)
+		return NULL;
+	total = len + align - page;
+	m = mmap(NULL, total, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	p = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
+	head = p - (uintptr_t)m;
+	if (head)
+		munmap(m, head);
+	if (total - head > len)
+		munmap((void *)(p + len), total - head - len);
+	*mapped_p = len;
+	return (void *)p;
+}
+
+ze_result_t zeMemAllocHost(ze_context_handle_t hContext, const ze_host_mem_alloc_desc_t *host_desc,
+			   size_t size, size_t alignment, void **pptr)
+{
+	ze_result_t res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	struct range *r;
+	size_t len;
+	void *p;
+
+	ENTER(zeMemAllocHost);
+	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!host_desc || !pptr)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (host_desc->flags & ~(ze_host_mem_alloc_flags_t)HOST_ALLOC_FLAGS)
+		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+	if (size == 0)
+		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+	if (!power_of_two_or_zero(alignment))
+		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+	if (!(r = malloc(sizeof *r)))
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	/* Page aligned, as Intel's driver gives host allocations. */
+	if (!(p = map_aligned(size, alignment, PROT_READ | PROT_WRITE, &len))) {
+		free(r);
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	}
+	*r = (struct range){.base = (uintptr_t)p, .size = size, .mapped = len, .kind = R_HOST,
+			    .ctx = hContext};
+	pthread_mutex_lock(&lock);
+	if (!known(&contexts, hContext))
+		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	else if (range_add(&ranges, r) != r)
+		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	else
+		hContext->objects++;
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS) {
+		munmap(p, len);
+		free(r);
+		return res;
+	}
+	*pptr = p;
+	return ZE_RESULT_SUCCESS;
+}
+
+/* Frees device and host allocations, by their base address and through the
+ * context that made them (stricter than Intel's driver, which takes any
+ * context of the driver). Reservations are zeVirtualMemFree's. */
+ze_result_t zeMemFree(ze_context_handle_t hContext, void *ptr)
+{
+	ze_result_t res;
+	struct range *r = NULL;
+
+	ENTER(zeMemFree);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&contexts, hContext);
+	if (res == ZE_RESULT_SUCCESS && !ptr)
+		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (res == ZE_RESULT_SUCCESS) {
+		r = range_at(ptr);
+		if (!r || r->base != (uintptr_t)ptr || r->kind > R_HOST || r->ctx != hContext)
+			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	}
+	if (res == ZE_RESULT_SUCCESS) {
+		range_remove(&ranges, r);
+		if (r->kind == R_DEVICE)
+			used[r->phys] -= r->size;
+		hContext->objects--;
+	}
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS)
+		return res;
+	if (r->kind == R_DEVICE)
+		free(ptr);
+	else
+		munmap(ptr, r->mapped);
+	free(r);
+	return ZE_RESULT_SUCCESS;
+}
+
+static ze_device_handle_t device_of(int phys)
+{
+	for (int i = 0; i < n_visible; i++)
+		if (device_table[i].phys == phys)
+			return &device_table[i];
+	return NULL;
+}
+
+/* Any pointer may be asked about: one the driver does not know is of type
+ * ZE_MEMORY_TYPE_UNKNOWN, with success, as the spec says. Mapped pages of a
+ * reservation are device memory, of the physical memory's device. */
+ze_result_t zeMemGetAllocProperties(ze_context_handle_t hContext, const void *ptr,
+				    ze_memory_allocation_properties_t *pMemAllocProperties,
+				    ze_device_handle_t *phDevice)
+{
+	ze_memory_allocation_properties_t *p = pMemAllocProperties;
+	ze_device_handle_t dev = NULL;
+	ze_result_t res;
+	struct range *r;
+
+	ENTER(zeMemGetAllocProperties);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&contexts, hContext);
+	if (res == ZE_RESULT_SUCCESS && (!ptr || !p))
+		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (res != ZE_RESULT_SUCCESS) {
+		pthread_mutex_unlock(&lock);
+		return res;
+	}
+	p->type = ZE_MEMORY_TYPE_UNKNOWN;
+	p->id = 0;
+	p->pageSize = 0;
+	r = range_at(ptr);
+	if (r && r->kind == R_RESERVED)
+		r = range_in(&mappings, ptr, 1);
+	if (r && r->kind == R_DEVICE) {
+		p->type = ZE_MEMORY_TYPE_DEVICE;
+		p->pageSize = DEVICE_PAGE;
+		dev = device_of(r->phys);
+	} else if (r && r->kind == R_HOST) {
+		p->type = ZE_MEMORY_TYPE_HOST;
+		p->pageSize = (uint64_t)sysconf(_SC_PAGESIZE);
+	} else if (r && r->kind == R_MAPPED) {
+		p->type = ZE_MEMORY_TYPE_DEVICE;
+		p->pageSize = VM_PAGE;
+		dev = device_of(r->pmem->phys);
+	}
+	if (r)
+		p->id = r->serial;
+	pthread_mutex_unlock(&lock);
+	if (phDevice)
+		*phDevice = dev;
+	return ZE_RESULT_SUCCESS;
+}
+
+/* The allocation a pointer lies in: its base and size.  A pointer in no
+ * allocation is ZE_RESULT_ERROR_INVALID_ARGUMENT (the spec's "not a valid
+ * allocation"). */
+ze_result_t zeMemGetAddressRange(ze_context_handle_t hContext, const void *ptr, void **pBase,
+				 size_t *pSize)
+{
+	ze_result_t res;
+	struct range *r;
+
+	ENTER(zeMemGetAddressRange);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&contexts, hContext);
+	if (res == ZE_RESULT_SUCCESS && !ptr)
+		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (res == ZE_RESULT_SUCCESS) {
+		r = range_at(ptr);
+		if (r && r->kind == R_RESERVED)
+			r = range_in(&mappings, ptr, 1);
+		if (!r || (r->kind != R_DEVICE && r->kind != R_HOST && r->kind != R_MAPPED)) {
+			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		} else {
+			if (pBase)
+				*pBase = (void *)r->base;
+			if (pSize)
+				*pSize = r->size;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+/* ---- command lists ---- */
+
+#define QUEUE_FLAGS (ZE_COMMAND_QUEUE_FLAG_EXPLICIT_ONLY)
+
+ze_result_t zeCommandListCreateImmediate(ze_context_handle_t hContext, ze_device_handle_t hDevice,
+					 const ze_command_queue_desc_t *altdesc,
+					 ze_command_list_handle_t *phCommandList)
+{
+	ze_command_list_handle_t l;
+	ze_result_t res;
+
+	ENTER(zeCommandListCreateImmediate);
+	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
+	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!altdesc || !phCommandList)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if ((altdesc->flags & ~(ze_command_queue_flags_t)QUEUE_FLAGS) ||
+	    (unsigned)altdesc->mode > ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS ||
+	    (unsigned)altdesc->priority > ZE_COMMAND_QUEUE_PRIORITY_PRIORITY_HIGH)
+		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+	if (altdesc->ordinal >= N_GROUPS || altdesc->index >= groups[altdesc->ordinal].queues)
+		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	if (!(l = malloc(sizeof *l)))
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	*l = (struct _ze_command_list_handle_t){.ctx = hContext, .dev = hDevice,
+						 .ordinal = altdesc->ordinal};
+	pthread_mutex_lock(&lock);
+	if (!known(&contexts, hContext))
+		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	else if (!handle_add(&lists, l, &live_lists))
+		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	else
+		hContext->objects++;
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS) {
+		free(l);
+		return res;
+	}
+	*phCommandList = l;
+	return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t zeCommandListDestroy(ze_command_list_handle_t hCommandList)
+{
+	ze_result_t res;
+
+	ENTER(zeCommandListDestroy);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&lists, hCommandList);
+	if (res == ZE_RESULT_SUCCESS) {
+		tdelete(hCommandList, &lists, handle_cmp);
+		live_lists--;
+		hCommandList->ctx->objects--;
+	}
+	pthread_mutex_unlock(&lock);
+	if (res == ZE_RESULT_SUCCESS)
+		free(hCommandList);
+	return res;
+}
+
+/* Whether event e may be used by list l: live, and of the list's context. */
+static ze_result_t check_event_for(ze_command_list_handle_t l, ze_event_handle_t e)
+{
+	ze_result_t res = check_handle(&events, e);
+
+	if (res == ZE_RESULT_SUCCESS && e->pool->ctx != l->ctx)
+		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	return res;
+}
+
+/* The checks every append makes, under lock: the list, its optional signal
+ * event, and its wait list. */
+static ze_result_t check_append(ze_command_list_handle_t l, ze_event_handle_t signal,
+				uint32_t n_wait, ze_event_handle_t *wait)
+{
+	ze_result_t res = check_handle(&lists, l);
+
+	if (res != ZE_RESULT_SUCCESS)
+		return res;
+	if (n_wait && !wait)
+		return ZE_RESULT_ERROR_INVALID_SIZE;
+	if (signal && (res = check_event_for(l, signal)) != ZE_RESULT_SUCCESS)
+		return res;
+	for (uint32_t i = 0; i < n_wait; i++)
+		if ((res = check_event_for(l, wait[i])) != ZE_RESULT_SUCCESS)
+			return res;
+	return ZE_RESULT_SUCCESS;
+}
+
+/* Work completes when it is appended; while events are held, its event is
+ * signalled but pending, and reads as not ready until waited for (or until
+ * events are no longer held). Under lock. */
+static void signal_event(ze_event_handle_t e)
+{
+	if (!e)
+		return;
+	e->signalled = 1;
+	e->pending = __atomic_load_n(&hold_events, __ATOMIC_RELAXED) != 0;
+	pthread_cond_broadcast(&event_cond);
+}
+
+/* Whether [p, p + size) may be copied, under lock: where it touches a known
+ * range it must lie inside it (and, in a reservation, on mapped pages that
+ * allow the access); elsewhere it is the caller's host memory, which a copy
+ * may use as on Intel's driver. */
+static int copy_side_ok(const void *p, size_t size, int prot)
+{
+	uintptr_t a = (uintptr_t)p, end = a + size;
+	struct range *r = range_in(&ranges, p, size);
+
+	if (!r)
+		return 1;
+	if (a < r->base || size > r->base + r->size - a)
+		return 0;
+	if (r->kind != R_RESERVED)
+		return 1;
+	while (a < end) {
+		struct range *m = range_in(&mappings, (void *)a, 1);
+
+		if (!m || (m->prot & prot) != prot)
+			return 0;
+		a = m->base + m->size;
+	}
+	return 1;
+}
+
+/* The copy is done before this returns, in the calling thread: the work on
+ * an immediate list then completes in order, and is done whenever anyone
+ * could wait for it. The wait events are checked but not waited for: the
+ * fake cannot run work later. */
+ze_result_t zeCommandListAppendMemoryCopy(ze_command_list_handle_t hCommandList, void *dstptr,
+					  const void *srcptr, size_t size, ze_event_handle_t hSignalEvent,
+					  uint32_t numWaitEvents, ze_event_handle_t *phWaitEvents)
+{
+	ze_result_t res;
+
+	ENTER(zeCommandListAppendMemoryCopy);
+	if (!hCommandList)
+		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+	if (!dstptr || !srcptr)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	pthread_mutex_lock(&lock);
+	res = check_append(hCommandList, hSignalEvent, numWaitEvents, phWaitEvents);
+	if (res == ZE_RESULT_SUCCESS && size &&
+	    (size > UINTPTR_MAX - (uintptr_t)dstptr || size > UINTPTR_MAX - (uintptr_t)srcptr ||
+	     !copy_side_ok(dstptr, size, PROT_READ | PROT_WRITE) ||
+	     !copy_side_ok(srcptr, size, PROT_READ)))
+		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	if (res == ZE_RESULT_SUCCESS) {
+		/* Under the lock, so that a racing free fails instead of faulting here. */
+		if (size)
+			memmove(dstptr, srcptr, size);
+		signal_event(hSignalEvent);
+	}
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+ze_result_t zeCommandListAppendBarrier(ze_command_list_handle_t hCommandList, ze_event_handle_t hSignalEvent,
+				       uint32_t numWaitEvents, ze_event_handle_t *phWaitEvents)
+{
+	ze_result_t res;
+
+	ENTER(zeCommandListAppendBarrier);
+	pthread_mutex_lock(&lock);
+	res = check_append(hCommandList, hSignalEvent, numWaitEvents, phWaitEvents);
+	if (res == ZE_RESULT_SUCCESS)
+		signal_event(hSignalEvent);
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+ze_result_t zeCommandListAppendSignalEvent(ze_command_list_handle_t hCommandList, ze_event_handle_t hEvent)
+{
+	ze_result_t res;
+
+	ENTER(zeCommandListAppendSignalEvent);
+	if (!hCommandList || !hEvent)
+		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+	pthread_mutex_lock(&lock);
+	res = check_append(hCommandList, hEvent, 0, NULL);
+	if (res == ZE_RESULT_SUCCESS)
+		signal_event(hEvent);
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+/* ---- events ---- */
+
+#define POOL_FLAGS                                                                                 \
+	(ZE_EVENT_POOL_FLAG_HOST_VISIBLE | ZE_EVENT_POOL_FLAG_IPC | ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP)
+#define SCOPE_FLAGS (ZE_EVENT_SCOPE_FLAG_SUBDEVICE | ZE_EVENT_SCOPE_FLAG_DEVICE | ZE_EVENT_SCOPE_FLAG_HOST)
+
+ze_result_t zeEventPoolCreate(ze_context_handle_t hContext, const ze_event_pool_desc_t *desc,
+			      uint32_t numDevices, ze_device_handle_t *phDevices,
+			      ze_event_pool_handle_t *phEventPool)
+{
+	ze_event_pool_handle_t pool;
+	ze_result_t res;
+
+	ENTER(zeEventPoolCreate);
+	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!desc || !phEventPool)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (desc->flags & ~(ze_event_pool_flags_t)POOL_FLAGS)
+		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+	if (desc->count == 0 || (numDevices && !phDevices))
+		return ZE_RESULT_ERROR_INVALID_SIZE;
+	for (uint32_t i = 0; i < numDevices; i++)
+		if ((res = check_device(phDevices[i])) != ZE_RESULT_SUCCESS)
+			return res;
+	if (!(pool = malloc(sizeof *pool)))
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	*pool = (struct _ze_event_pool_handle_t){.ctx = hContext, .flags = desc->flags,
+						  .count = desc->count};
+	if (!(pool->used = calloc(desc->count, 1))) {
+		free(pool);
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	}
+	pthread_mutex_lock(&lock);
+	if (!known(&contexts, hContext))
+		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	else if (!handle_add(&pools, pool, &live_pools))
+		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	else
+		hContext->objects++;
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS) {
+		free(pool->used);
+		free(pool);
+		return res;
+	}
+	*phEventPool = pool;
+	return ZE_RESULT_SUCCESS;
+}
+
+/* The spec has the application destroy a pool's events first: refused otherwise. */
+ze_result_t zeEventPoolDestroy(ze_event_pool_handle_t hEventPool)
+{
+	ze_result_t res;
+
+	ENTER(zeEventPoolDestroy);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&pools, hEventPool);
+	if (res == ZE_RESULT_SUCCESS && hEventPool->live)
+		res = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+	if (res == ZE_RESULT_SUCCESS) {
+		tdelete(hEventPool, &pools, handle_cmp);
+		live_pools--;
+		hEventPool->ctx->objects--;
+	}
+	pthread_mutex_unlock(&lock);
+	if (res == ZE_RESULT_SUCCESS) {
+		free(hEventPool->used);
+		free(hEventPool);
+	}
+	return res;
+}
+
+/* An index already held by a live event is refused with
+ * ZE_RESULT_ERROR_INVALID_ARGUMENT, as is one past the pool's count. */
+ze_result_t zeEventCreate(ze_event_pool_handle_t hEventPool, const ze_event_desc_t *desc,
+			  ze_event_handle_t *phEvent)
+{
+	ze_event_handle_t e;
+	ze_result_t res;
+
+	ENTER(zeEventCreate);
+	if (!hEventPool)
+		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+	if (!desc || !phEvent)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if ((desc->signal & ~(ze_event_scope_flags_t)SCOPE_FLAGS) ||
+	    (desc->wait & ~(ze_event_scope_flags_t)SCOPE_FLAGS))
+		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+	if (!(e = malloc(sizeof *e)))
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	*e = (struct _ze_event_handle_t){.pool = hEventPool, .index = desc->index};
+	pthread_mutex_lock(&lock);
+	res = check_handle(&pools, hEventPool);
+	if (res == ZE_RESULT_SUCCESS &&
+	    (desc->index >= hEventPool->count || hEventPool->used[desc->index]))
+		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	if (res == ZE_RESULT_SUCCESS && !handle_add(&events, e, &live_events))
+		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	if (res == ZE_RESULT_SUCCESS) {
+		hEventPool->used[desc->index] = 1;
+		hEventPool->live++;
+	}
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS) {
+		free(e);
+		return res;
+	}
+	*phEvent = e;
+	return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t zeEventDestroy(ze_event_handle_t hEvent)
+{
+	ze_result_t res;
+
+	ENTER(zeEventDestroy);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&events, hEvent);
+	if (res == ZE_RESULT_SUCCESS) {
+		tdelete(hEvent, &events, handle_cmp);
+		live_events--;
+		hEvent->pool->used[hEvent->index] = 0;
+		hEvent->pool->live--;
+		/* A thread waiting on it must see it gone. */
+		pthread_cond_broadcast(&event_cond);
+	}
+	pthread_mutex_unlock(&lock);
+	if (res == ZE_RESULT_SUCCESS)
+		free(hEvent);
+	return res;
+}
+
+/* Whether e reads as signalled, under lock. */
+static int event_ready(ze_event_handle_t e)
+{
+	return e->signalled && !(e->pending && __atomic_load_n(&hold_events, __ATOMIC_RELAXED));
+}
+
+/* The deadline timeout nanoseconds from now; 0 if it is too far to matter. */
+static int deadline_after(uint64_t timeout, struct timespec *ts)
+{
+	/* Past a century, waiting is waiting for ever. */
+	if (timeout > (uint64_t)100 * 365 * 86400 * 1000000000u)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += (time_t)(timeout / 1000000000u);
+	ts->tv_nsec += (long)(timeout % 1000000000u);
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+	return 1;
+}
+
+/* Timeout 0 only queries. Any other waits for a signal from another thread
+ * (timeout UINT64_MAX for ever, as the real one does); a signalled event that
+ * is held is released by the wait, so that a single-threaded test does not
+ * hang on it. */
+ze_result_t zeEventHostSynchronize(ze_event_handle_t hEvent, uint64_t timeout)
+{
+	struct timespec deadline;
+	int timed = 0;
+	ze_result_t res;
+
+	ENTER(zeEventHostSynchronize);
+	if (timeout)
+		timed = deadline_after(timeout, &deadline);
+	pthread_mutex_lock(&lock);
+	for (;;) {
+		if ((res = check_handle(&events, hEvent)) != ZE_RESULT_SUCCESS)
+			break;
+		if (timeout && hEvent->signalled)
+			hEvent->pending = 0;
+		if (event_ready(hEvent)) {
+			res = ZE_RESULT_SUCCESS;
+			break;
+		}
+		if (!timeout) {
+			res = ZE_RESULT_NOT_READY;
+			break;
+		}
+		if (!timed) {
+			pthread_cond_wait(&event_cond, &lock);
+		} else if (pthread_cond_timedwait(&event_cond, &lock, &deadline) == ETIMEDOUT) {
+			timeout = 0; /* one last look */
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+ze_result_t zeEventQueryStatus(ze_event_handle_t hEvent)
+{
+	ze_result_t res;
+
+	ENTER(zeEventQueryStatus);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&events, hEvent);
+	if (res == ZE_RESULT_SUCCESS && !event_ready(hEvent))
+		res = ZE_RESULT_NOT_READY;
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+ze_result_t zeEventHostReset(ze_event_handle_t hEvent)
+{
+	ze_result_t res;
+
+	ENTER(zeEventHostReset);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&events, hEvent);
+	if (res == ZE_RESULT_SUCCESS)
+		hEvent->signalled = hEvent->pending = 0;
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+/* Holding ends with every held event complete; waiters are woken to see it. */
+void fake_ze_hold_events(int hold)
+{
+	pthread_mutex_lock(&lock);
+	__atomic_store_n(&hold_events, hold, __ATOMIC_RELAXED);
+	pthread_cond_broadcast(&event_cond);
+	pthread_mutex_unlock(&lock);
+}
+
+/* ---- IPC ---- */
+
+/* As the spec says, only the base of a device allocation can be exported. */
+ze_result_t zeMemGetIpcHandle(ze_context_handle_t hContext, const void *ptr, ze_ipc_mem_handle_t *pIpcHandle)
+{
+	struct ipc_handle h;
+	ze_result_t res;
+	struct range *r;
+
+	ENTER(zeMemGetIpcHandle);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&contexts, hContext);
+	if (res == ZE_RESULT_SUCCESS && (!ptr || !pIpcHandle))
+		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (res == ZE_RESULT_SUCCESS) {
+		r = range_at(ptr);
+		if (r && r->kind == R_DEVICE && r->base == (uintptr_t)ptr) {
+			memset(&h, 0, sizeof h);
+			memcpy(h.magic, ipc_magic, sizeof h.magic);
+			h.pid = getpid();
+			h.base = r->base;
+			h.serial = r->serial;
+		} else {
+			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS)
+		return res;
+	memset(pIpcHandle, 0, sizeof *pIpcHandle);
+	memcpy(pIpcHandle->data, &h, sizeof h);
+	return ZE_RESULT_SUCCESS;
+}
+
+/* The memory is this process's heap, so only this process can open a handle:
+ * it gets the exporter's own address back. A handle from another process,
+ * or naming an allocation since freed, is refused with
+ * ZE_RESULT_ERROR_INVALID_ARGUMENT. */
+ze_result_t zeMemOpenIpcHandle(ze_context_handle_t hContext, ze_device_handle_t hDevice,
+			       ze_ipc_mem_handle_t handle, ze_ipc_memory_flags_t flags, void **pptr)
+{
+	struct ipc_handle h;
+	ze_result_t res;
+	struct range *r;
+
+	ENTER(zeMemOpenIpcHandle);
+	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
+	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (flags & ~(ze_ipc_memory_flags_t)(ZE_IPC_MEMORY_FLAG_BIAS_CACHED |
+					     ZE_IPC_MEMORY_FLAG_BIAS_UNCACHED))
+		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+	if (!pptr)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	memcpy(&h, handle.data, sizeof h);
+	if (memcmp(h.magic, ipc_magic, sizeof h.magic) != 0 || h.pid != getpid())
+		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&lock);
+	r = range_at((void *)h.base);
+	if (r && r->kind == R_DEVICE && r->base == h.base && r->serial == h.serial) {
+		r->ipc_opens++;
+		open_ipc++;
+		*pptr = (void *)r->base;
+		res = ZE_RESULT_SUCCESS;
+	}
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+ze_result_t zeMemCloseIpcHandle(ze_context_handle_t hContext, const void *ptr)
+{
+	ze_result_t res;
+	struct range *r;
+
+	ENTER(zeMemCloseIpcHandle);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&contexts, hContext);
+	if (res == ZE_RESULT_SUCCESS && !ptr)
+		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (res == ZE_RESULT_SUCCESS) {
+		r = range_at(ptr);
+		if (r && r->kind == R_DEVICE && r->base == (uintptr_t)ptr && r->ipc_opens) {
+			r->ipc_opens--;
+			open_ipc--;
+		} else {
+			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+/* ---- virtual memory ---- */
+
+ze_result_t zeVirtualMemQueryPageSize(ze_context_handle_t hContext, ze_device_handle_t hDevice, size_t size,
+				     size_t *pagesize)
+{
+	ze_result_t res;
+
+	ENTER(zeVirtualMemQueryPageSize);
+	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
+	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!pagesize)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (size == 0)
+		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+	*pagesize = VM_PAGE;
+	return ZE_RESULT_SUCCESS;
+}
+
+static int vm_aligned(uintptr_t n)
+{
+	return (n & (VM_PAGE - 1)) == 0;
+}
+
+/* Address space only, PROT_NONE, aligned to the page size. The header lists
+ * a null pStart as an error but also says null lets the driver choose, which
+ * is what Intel's driver does: null is taken. A start address is a hint, as
+ * the spec says: where it is taken, the reservation is elsewhere. An address
+ * that is not page aligned is refused with ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT,
+ * a size that is not, with ZE_RESULT_ERROR_UNSUPPORTED_SIZE. */
+ze_result_t zeVirtualMemReserve(ze_context_handle_t hContext, const void *pStart, size_t size, void **pptr)
+{
+	ze_result_t res = ZE_RESULT_SUCCESS;
+	struct range *r;
+	size_t len = size;
+	void *p = NULL;
+
+	ENTER(zeVirtualMemReserve);
+	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!pptr)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (size == 0 || !vm_aligned(size))
+		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+	if (!vm_aligned((uintptr_t)pStart))
+		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+	if (!(r = malloc(sizeof *r)))
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	if (pStart) {
+		p = mmap((void *)pStart, size, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		/* Kernels before 4.17 take the flag for a plain hint. */
+		if (p != MAP_FAILED && p != pStart)
+			munmap(p, size);
+		if (p != pStart)
+			p = NULL;
+	}
+	if (!p && !(p = map_aligned(size, VM_PAGE, PROT_NONE, &len))) {
+		free(r);
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	}
+	*r = (struct range){.base = (uintptr_t)p, .size = size, .mapped = len, .kind = R_RESERVED,
+			    .ctx = hContext};
+	pthread_mutex_lock(&lock);
+	if (!known(&contexts, hContext))
+		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	else if (range_add(&ranges, r) != r)
+		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	else
+		hContext->objects++;
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS) {
+		munmap(p, len);
+		free(r);
+		return res;
+	}
+	*pptr = p;
+	return ZE_RESULT_SUCCESS;
+}
+
+/* Removes mapping m, under lock; its pages go back to reserved address space. */
+static void unmap_one(struct range *m)
+{
+	range_remove(&mappings, m);
+	m->pmem->maps--;
+	mmap((void *)m->base, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+	     -1, 0);
+	free(m);
+}
+
+/* Whole reservations only (the spec allows part of one; the backend frees
+ * what it reserved). Mappings still in it are unmapped, as the spec says; the
+ * physical memory behind them stays. */
+ze_result_t zeVirtualMemFree(ze_context_handle_t hContext, const void *ptr, size_t size)
+{
+	ze_result_t res;
+	struct range *r = NULL, *m;
+
+	ENTER(zeVirtualMemFree);
+	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!ptr)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (size == 0)
+		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+	if (!vm_aligned((uintptr_t)ptr) || !vm_aligned(size))
+		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+	pthread_mutex_lock(&lock);
+	r = range_at(ptr);
+	if (!r || r->kind != R_RESERVED || r->base != (uintptr_t)ptr || r->size != size ||
+	    r->ctx != hContext) {
+		pthread_mutex_unlock(&lock);
+		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	}
+	while ((m = range_in(&mappings, ptr, size)))
+		unmap_one(m);
+	range_remove(&ranges, r);
+	hContext->objects--;
+	pthread_mutex_unlock(&lock);
+	munmap((void *)ptr, r->mapped);
+	free(r);
+	return ZE_RESULT_SUCCESS;
+}
+
+/* Backed by a memfd, so that the bytes outlive a mapping and two mappings of
+ * one object share them, as on a device; counted against the device's
+ * capacity like zeMemAllocDevice. */
+ze_result_t zePhysicalMemCreate(ze_context_handle_t hContext, ze_device_handle_t hDevice,
+			       ze_physical_mem_desc_t *desc, ze_physical_mem_handle_t *phPhysicalMemory)
+{
+	ze_physical_mem_handle_t pm;
+	ze_result_t res;
+	int fd;
+
+	ENTER(zePhysicalMemCreate);
+	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
+	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+		return res;
+	if (!desc || !phPhysicalMemory)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (desc->flags & ~(ze_physical_mem_flags_t)ZE_PHYSICAL_MEM_FLAG_TBD)
+		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+	if (desc->size == 0)
+		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+	if (!vm_aligned(desc->size))
+		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+	if (!(pm = malloc(sizeof *pm)))
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	pthread_mutex_lock(&lock);
+	res = capacity_take(hDevice->phys, desc->size) ? ZE_RESULT_SUCCESS :
+							 ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS) {
+		free(pm);
+		return res;
+	}
+	fd = memfd_create("fake-ze-physical", MFD_CLOEXEC);
+	if (fd >= 0 && (desc->size > (size_t)INT64_MAX || ftruncate(fd, (off_t)desc->size) != 0)) {
+		close(fd);
+		fd = -1;
+	}
+	*pm = (struct _ze_physical_mem_handle_t){.ctx = hContext, .phys = hDevice->phys,
+						  .size = desc->size, .fd = fd};
+	pthread_mutex_lock(&lock);
+	if (fd < 0)
+		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	else if (!known(&contexts, hContext))
+		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	else if (!handle_add(&physicals, pm, &live_physicals))
+		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	if (res == ZE_RESULT_SUCCESS) {
+		hContext->objects++;
+		physical_bytes += desc->size;
+	} else {
+		used[hDevice->phys] -= desc->size;
+	}
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS) {
+		if (fd >= 0)
+			close(fd);
+		free(pm);
+		return res;
+	}
+	*phPhysicalMemory = pm;
+	return ZE_RESULT_SUCCESS;
+}
+
+/* Refused while mapped: the real driver would leave the mapping dangling. */
+ze_result_t zePhysicalMemDestroy(ze_context_handle_t hContext, ze_physical_mem_handle_t hPhysicalMemory)
+{
+	ze_result_t res;
+
+	ENTER(zePhysicalMemDestroy);
+	pthread_mutex_lock(&lock);
+	res = check_handle(&contexts, hContext);
+	if (res == ZE_RESULT_SUCCESS)
+		res = check_handle(&physicals, hPhysicalMemory);
+	if (res == ZE_RESULT_SUCCESS && hPhysicalMemory->ctx != hContext)
+		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	if (res == ZE_RESULT_SUCCESS && hPhysicalMemory->maps)
+		res = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+	if (res == ZE_RESULT_SUCCESS) {
+		tdelete(hPhysicalMemory, &physicals, handle_cmp);
+		live_physicals--;
+		physical_bytes -= hPhysicalMemory->size;
+		used[hPhysicalMemory->phys] -= hPhysicalMemory->size;
+		hContext->objects--;
+	}
+	pthread_mutex_unlock(&lock);
+	if (res == ZE_RESULT_SUCCESS) {
+		close(hPhysicalMemory->fd);
+		free(hPhysicalMemory);
+	}
+	return res;
+}
+
+/* The range must lie in one reservation of the context and overlap no
+ * mapping; misaligned addresses, sizes and offsets are
+ * ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT, a range past the physical memory's
+ * end ZE_RESULT_ERROR_INVALID_ARGUMENT. */
+ze_result_t zeVirtualMemMap(ze_context_handle_t hContext, const void *ptr, size_t size,
+			   ze_physical_mem_handle_t hPhysicalMemory, size_t offset,
+			   ze_memory_access_attribute_t access)
+{
+	static const int prots[] = {PROT_NONE, PROT_READ | PROT_WRITE, PROT_READ};
+	uintptr_t a = (uintptr_t)ptr;
+	struct range *r, *m;
+	ze_result_t res;
+	void *p;
+
+	ENTER(zeVirtualMemMap);
+	if (!hPhysicalMemory)
+		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+	if (!ptr)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if ((unsigned)access > ZE_MEMORY_ACCESS_ATTRIBUTE_READONLY)
+		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+	if (size == 0)
+		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+	if (!vm_aligned(a) || !vm_aligned(size) || !vm_aligned(offset))
+		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+	if (!(m = malloc(sizeof *m)))
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	pthread_mutex_lock(&lock);
+	res = check_handle(&contexts, hContext);
+	if (res == ZE_RESULT_SUCCESS)
+		res = check_handle(&physicals, hPhysicalMemory);
+	if (res == ZE_RESULT_SUCCESS) {
+		r = range_at(ptr);
+		if (hPhysicalMemory->ctx != hContext || offset > hPhysicalMemory->size ||
+		    size > hPhysicalMemory->size - offset || !r || r->kind != R_RESERVED ||
+		    r->ctx != hContext || size > r->base + r->size - a ||
+		    range_in(&mappings, ptr, size))
+			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	}
+	if (res == ZE_RESULT_SUCCESS) {
+		*m = (struct range){.base = a, .size = size, .kind = R_MAPPED, .ctx = hContext,
+				    .prot = prots[access], .pmem = hPhysicalMemory};
+		p = mmap((void *)ptr, size, prots[access], MAP_SHARED | MAP_FIXED, hPhysicalMemory->fd,
+			 (off_t)offset);
+		if (p == MAP_FAILED) {
+			res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+		} else if (range_add(&mappings, m) != m) {
+			mmap((void *)ptr, size, PROT_NONE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+			res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+		} else {
+			hPhysicalMemory->maps++;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	if (res != ZE_RESULT_SUCCESS)
+		free(m);
+	return res;
+}
+
+/* Whole mappings only (the spec allows part of one): every mapping the range
+ * touches must lie inside it, and it must touch one at least; otherwise
+ * ZE_RESULT_ERROR_INVALID_ARGUMENT, and nothing is unmapped. */
+ze_result_t zeVirtualMemUnmap(ze_context_handle_t hContext, const void *ptr, size_t size)
+{
+	uintptr_t a = (uintptr_t)ptr, end;
+	ze_result_t res;
+	struct range *m;
+
+	ENTER(zeVirtualMemUnmap);
+	if (!ptr)
+		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+	if (!vm_aligned(a))
+		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+	if (size == 0 || !vm_aligned(size) || size > UINTPTR_MAX - a)
+		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+	end = a + size;
+	pthread_mutex_lock(&lock);
+	res = check_handle(&contexts, hContext);
+	if (res == ZE_RESULT_SUCCESS) {
+		/* The first and last mappings touched are the only ones that could stick out. */
+		struct range *first = range_in(&mappings, ptr, 1);
+		struct range *last = range_in(&mappings, (void *)(end - 1), 1);
+
+		if ((first && first->base < a) || (last && last->base + last->size > end) ||
+		    !(m = range_in(&mappings, ptr, size)) || m->ctx != hContext)
+			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	}
+	if (res == ZE_RESULT_SUCCESS)
+		while ((m = range_in(&mappings, ptr, size)))
+			unmap_one(m);
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+/* ---- leaks ---- */
+
+size_t fake_ze_live(void)
+{
+	size_t n;
+
+	pthread_mutex_lock(&lock);
+	n = live_count[R_DEVICE] + live_count[R_HOST] + live_count[R_RESERVED] + live_physicals +
+	    live_lists + live_pools + live_events + live_contexts;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+static void report(FILE *out)
+{
+	for (int k = 0; k < R_KINDS; k++)
+		if (live_count[k])
+			fprintf(out, "fake-ze: %lu %s(s), %zu bytes, still live at unload\n",
+				live_count[k], kind_names[k], live_bytes[k]);
+	if (live_physicals)
+		fprintf(out, "fake-ze: %lu physical memory object(s), %zu bytes, still live at unload\n",
+			live_physicals, physical_bytes);
+	if (live_lists)
+		fprintf(out, "fake-ze: %lu command list(s) still live at unload\n", live_lists);
+	if (live_events)
+		fprintf(out, "fake-ze: %lu event(s) still live at unload\n", live_events);
+	if (live_pools)
+		fprintf(out, "fake-ze: %lu event pool(s) still live at unload\n", live_pools);
+	if (live_contexts)
+		fprintf(out, "fake-ze: %lu context(s) still live at unload\n", live_contexts);
+	if (open_ipc)
+		fprintf(out, "fake-ze: %lu IPC mapping(s) still open at unload\n", open_ipc);
+}
+
+/* What is still live is left as it is: the program may yet use it. */
+__attribute__((destructor)) static void fake_ze_unload(void)
+{
+	const char *path = secure_getenv("FAKE_ZE_LEAKS");
+	int leaks = 0;
+	FILE *f;
+
+	pthread_mutex_lock(&lock);
+	for (int k = 0; k < R_KINDS; k++)
+		leaks |= live_count[k] != 0;
+	leaks |= live_physicals || live_lists || live_events || live_pools || live_contexts ||
+		 open_ipc;
+	if (leaks) {
+		report(stderr);
+		if (path && *path) {
+			if ((f = fopen(path, "a"))) {
+				report(f);
+				fclose(f);
+			} else {
+				fprintf(stderr, "fake-ze: FAKE_ZE_LEAKS: %s: %s\n", path,
+					strerror(errno));
+			}
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+#pragma GCC visibility pop
