@@ -237,6 +237,59 @@ static void out_of_memory_is_a_clean_error(void **state)
 	devcache_close(ctx);
 }
 
+/* Work queued on another stream holds a freed block back: with the
+ * driver's events held pending, the block is not handed out again; once
+ * they complete, it is.  Needs a driver that can hold its events. */
+static void record_stream_waits_for_the_other_stream(void **state)
+{
+	const struct target *t = *state;
+	char path[4096], name[64];
+	void (*hold)(int) = NULL;
+	void *lib = NULL;
+
+	if (t->kind == T_HOST)
+		skip_because("events of the host complete at once");
+	if (t->kind == T_REAL)
+		skip_because("%s: holding events pending needs a fake driver", t->label);
+	devcache_device_t *dev;
+	devcache_ctx_t *ctx = open_target(t, NULL, &dev);
+	if (t->kind == T_MODULE) {
+		snprintf(path, sizeof path, "%s/good.so", test_env("TEST_MODULES"));
+		snprintf(name, sizeof name, "fake_hold_events");
+	} else {
+		snprintf(path, sizeof path, "%s/%s", test_env("TEST_FAKES"), t->fake);
+		snprintf(name, sizeof name, "fake_%s_hold_events", t->backend);
+	}
+	assert_non_null(lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD));
+	assert_non_null(*(void **)&hold = dlsym(lib, name));
+
+	devcache_stream_t s1, s2;
+	void *p, *q, *r;
+	assert_int_equal(devcache_stream_create(dev, &s1), 0);
+	assert_int_equal(devcache_stream_create(dev, &s2), 0);
+	assert_int_equal(devcache_alloc(dev, 4 << 20, s1, &p), 0);
+	assert_int_equal(devcache_record_stream(dev, p, s2), 0);
+	hold(1);
+	assert_int_equal(devcache_free(dev, p), 0);
+	assert_int_equal(devcache_alloc(dev, 4 << 20, s1, &q), 0);
+	assert_ptr_not_equal(q, p); /* s2 may still be using p */
+	hold(0);
+	assert_int_equal(devcache_free(dev, q), 0);
+	assert_int_equal(devcache_alloc(dev, 4 << 20, s1, &r), 0);
+	assert_true(r == p || r == q); /* both are free again */
+	assert_int_equal(devcache_free(dev, r), 0);
+	devcache_stats_t st;
+	devcache_stats(dev, &st);
+	assert_int_equal(st.allocation[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(devcache_empty_cache(dev), 0);
+	devcache_stats(dev, &st);
+	assert_int_equal(st.reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(devcache_stream_destroy(dev, s1), 0);
+	assert_int_equal(devcache_stream_destroy(dev, s2), 0);
+	devcache_close(ctx);
+	dlclose(lib);
+}
+
 /* Expandable segments, where the device can map memory: growth in place,
  * bytes intact, everything unmapped by empty_cache. */
 static void expandable_segments_where_the_device_maps(void **state)
@@ -434,6 +487,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		FOR_EACH_TARGET(round_trips_are_byte_exact),
 		FOR_EACH_TARGET(streams_keep_their_order),
+		FOR_EACH_TARGET(record_stream_waits_for_the_other_stream),
 		FOR_EACH_TARGET(out_of_memory_is_a_clean_error),
 		FOR_EACH_TARGET(a_model_uploads_byte_exact),
 		FOR_EACH_TARGET(expandable_segments_where_the_device_maps),
