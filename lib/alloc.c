@@ -428,6 +428,20 @@ static int defer_free(struct allocator *a, struct block *b)
 
 /* ---- growing and shrinking the cache ---------------------------------------- */
 
+/* A new segment goes on the allocator's list, with b as its one block. */
+static void segment_add(struct allocator *a, struct segment *seg, struct block *b)
+{
+	seg->snext = a->segments;
+	seg->sprev = NULL;
+	if (a->segments)
+		a->segments->sprev = seg;
+	a->segments = seg;
+	b->addr = seg->base;
+	b->size = seg->size;
+	b->seg = seg;
+	seg->first = b;
+}
+
 static struct block *alloc_segment(struct allocator *a, struct stream_pool *pool, bool small,
 				   size_t size, bool retry, bool *capped)
 {
@@ -452,14 +466,8 @@ static struct block *alloc_segment(struct allocator *a, struct stream_pool *pool
 	}
 	a->stats.num_device_alloc++;
 	*seg = (struct segment){.base = (uintptr_t)ptr, .size = size, .handle = ptr,
-				.pool = pool, .small = small, .snext = a->segments};
-	if (a->segments)
-		a->segments->sprev = seg;
-	a->segments = seg;
-	b->addr = seg->base;
-	b->size = size;
-	b->seg = seg;
-	seg->first = b;
+				.pool = pool, .small = small};
+	segment_add(a, seg, b);
 	a->reserved_total += size;
 	stats_change(a->stats.segment, small, 1);
 	stats_change(a->stats.reserved_bytes, small, (int64_t)size);
@@ -506,6 +514,34 @@ static void unlink_block(struct allocator *a, struct block *b)
 	block_delete(a, b);
 }
 
+/* Put n into the address list of at's segment, just before or after at;
+ * n covers [addr, addr + size) there. */
+static void link_before(struct block *n, struct block *at, uintptr_t addr, size_t size)
+{
+	n->addr = addr;
+	n->size = size;
+	n->seg = at->seg;
+	n->prev = at->prev;
+	n->next = at;
+	if (at->prev)
+		at->prev->next = n;
+	else
+		at->seg->first = n;
+	at->prev = n;
+}
+
+static void link_after(struct block *n, struct block *at, uintptr_t addr, size_t size)
+{
+	n->addr = addr;
+	n->size = size;
+	n->seg = at->seg;
+	n->prev = at;
+	n->next = at->next;
+	if (at->next)
+		at->next->prev = n;
+	at->next = n;
+}
+
 static void unmap_page(struct allocator *a, struct segment *seg, size_t i)
 {
 	struct backend *be = a->dev->backend;
@@ -549,15 +585,8 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 		return NULL;
 	}
 	*seg = (struct segment){.base = (uintptr_t)va, .size = size, .handle = va, .pool = pool,
-				.small = small, .expandable = true, .page = page, .pages = pages,
-				.snext = a->segments};
-	if (a->segments)
-		a->segments->sprev = seg;
-	a->segments = seg;
-	b->addr = seg->base;
-	b->size = size;
-	b->seg = seg;
-	seg->first = b;
+				.small = small, .expandable = true, .page = page, .pages = pages};
+	segment_add(a, seg, b);
 	hole_add(seg, b);
 	seg->enext = pool->expandable[small];
 	pool->expandable[small] = seg;
@@ -651,16 +680,7 @@ static struct block *expandable_grow(struct allocator *a, struct stream_pool *po
 		hole_remove(seg, best);
 	} else {
 		/* The mapped pages become a block in front of the rest of the hole. */
-		nb->addr = best->addr;
-		nb->size = map;
-		nb->seg = seg;
-		nb->prev = best->prev;
-		nb->next = best;
-		if (best->prev)
-			best->prev->next = nb;
-		else
-			seg->first = nb;
-		best->prev = nb;
+		link_before(nb, best, best->addr, map);
 		best->addr += map;
 		best->size -= map;
 	}
@@ -697,28 +717,10 @@ static size_t expandable_release(struct allocator *a, struct block *b)
 	stats_change(a->stats.reserved_bytes, small, -(int64_t)(hi - lo));
 	if (seg->mapped == 0)
 		stats_change(a->stats.segment, small, -1);
-	if (head) {
-		head->addr = b->addr;
-		head->size = lo - b->addr;
-		head->seg = seg;
-		head->prev = b->prev;
-		head->next = b;
-		if (b->prev)
-			b->prev->next = head;
-		else
-			seg->first = head;
-		b->prev = head;
-	}
-	if (tail) {
-		tail->addr = hi;
-		tail->size = end - hi;
-		tail->seg = seg;
-		tail->next = b->next;
-		tail->prev = b;
-		if (b->next)
-			b->next->prev = tail;
-		b->next = tail;
-	}
+	if (head)
+		link_before(head, b, b->addr, lo - b->addr);
+	if (tail)
+		link_after(tail, b, hi, end - hi);
 	b->addr = lo;
 	b->size = hi - lo;
 	hole_add(seg, b);
@@ -851,14 +853,7 @@ static int use_block(struct allocator *a, struct block *b, size_t rsize, size_t 
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 	take_free(a, b);
 	if (rest) {
-		rest->addr = b->addr + rsize;
-		rest->size = b->size - rsize;
-		rest->seg = b->seg;
-		rest->prev = b;
-		rest->next = b->next;
-		if (b->next)
-			b->next->prev = rest;
-		b->next = rest;
+		link_after(rest, b, b->addr + rsize, b->size - rsize);
 		b->size = rsize;
 		make_free(a, rest);
 	}

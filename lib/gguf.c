@@ -266,38 +266,6 @@ static int cur_u64(struct cursor *c, uint64_t *v)
 
 /* ---- UTF-8 ------------------------------------------------------------------ */
 
-/* The length of the well-formed UTF-8 sequence at s (1 to 4), or 0 if the
- * bytes there are not one: no overlong forms, surrogates or code points past
- * U+10FFFF (RFC 3629). */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned char b = s[0];
-	size_t len;
-	uint32_t cp;
-
-	if (b < 0x80)
-		return 1;
-	if (b >= 0xc2 && b <= 0xdf)
-		len = 2, cp = b & 0x1f;
-	else if (b >= 0xe0 && b <= 0xef)
-		len = 3, cp = b & 0x0f;
-	else if (b >= 0xf0 && b <= 0xf4)
-		len = 4, cp = b & 0x07;
-	else
-		return 0;
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-	    (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
-}
-
 enum name_fault { NAME_OK, NAME_NOT_UTF8, NAME_NUL };
 
 /* Keys and tensor names become C strings and are printed in messages: they
@@ -307,7 +275,7 @@ static enum name_fault name_check(const char *name, size_t len)
 	const unsigned char *s = (const unsigned char *)name;
 
 	for (size_t i = 0; i < len;) {
-		size_t n = utf8_seq(s + i, len - i);
+		size_t n = mf_utf8_seq(s + i, len - i);
 
 		if (!n)
 			return NAME_NOT_UTF8;
@@ -398,7 +366,7 @@ static size_t json_escape(struct json *j, const unsigned char *s, size_t n, size
 					wn = 6;
 		} else if (b < 0x80) {
 			esc[0] = (char)b, wn = 1;
-		} else if ((in = utf8_seq(s + i, n - i))) {
+		} else if ((in = mf_utf8_seq(s + i, n - i))) {
 			w = (const char *)s + i, wn = in;
 		} else {
 			w = "\\ufffd", wn = 6, in = 1;

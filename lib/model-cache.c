@@ -788,6 +788,26 @@ out:
 
 /* ---- the public API -------------------------------------------------------------- */
 
+/* Evict for need bytes on dev; if they still do not fit its budget, fail
+ * saying so.  Called with the cache locked. */
+static int make_room(struct model_cache *c, devcache_device_t *dev, uint64_t need,
+		     const char *path)
+{
+	char need_s[32], budget_s[32];
+
+	evict_for(c, dev, need, 0);
+	if (*used_of(c, dev) + need <= budget_of(c, dev))
+		return 0;
+	c->stats.failed_loads++;
+	format_bytes(need, need_s, sizeof need_s);
+	format_bytes(budget_of(c, dev), budget_s, sizeof budget_s);
+	return err_set(DEVCACHE_ENOMEM,
+		       _("%s: the model needs %s on %s, but the cache's budget there (%s) is "
+			 "%s and locked models hold %llu bytes of it"),
+		       path, need_s, dev->id, is_host(dev) ? "max_cache_ram" : "max_cache_vram",
+		       budget_s, (unsigned long long)*used_of(c, dev));
+}
+
 /* A hit on a model kept in RAM after its eviction from the device: copy it
  * back, no disk read.  Called and returns with the cache locked; the copy
  * runs unlocked, with the entry in the loading state so that concurrent
@@ -798,20 +818,10 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 	devcache_device_t *dev = m->dev;
 	uint64_t *vram = &c->vram_used[dev_index(c, dev)];
 	void *base = NULL;
-	char need_s[32], budget_s[32];
 	int rc;
 
-	evict_for(c, dev, m->bytes, 0);
-	if (*vram + m->bytes > c->vram_budget[dev_index(c, dev)]) {
-		c->stats.failed_loads++;
-		format_bytes(m->bytes, need_s, sizeof need_s);
-		format_bytes(c->vram_budget[dev_index(c, dev)], budget_s, sizeof budget_s);
-		return err_set(DEVCACHE_ENOMEM,
-			       _("%s: the model needs %s on %s, but the cache's budget there (%s) is "
-				 "%s and locked models hold %llu bytes of it"),
-			       m->mf->path, need_s, dev->id, "max_cache_vram", budget_s,
-			       (unsigned long long)*vram);
-	}
+	if ((rc = make_room(c, dev, m->bytes, m->mf->path)))
+		return rc;
 	*vram += m->bytes; /* charged to both while it is copied */
 	m->state = ENTRY_LOADING;
 	m->locks = 1;
@@ -899,7 +909,6 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 	devcache_model_file_t *mf = NULL;
 	struct model_cache *c;
 	struct devcache_model *m;
-	char need_s[32], budget_s[32];
 	int rc;
 
 	if (!ctx || !path || !dev || !model_p)
@@ -952,19 +961,8 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 		return 0;
 	}
 	c->stats.misses++;
-	evict_for(c, dev, need, 0);
-	if (*used_of(c, dev) + need > budget_of(c, dev)) {
-		uint64_t budget = budget_of(c, dev), used = *used_of(c, dev);
-
-		c->stats.failed_loads++;
+	if ((rc = make_room(c, dev, need, path))) {
 		pthread_mutex_unlock(&c->lock);
-		format_bytes(need, need_s, sizeof need_s);
-		format_bytes(budget, budget_s, sizeof budget_s);
-		rc = err_set(DEVCACHE_ENOMEM,
-			     _("%s: the model needs %s on %s, but the cache's budget there (%s) is "
-			       "%s and locked models hold %llu bytes of it"),
-			     path, need_s, dev->id, is_host(dev) ? "max_cache_ram" : "max_cache_vram",
-			     budget_s, (unsigned long long)used);
 		devcache_model_file_close(mf);
 		return rc;
 	}

@@ -66,6 +66,11 @@ struct mf_tensor *mf_add_tensor(struct devcache_model_file *mf, char *name);
 int mf_add_meta(struct devcache_model_file *mf, char *key, char *value_json);
 
 void mf_tensor_info(const struct mf_tensor *t, devcache_tensor_info_t *info);
+/* UTF-8 as RFC 3629 has it (no overlong forms, surrogates or code points
+ * past U+10FFFF): the length of the sequence at s (1 to 4) or 0 if the
+ * bytes there are not one; and where the first such place in s is, or len. */
+size_t mf_utf8_seq(const unsigned char *s, size_t n);
+size_t mf_utf8_invalid_at(const unsigned char *s, size_t len);
 /* The index of the tensor of that name, or -1. */
 long mf_index(const struct devcache_model_file *mf, const char *name);
 

@@ -45,46 +45,6 @@ static uint64_t le64(const unsigned char *p)
 	return v;
 }
 
-/* ---- UTF-8 ---------------------------------------------------------------------- */
-
-/* Where the first invalid sequence starts, or len.  Strict, as Rust's
- * str::from_utf8 in the reference: no overlong forms, no surrogates,
- * nothing above U+10FFFF, no sequence cut short by the end. */
-static size_t utf8_invalid_at(const unsigned char *s, size_t len)
-{
-	size_t i = 0;
-
-	while (i < len) {
-		unsigned c = s[i], more;
-		uint32_t cp, min;
-
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf) {
-			more = 1, cp = c & 0x1f, min = 0x80;
-		} else if ((c & 0xf0) == 0xe0) {
-			more = 2, cp = c & 0x0f, min = 0x800;
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			more = 3, cp = c & 0x07, min = 0x10000;
-		} else {
-			return i;
-		}
-		if (len - i - 1 < more)
-			return i;
-		for (unsigned k = 1; k <= more; k++) {
-			if ((s[i + k] & 0xc0) != 0x80)
-				return i;
-			cp = cp << 6 | (s[i + k] & 0x3f);
-		}
-		if (cp < min || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-			return i;
-		i += 1 + more;
-	}
-	return len;
-}
-
 /* ---- what json-c lets through ------------------------------------------------ */
 
 /*
@@ -802,7 +762,7 @@ int safetensors_parse(struct devcache_model_file *mf)
 	if ((rc = read_header(mf, &text, &len)))
 		return rc;
 	mf->data_offset = 8 + (uint64_t)len;
-	if ((bad = utf8_invalid_at((const unsigned char *)text, len)) < len) {
+	if ((bad = mf_utf8_invalid_at((const unsigned char *)text, len)) < len) {
 		rc = mf_error(mf, _("the header is not valid UTF-8 (byte %llu)"),
 			      (unsigned long long)at(bad));
 		goto out;

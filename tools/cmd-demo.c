@@ -412,13 +412,8 @@ static int open_device(struct demo *d, const struct tool *t)
 
 	if ((status = tool_open(t, &d->ctx)))
 		return status;
-	/* As replay: a malformed name is a usage error, a device this machine
-	 * lacks a runtime failure (the same command works where it exists). */
-	int rc = devcache_device_get(d->ctx, d->device, &d->dev);
-	if (rc) {
-		tool_error("%s", devcache_last_error());
-		return tool_status(rc);
-	}
+	if ((status = tool_device(d->ctx, d->device, &d->dev)))
+		return status;
 	if (devcache_device_info(d->dev, &d->info)) {
 		tool_error("%s", devcache_last_error());
 		return EXIT_RUNTIME;

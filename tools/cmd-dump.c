@@ -160,13 +160,9 @@ int cmd_dump(const struct tool *t, int argc, char **argv)
 	const char *path = argv[optind], *name = argv[optind + 1];
 	if ((status = tool_open(t, &ctx)))
 		return status;
-	/* As replay: a malformed name is a usage error, a device this machine
-	 * lacks a runtime failure (the same command works where it exists). */
-	int rc = devcache_device_get(ctx, o.device, &dev);
-	if (rc) {
-		tool_error("%s", devcache_last_error());
+	if ((status = tool_device(ctx, o.device, &dev))) {
 		devcache_close(ctx);
-		return tool_status(rc);
+		return status;
 	}
 	if (devcache_model_load(ctx, path, dev, NULL, &model)) {
 		tool_error("%s", devcache_last_error());

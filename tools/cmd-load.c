@@ -261,12 +261,9 @@ int cmd_load(const struct tool *t, int argc, char **argv)
 		return status;
 	if ((status = tool_open(t, &ctx)))
 		return status;
-	/* As replay: a malformed name is a usage error, a device this machine
-	 * lacks a runtime failure (the same command works where it exists). */
-	if ((rc = devcache_device_get(ctx, o.device, &dev))) {
-		tool_error("%s", devcache_last_error());
+	if ((status = tool_device(ctx, o.device, &dev))) {
 		devcache_close(ctx);
-		return tool_status(rc);
+		return status;
 	}
 	if ((rc = devcache_device_info(dev, &info))) {
 		tool_error("%s", devcache_last_error());

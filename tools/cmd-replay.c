@@ -445,7 +445,7 @@ int cmd_replay(const struct tool *t, int argc, char **argv)
 	devcache_ctx_t *ctx = NULL;
 	struct tool local = *t;
 	char *options = NULL;
-	int status, rc;
+	int status;
 
 	if (!rp) {
 		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
@@ -469,11 +469,8 @@ int cmd_replay(const struct tool *t, int argc, char **argv)
 	}
 	if ((status = tool_open(&local, &ctx)))
 		goto out;
-	if ((rc = devcache_device_get(ctx, rp->device, &rp->dev))) {
-		tool_error("%s", devcache_last_error());
-		status = tool_status(rc);
+	if ((status = tool_device(ctx, rp->device, &rp->dev)))
 		goto out;
-	}
 	/* Its own name: "cuda" is "cuda:0". */
 	devcache_device_info_t info;
 	if (devcache_device_info(rp->dev, &info) == 0)

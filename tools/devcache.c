@@ -24,6 +24,17 @@ int tool_status(int err)
 	return err == DEVCACHE_ECONFIG || err == DEVCACHE_EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
 }
 
+int tool_device(devcache_ctx_t *ctx, const char *name, devcache_device_t **dev_p)
+{
+	int rc = devcache_device_get(ctx, name, dev_p);
+
+	if (rc) {
+		tool_error("%s", devcache_last_error());
+		return tool_status(rc);
+	}
+	return EXIT_OK;
+}
+
 int tool_open(const struct tool *t, devcache_ctx_t **ctx_p)
 {
 	static const char *const levels[] = {"", ",log_level:info", ",log_level:debug"};

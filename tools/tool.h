@@ -28,6 +28,10 @@ int tool_status(int err);
 /* Open a context with the tool's options; on failure print why and return
  * the exit status. */
 int tool_open(const struct tool *t, devcache_ctx_t **ctx_p);
+/* Find a device of an open context; on failure print why and return the
+ * exit status: 2 for a malformed name, 1 for a device this machine lacks
+ * (the same command works where it exists). */
+int tool_device(devcache_ctx_t *ctx, const char *name, devcache_device_t **dev_p);
 void tool_format_bytes(uint64_t bytes, char *buf, size_t size);
 
 int cmd_info(const struct tool *t, int argc, char **argv);

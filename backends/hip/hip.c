@@ -1,5 +1,5 @@
 /* hip.c - the HIP backend: AMD GPUs through the HIP runtime, which it dlopen()s; built against the HIP headers, linked against nothing of AMD's. */
-#include <devcache-backend.h>
+#include "../runtime.h"
 
 #include <hip/hip_runtime_api.h>
 
@@ -72,30 +72,6 @@ static int fail(struct hip_state *s, hipError_t e, const char *what, int dev)
 /* The runtime keeps a current device per thread; each entry sets it. */
 #define ON_DEVICE(s, dev) CHECK(s, (s)->hipSetDevice(dev), "hipSetDevice", dev)
 
-/* Try each name of hip_library in turn; the last failure explains. */
-static bool load_runtime(struct hip_state *s, char *why, size_t why_size)
-{
-	const char *list = s->host->tunable(s->host->cookie, "hip_library");
-	char *copy = strdup(list ? list : ""), *save = NULL;
-
-	snprintf(why, why_size, "hip_library is empty");
-	if (!copy) {
-		snprintf(why, why_size, "out of memory");
-		return false;
-	}
-	for (char *name = strtok_r(copy, ",", &save); name && !s->lib;
-	     name = strtok_r(NULL, ",", &save)) {
-		name += strspn(name, " ");
-		s->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-		if (s->lib)
-			snprintf(s->lib_name, sizeof s->lib_name, "%s", name);
-		else
-			snprintf(why, why_size, "the HIP runtime could not be loaded: %s", dlerror());
-	}
-	free(copy);
-	return s->lib != NULL;
-}
-
 static bool resolve(struct hip_state *s, char *why, size_t why_size)
 {
 #define RESOLVE(name)                                                                      \
@@ -125,7 +101,8 @@ static int hip_init(const struct devcache_backend_host *host, void **state_p, ch
 		return host->error(DEVCACHE_ENOMEM, "hip: out of memory");
 	s->host = host;
 	*state_p = s;
-	if (!load_runtime(s, why, why_size))
+	if (!(s->lib = runtime_open(host, "hip_library", "the HIP runtime", s->lib_name,
+				     sizeof s->lib_name, why, why_size)))
 		return 0;
 	if (!resolve(s, why, why_size)) {
 		dlclose(s->lib);

@@ -1,5 +1,5 @@
 /* ze.c - the Level Zero backend: Intel GPUs through the oneAPI Level Zero loader, which it dlopen()s; built against the Level Zero headers, linked against nothing of Intel's. */
-#include <devcache-backend.h>
+#include "../runtime.h"
 
 #include <level_zero/ze_api.h>
 
@@ -135,29 +135,6 @@ static int fail(struct ze_state *s, ze_result_t r, const char *what, int dev)
 	} while (0)
 
 /* ---- loading -------------------------------------------------------------------- */
-
-static bool load_loader(struct ze_state *s, char *why, size_t why_size)
-{
-	const char *list = s->host->tunable(s->host->cookie, "ze_library");
-	char *copy = strdup(list ? list : ""), *save = NULL;
-
-	snprintf(why, why_size, "ze_library is empty");
-	if (!copy) {
-		snprintf(why, why_size, "out of memory");
-		return false;
-	}
-	for (char *name = strtok_r(copy, ",", &save); name && !s->lib;
-	     name = strtok_r(NULL, ",", &save)) {
-		name += strspn(name, " ");
-		s->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-		if (s->lib)
-			snprintf(s->lib_name, sizeof s->lib_name, "%s", name);
-		else
-			snprintf(why, why_size, "the Level Zero loader could not be loaded: %s", dlerror());
-	}
-	free(copy);
-	return s->lib != NULL;
-}
 
 static bool resolve(struct ze_state *s, char *why, size_t why_size)
 {
@@ -334,7 +311,8 @@ static int ze_init(const struct devcache_backend_host *host, void **state_p, cha
 		return host->error(DEVCACHE_ENOMEM, "ze: out of memory");
 	s->host = host;
 	*state_p = s;
-	if (!load_loader(s, why, why_size))
+	if (!(s->lib = runtime_open(host, "ze_library", "the Level Zero loader", s->lib_name,
+				     sizeof s->lib_name, why, why_size)))
 		return 0;
 	if (!resolve(s, why, why_size)) {
 		dlclose(s->lib);
