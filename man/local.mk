@@ -22,12 +22,12 @@ man_subst = \
 # the library's and the configuration's pages do not.
 man_MANS = man/devcache.1
 notrans_man_MANS = man/libdevcache.3 man/devcache.conf.5 man/devcache-trace.5 \
-	man/devcache-hip.7 man/devcache-ze.7
+	man/devcache-cuda.7 man/devcache-hip.7 man/devcache-ze.7
 EXTRA_DIST += man/devcache.1.in man/libdevcache.3.in man/devcache.conf.5.in \
-	man/devcache-trace.5.in man/devcache-hip.7.in man/devcache-ze.7.in
+	man/devcache-trace.5.in man/devcache-cuda.7.in man/devcache-hip.7.in man/devcache-ze.7.in
 CLEANFILES += \
 	man/devcache.1 man/libdevcache.3 man/devcache.*.5 man/devcache-trace.5 \
-	man/devcache-hip.7 man/devcache-ze.7 \
+	man/devcache-cuda.7 man/devcache-hip.7 man/devcache-ze.7 \
 	man/tunable-pages.list \
 	man/stamp-tunables man/*.tmp
 
@@ -45,6 +45,9 @@ man/libdevcache.3: man/libdevcache.3.in man/mkman$(EXEEXT) Makefile
 
 man/devcache-trace.5: man/devcache-trace.5.in man/mkman$(EXEEXT) Makefile
 	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-trace.5.in -O $@
+
+man/devcache-cuda.7: man/devcache-cuda.7.in man/mkman$(EXEEXT) Makefile
+	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-cuda.7.in -O $@
 
 man/devcache-hip.7: man/devcache-hip.7.in man/mkman$(EXEEXT) Makefile
 	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-hip.7.in -O $@

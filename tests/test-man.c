@@ -25,8 +25,8 @@
 #endif
 
 static const char *const handwritten[] = {"devcache.1", "libdevcache.3", "devcache.conf.5",
-						 "devcache-trace.5", "devcache-hip.7",
-						 "devcache-ze.7"};
+						 "devcache-trace.5", "devcache-cuda.7",
+						 "devcache-hip.7", "devcache-ze.7"};
 
 /* Names in devcache.h that are not part of what a user reads about. */
 static const char *const undocumented_ok[] = {
