@@ -10,13 +10,21 @@
 
 /* ---- driver calls --------------------------------------------------------- */
 
+/* Keeps what the driver said when it refused memory, for out_of_memory(). */
+static int driver_refused(struct allocator *a, int rc)
+{
+	a->driver_rc = rc;
+	snprintf(a->driver_why, sizeof a->driver_why, "%s", devcache_last_error());
+	return rc;
+}
+
 static int driver_alloc(struct allocator *a, size_t size, void **ptr_p)
 {
 	struct backend *be = a->dev->backend;
+	int rc = a->kind == ALLOC_PINNED ? be->ops->host_alloc(be->state, size, ptr_p)
+					 : be->ops->mem_alloc(be->state, a->dev->ordinal, size, ptr_p);
 
-	if (a->kind == ALLOC_PINNED)
-		return be->ops->host_alloc(be->state, size, ptr_p);
-	return be->ops->mem_alloc(be->state, a->dev->ordinal, size, ptr_p);
+	return rc ? driver_refused(a, rc) : 0;
 }
 
 static void driver_free(struct allocator *a, void *ptr)
@@ -663,6 +671,7 @@ static struct block *expandable_grow(struct allocator *a, struct stream_pool *po
 		char why[512];
 
 		snprintf(why, sizeof why, "%s", devcache_last_error());
+		driver_refused(a, DEVCACHE_ENOMEM);
 		while (i--)
 			unmap_page(a, seg, first + i);
 		if (nb != best)
@@ -882,6 +891,12 @@ static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size,
 	char req[32], cap[32], fr[32], tot[32], alloc[32], unused[32];
 	int64_t allocated = a->stats.allocated_bytes[DEVCACHE_POOL_ALL].current;
 
+	/* A driver that failed for another reason than memory (a lost
+	 * device, a context it would not make) is not out of memory: its own
+	 * error is the answer. */
+	if (a->driver_rc && a->driver_rc != DEVCACHE_ENOMEM)
+		return err_set(a->driver_rc, _("%s: cannot allocate %zu bytes: %s"), a->dev->id,
+			       requested, a->driver_why);
 	a->stats.num_ooms++;
 	if (a->kind == ALLOC_PINNED) {
 		char driver[512];
@@ -906,14 +921,15 @@ static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size,
 	return err_set(DEVCACHE_ENOMEM,
 		       _("%s: out of memory: cannot allocate %zu bytes (a %s segment)%s; "
 			 "the device has %s of which %s is free; libdevcache has %s allocated "
-			 "and %s reserved but unallocated%s"),
+			 "and %s reserved but unallocated%s%s%s"),
 		       a->dev->id, requested, req,
 		       capped ? _(" without passing the memory_fraction cap") : "", tot, fr, alloc,
 		       unused,
 		       a->reserved_total - (uint64_t)allocated > a->reserved_total / 4
 			       ? _("; that much unallocated memory means fragmentation: try "
 				   "max_split_size_mb or expandable_segments (devcache.conf(5))")
-			       : capped ? _("; raise memory_fraction (devcache.conf(5))") : "");
+			       : capped ? _("; raise memory_fraction (devcache.conf(5))") : "",
+		       a->driver_rc ? _("; the driver said: ") : "", a->driver_rc ? a->driver_why : "");
 }
 
 /* The whole allocation path; called and returns with a->lock held, though
@@ -928,6 +944,7 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 	if (!pool)
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 	a->clock++;
+	a->driver_rc = 0;
 	if (a->events_head)
 		process_events(a, false);
 	size_t seg = segment_size(a, rsize);
@@ -1059,7 +1076,7 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 	const struct tunable_set *t = &dev->ctx->tun;
 	struct backend *be = dev->backend;
 	struct allocator *a = calloc(1, sizeof *a);
-	uint64_t free_mem = 0, total = 0;
+	uint64_t total;
 	int rc;
 
 	if (!a)
@@ -1081,8 +1098,10 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 	a->large_segment_size = round_up(t->v[TUN_large_segment_size_mb].u.size, ALLOC_ROUND_LARGE);
 	memcpy(a->divisions, t->v[TUN_roundup_power2_divisions].divisions, sizeof a->divisions);
 	a->gc_threshold = t->v[TUN_garbage_collection_threshold].u.f;
-	if (be->ops->mem_get_info(be->state, dev->ordinal, &free_mem, &total) || !total)
-		total = dev->info.total_memory;
+	/* The total the backend gave at start-up: asking the driver again
+	 * (cuMemGetInfo) would make every device's context at devcache_open(),
+	 * where a context costs device memory and only the devices used need one. */
+	total = dev->info.total_memory;
 	a->cap = kind == ALLOC_PINNED ? UINT64_MAX
 				     : (uint64_t)(t->v[TUN_memory_fraction].u.f * (double)total);
 	if (t->v[TUN_expandable_segments].u.b && kind == ALLOC_DEVICE && a->caching) {

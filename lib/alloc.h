@@ -117,6 +117,10 @@ struct allocator {
 	size_t vm_space;      /* address space an expandable segment reserves */
 	uint64_t reserved_total;
 	uint64_t clock; /* counts allocations; ages idle segments */
+	/* The driver's last refusal during the allocation under way: its code
+	 * and detail message, so that the error says what the driver said. */
+	int driver_rc;
+	char driver_why[512];
 
 	struct stream_pool **pools;
 	size_t n_pools, pools_cap;
