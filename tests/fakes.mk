@@ -1,5 +1,12 @@
 ## tests/fakes.mk - fake vendor runtimes backed by host memory, and the conformance suite every backend passes.
-EXTRA_DIST += tests/fakes/fake-hip.c tests/fakes/fake-ze.c
+EXTRA_DIST += tests/fakes/fake-cuda.c tests/fakes/fake-hip.c tests/fakes/fake-ze.c
+if BUILD_CUDA
+check_LTLIBRARIES += tests/fakes/libfake-cuda.la
+tests_fakes_libfake_cuda_la_SOURCES = tests/fakes/fake-cuda.c
+tests_fakes_libfake_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_fakes_libfake_cuda_la_CFLAGS = $(AM_CFLAGS) -pthread
+tests_fakes_libfake_cuda_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+endif
 if BUILD_ZE
 check_LTLIBRARIES += tests/fakes/libfake-ze.la
 tests_fakes_libfake_ze_la_SOURCES = tests/fakes/fake-ze.c
@@ -21,4 +28,17 @@ TESTS += tests/test-conformance
 tests_test_conformance_SOURCES = tests/test-conformance.c tests/tap.h
 tests_test_conformance_CFLAGS = $(test_cflags)
 tests_test_conformance_LDADD = $(test_ldadd) -ldl
+endif
+
+# The vendor backends' own behaviour, on the fakes: skipped where not built.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/test-cuda tests/test-visible-devices
+TESTS += tests/test-cuda tests/test-visible-devices
+tests_test_cuda_SOURCES = tests/test-cuda.c tests/tap.h tests/spawn.c tests/spawn.h
+tests_test_cuda_CFLAGS = $(test_cflags)
+tests_test_cuda_LDADD = $(test_ldadd) -ldl
+tests_test_visible_devices_SOURCES = tests/test-visible-devices.c tests/tap.h tests/spawn.c \
+	tests/spawn.h
+tests_test_visible_devices_CFLAGS = $(test_cflags)
+tests_test_visible_devices_LDADD = $(test_ldadd)
 endif

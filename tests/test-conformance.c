@@ -1,4 +1,4 @@
-/* test-conformance.c - one suite, every backend with a device: host, the test module, the HIP backend on the fake runtime, and the real runtimes where installed. */
+/* test-conformance.c - one suite, every backend with a device: host, the test module, each vendor backend on its fake runtime, and the real runtimes where installed. */
 #include "tap.h"
 
 #include <dlfcn.h>
@@ -16,17 +16,21 @@ struct target {
 	const char *device;
 	enum { T_HOST, T_MODULE, T_FAKE, T_REAL } kind;
 	bool enforced;       /* the device's capacity is enforced by its driver */
-	const char *backend; /* T_FAKE, T_REAL: "hip", "ze" */
+	const char *backend; /* T_FAKE, T_REAL: "cuda", "hip", "ze" */
 	const char *fake;    /* T_FAKE: the fake runtime, in TEST_FAKES */
+	const char *library; /* T_REAL: the variable naming the library, if not the default */
 };
 
 static const struct target targets[] = {
-	{"host", "host", T_HOST, false, NULL, NULL},
-	{"test module", "good:0", T_MODULE, true, NULL, NULL},
-	{"HIP on the fake runtime", "hip:0", T_FAKE, true, "hip", "libfake-hip.so"},
-	{"HIP on the real runtime", "hip:0", T_REAL, false, "hip", NULL},
-	{"Level Zero on the fake loader", "ze:0", T_FAKE, true, "ze", "libfake-ze.so"},
-	{"Level Zero on the real loader", "ze:0", T_REAL, false, "ze", NULL},
+	{"host", "host", T_HOST, false, NULL, NULL, NULL},
+	{"test module", "good:0", T_MODULE, true, NULL, NULL, NULL},
+	{"CUDA on the fake driver", "cuda:0", T_FAKE, true, "cuda", "libfake-cuda.so", NULL},
+	{"CUDA on the real driver", "cuda:0", T_REAL, false, "cuda", NULL, NULL},
+	{"CUDA on the toolkit's stub driver", "cuda:0", T_REAL, false, "cuda", NULL, "TEST_CUDA_STUB"},
+	{"HIP on the fake runtime", "hip:0", T_FAKE, true, "hip", "libfake-hip.so", NULL},
+	{"HIP on the real runtime", "hip:0", T_REAL, false, "hip", NULL, NULL},
+	{"Level Zero on the fake loader", "ze:0", T_FAKE, true, "ze", "libfake-ze.so", NULL},
+	{"Level Zero on the real loader", "ze:0", T_REAL, false, "ze", NULL, NULL},
 };
 
 /* The backend modules are in the directories of TEST_BACKENDS. */
@@ -83,6 +87,14 @@ static devcache_ctx_t *open_target(const struct target *t, const char *more, dev
 				 "log_level:error,backend_path:%s,backends:%s,%s_library:%s%s%s",
 				 test_env("TEST_BACKENDS"), t->backend, t->backend, path, *m ? "," : "",
 				 m);
+		} else if (t->library) {
+			const char *lib = getenv(t->library);
+
+			if (!lib || !*lib)
+				skip_because("%s: configure found no such library", t->label);
+			snprintf(opts, sizeof opts,
+				 "log_level:error,backend_path:%s,backends:%s,%s_library:%s%s%s",
+				 test_env("TEST_BACKENDS"), t->backend, t->backend, lib, *m ? "," : "", m);
 		} else {
 			snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:%s%s%s",
 				 test_env("TEST_BACKENDS"), t->backend, *m ? "," : "", m);
@@ -403,6 +415,12 @@ static void injected_faults_leave_nothing(void **state)
 		unsigned nth;
 		int error;
 	} faults[] = {
+		{"cuda", "cuMemAlloc_v2", 1 | 0x80000000u, 2},
+		{"cuda", "cuMemcpyHtoDAsync_v2", 2, 2},
+		{"cuda", "cuMemHostAlloc", 1 | 0x80000000u, 2},
+		{"cuda", "cuEventCreate", 1, 2},
+		{"cuda", "cuEventRecord", 2, 2},
+		{"cuda", "cuStreamSynchronize", 1, 2},
 		{"hip", "hipMalloc", 1 | 0x80000000u, 2},
 		{"hip", "hipMemcpyAsync", 2, 2},
 		{"hip", "hipHostMalloc", 1 | 0x80000000u, 2},
@@ -480,7 +498,9 @@ static int teardown(void **state)
 }
 
 #define ON(test, i) cmocka_unit_test_prestate_setup_teardown(test, setup, teardown, (void *)&targets[i])
-#define FOR_EACH_TARGET(test) ON(test, 0), ON(test, 1), ON(test, 2), ON(test, 3), ON(test, 4), ON(test, 5)
+#define FOR_EACH_TARGET(test)                                                                      \
+	ON(test, 0), ON(test, 1), ON(test, 2), ON(test, 3), ON(test, 4), ON(test, 5), ON(test, 6), \
+		ON(test, 7), ON(test, 8)
 
 int main(void)
 {

@@ -20,7 +20,8 @@
 	X(cuGetErrorString) X(cuGetErrorName) X(cuInit) X(cuDriverGetVersion)                      \
 	X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceTotalMem)                  \
 	X(cuDeviceGetPCIBusId) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                 \
-	X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent) X(cuCtxPushCurrent) X(cuCtxPopCurrent)    \
+	X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent)    \
+	X(cuCtxPopCurrent)                                                                          \
 	X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree) X(cuMemHostAlloc) X(cuMemFreeHost)              \
 	X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)      \
 	X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)               \
@@ -150,9 +151,20 @@ static int primary_context(struct cuda_state *s, int dev, CUcontext *ctx_p)
 	return 0;
 }
 
-/* Makes dev's primary context current for one call.  A program that has a
- * context of its own current (PyTorch's, say) gets it back after: *pushed_p
- * says whether leave() must pop. */
+/* Whether ctx is the primary context of one of the backend's devices. */
+static bool own_context(struct cuda_state *s, CUcontext ctx)
+{
+	for (int i = 0; i < s->n_devices; i++)
+		if (__atomic_load_n(&s->devices[i].ctx, __ATOMIC_ACQUIRE) == ctx)
+			return true;
+	return false;
+}
+
+/* Makes dev's primary context current for a call.  A thread with no context
+ * current, or with another device's primary context, is left with dev's, as
+ * the CUDA runtime leaves it (one driver call per entry in the steady
+ * state).  A context of the program's own is pushed over and popped after
+ * the call: *pushed_p says leave() must pop. */
 static int enter(struct cuda_state *s, int dev, bool *pushed_p)
 {
 	CUcontext ctx, current = NULL;
@@ -162,10 +174,14 @@ static int enter(struct cuda_state *s, int dev, bool *pushed_p)
 	if ((rc = primary_context(s, dev, &ctx)))
 		return rc;
 	CHECK(s, s->cuCtxGetCurrent(&current), "cuCtxGetCurrent", dev);
-	if (current != ctx) {
-		CHECK(s, s->cuCtxPushCurrent(ctx), "cuCtxPushCurrent", dev);
-		*pushed_p = true;
+	if (current == ctx)
+		return 0;
+	if (!current || own_context(s, current)) {
+		CHECK(s, s->cuCtxSetCurrent(ctx), "cuCtxSetCurrent", dev);
+		return 0;
 	}
+	CHECK(s, s->cuCtxPushCurrent(ctx), "cuCtxPushCurrent", dev);
+	*pushed_p = true;
 	return 0;
 }
 

@@ -1,0 +1,2016 @@
+/* fake-cuda.c - a host-memory stand-in for libcuda.so.1, with test controls, for the CUDA backend's tests. */
+#define _GNU_SOURCE /* twalk_r, secure_getenv, memfd_create, MAP_FIXED_NOREPLACE, strchrnul */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <search.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Everything not static is the driver's API or a test control, and must stay
+ * reachable by dlsym() whatever -fvisibility the build uses. */
+#pragma GCC visibility push(default)
+
+#include <cuda.h>
+
+/* cuda.h renames most entry points to their newest version (cuMemAlloc is
+ * cuMemAlloc_v2), so the definitions below export the names libcuda exports.
+ * The driver keeps the first cuDeviceGetUuid beside cuDeviceGetUuid_v2. */
+#undef cuDeviceGetUuid
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+
+/* Test controls, reached with dlsym() by tests that dlopen() this library. */
+#define FAKE_CUDA_FAIL_ON 0x80000000u
+void fake_cuda_fail(const char *function, unsigned nth, int error);
+unsigned long fake_cuda_calls(const char *function);
+size_t fake_cuda_live(void);
+void fake_cuda_hold_events(int hold);
+
+/* Every function of the driver that this fake provides, in one list: the
+ * call counters and fault injection are indexed by it. */
+#define FAKE_CUDA_FUNCTIONS(X)                                                                     \
+	X(cuGetErrorString)                                                                        \
+	X(cuGetErrorName)                                                                          \
+	X(cuInit)                                                                                  \
+	X(cuDriverGetVersion)                                                                      \
+	X(cuDeviceGetCount)                                                                        \
+	X(cuDeviceGet)                                                                             \
+	X(cuDeviceGetName)                                                                         \
+	X(cuDeviceTotalMem)                                                                        \
+	X(cuDeviceGetPCIBusId)                                                                     \
+	X(cuDeviceGetAttribute)                                                                    \
+	X(cuDeviceGetUuid)                                                                         \
+	X(cuDeviceGetUuid_v2)                                                                      \
+	X(cuDevicePrimaryCtxRetain)                                                                \
+	X(cuDevicePrimaryCtxRelease)                                                               \
+	X(cuCtxSetCurrent)                                                                         \
+	X(cuCtxGetCurrent)                                                                         \
+	X(cuCtxGetDevice)                                                                          \
+	X(cuCtxPushCurrent)                                                                        \
+	X(cuCtxPopCurrent)                                                                         \
+	X(cuCtxSynchronize)                                                                        \
+	X(cuMemGetInfo)                                                                            \
+	X(cuMemAlloc)                                                                              \
+	X(cuMemFree)                                                                               \
+	X(cuMemAllocHost)                                                                          \
+	X(cuMemHostAlloc)                                                                          \
+	X(cuMemFreeHost)                                                                           \
+	X(cuMemHostRegister)                                                                       \
+	X(cuMemHostUnregister)                                                                     \
+	X(cuMemcpyHtoD)                                                                            \
+	X(cuMemcpyDtoH)                                                                            \
+	X(cuMemcpyHtoDAsync)                                                                       \
+	X(cuMemcpyDtoHAsync)                                                                       \
+	X(cuStreamCreate)                                                                          \
+	X(cuStreamDestroy)                                                                         \
+	X(cuStreamSynchronize)                                                                     \
+	X(cuStreamQuery)                                                                           \
+	X(cuEventCreate)                                                                           \
+	X(cuEventDestroy)                                                                          \
+	X(cuEventRecord)                                                                           \
+	X(cuEventQuery)                                                                            \
+	X(cuEventSynchronize)                                                                      \
+	X(cuMemGetAllocationGranularity)                                                           \
+	X(cuMemAddressReserve)                                                                     \
+	X(cuMemAddressFree)                                                                        \
+	X(cuMemCreate)                                                                             \
+	X(cuMemRelease)                                                                            \
+	X(cuMemMap)                                                                                \
+	X(cuMemUnmap)                                                                              \
+	X(cuMemSetAccess)                                                                          \
+	X(cuIpcGetMemHandle)                                                                       \
+	X(cuIpcOpenMemHandle)                                                                      \
+	X(cuIpcCloseMemHandle)
+
+/* Two levels, so that the header's renaming applies before # does: the
+ * names the tests give are the exported ones, "cuMemAlloc_v2". */
+#define STR_(s) #s
+#define STR(s) STR_(s)
+
+#define X(name) F_##name,
+enum { FAKE_CUDA_FUNCTIONS(X) F_COUNT };
+#undef X
+#define X(name) STR(name),
+static const char *const function_names[F_COUNT] = {FAKE_CUDA_FUNCTIONS(X)};
+#undef X
+
+static unsigned long calls[F_COUNT];
+/* Calls to go before the failing one, | FAKE_CUDA_FAIL_ON; 0: none. */
+static unsigned fault_at[F_COUNT];
+static int fault_error[F_COUNT];
+
+/* cuMemAlloc's documented alignment; the backend may count on it. */
+#define DEVICE_ALIGN 256
+/* The one granularity of the virtual memory functions, minimum and
+ * recommended alike, as on current NVIDIA GPUs. */
+#define VM_GRANULARITY ((size_t)2 << 20)
+/* Devices are bits of a uint64_t in a mapping's access masks. */
+#define MAX_DEVICES 64
+/* The driver's context stack has no set depth; a test that needs more than
+ * this is pushing in a loop. */
+#define CTX_STACK_DEPTH 32
+
+/* Read once, at the first cuInit, as the driver reads its environment. */
+static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+static int n_physical;
+static int n_visible;
+static int visible[MAX_DEVICES];     /* visible ordinal (a CUdevice) -> physical ordinal */
+static size_t capacity;              /* bytes of each device */
+static size_t used[MAX_DEVICES];     /* by physical ordinal; under lock */
+static int vmm_supported;
+static int initialized;              /* a cuInit succeeded */
+static int hold_events;
+
+/* The per-thread context stack, as in the driver; the top is current. */
+static __thread CUcontext ctx_stack[CTX_STACK_DEPTH];
+static __thread int ctx_depth;
+
+/* The live objects, all under lock: one tree of non-overlapping address ranges
+ * (device and host allocations, registrations, reservations) so that any
+ * address inside one finds it, one of the mappings inside reservations, and
+ * one tree each of the stream, event and physical memory handles. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static void *ranges;
+static void *mappings;
+static void *streams;
+static void *events;
+static void *physicals;
+static unsigned long next_serial;
+
+enum range_kind { R_DEVICE, R_HOST, R_REGISTERED, R_RESERVED, R_MAPPED, R_KINDS };
+static const char *const kind_names[R_KINDS] = {"device allocation", "host allocation",
+						"host registration", "address reservation",
+						"mapping"};
+static unsigned long live_count[R_KINDS];
+static size_t live_bytes[R_KINDS];
+static unsigned long live_streams, live_events, live_physicals, open_ipc;
+static size_t physical_bytes;
+
+/* A primary context per visible device; its handle stays the same across
+ * release and retain, as the driver's does. */
+struct CUctx_st {
+	int dev;       /* visible ordinal */
+	unsigned refs; /* under lock; 0: inactive, "destroyed" */
+};
+static struct CUctx_st primaries[MAX_DEVICES];
+
+struct phys_mem {
+	int dev; /* visible ordinal */
+	size_t size;
+	int fd;   /* a memfd, so that the bytes outlive a mapping and two mappings share them */
+	unsigned long maps;
+	int released; /* cuMemRelease'd while mapped: freed at the last unmap */
+};
+
+struct range {
+	uintptr_t base;
+	size_t size;
+	size_t mapped; /* host allocations and reservations: the length given to mmap() */
+	enum range_kind kind;
+	int dev; /* device allocations: visible ordinal */
+	struct phys_mem *pm;         /* mappings: what backs them */
+	uint64_t readers, writers;   /* mappings: devices granted access by cuMemSetAccess */
+	unsigned ipc_opens;
+	unsigned long serial; /* tells a reused address from the one an IPC handle named */
+};
+
+struct CUstream_st {
+	int dev;
+	unsigned flags;
+};
+
+struct CUevent_st {
+	unsigned flags;
+	int dev;
+	int pending;     /* recorded while events were held, and not waited for since */
+	CUstream stream; /* where last recorded; NULL for the default streams */
+};
+
+/* What an IPC handle carries; it must fit CU_IPC_HANDLE_SIZE. */
+struct ipc_handle {
+	char magic[8];
+	pid_t pid;
+	int dev;
+	uintptr_t base;
+	size_t offset;
+	unsigned long serial;
+};
+_Static_assert(sizeof(struct ipc_handle) <= sizeof(CUipcMemHandle), "IPC handle too large");
+static const char ipc_magic[8] = "fakecu";
+
+/* ---- errors ---- */
+
+/* Names and texts as the driver's cuGetErrorName and cuGetErrorString give them. */
+#define ERR(code, text) {code, #code, text}
+static const struct {
+	CUresult code;
+	const char *name, *text;
+} error_table[] = {
+	ERR(CUDA_SUCCESS, "no error"),
+	ERR(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
+	ERR(CUDA_ERROR_OUT_OF_MEMORY, "out of memory"),
+	ERR(CUDA_ERROR_NOT_INITIALIZED, "initialization error"),
+	ERR(CUDA_ERROR_DEINITIALIZED, "driver shutting down"),
+	ERR(CUDA_ERROR_STUB_LIBRARY, "CUDA driver is a stub library"),
+	ERR(CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA-capable device(s) is/are busy or unavailable"),
+	ERR(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected"),
+	ERR(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal"),
+	ERR(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid"),
+	ERR(CUDA_ERROR_INVALID_CONTEXT, "invalid device context"),
+	ERR(CUDA_ERROR_MAP_FAILED, "mapping of buffer object failed"),
+	ERR(CUDA_ERROR_UNMAP_FAILED, "unmapping of buffer object failed"),
+	ERR(CUDA_ERROR_ALREADY_MAPPED, "resource already mapped"),
+	ERR(CUDA_ERROR_NOT_MAPPED, "resource not mapped"),
+	ERR(CUDA_ERROR_ECC_UNCORRECTABLE, "uncorrectable ECC error encountered"),
+	ERR(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "peer access is not supported between these two devices"),
+	ERR(CUDA_ERROR_OPERATING_SYSTEM, "OS call failed or operation not supported on this OS"),
+	ERR(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
+	ERR(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state"),
+	ERR(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
+	ERR(CUDA_ERROR_NOT_READY, "device not ready"),
+	ERR(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"),
+	ERR(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure"),
+	ERR(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "peer access is already enabled"),
+	ERR(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "peer access has not been enabled"),
+	ERR(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, "cannot set while device is active in this process"),
+	ERR(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed"),
+	ERR(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+	    "part or all of the requested memory range is already mapped"),
+	ERR(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+	    "pointer does not correspond to a registered memory region"),
+	ERR(CUDA_ERROR_NOT_PERMITTED, "operation not permitted"),
+	ERR(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
+	ERR(CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized"),
+	ERR(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH,
+	    "system has unsupported display driver / cuda driver combination"),
+	ERR(CUDA_ERROR_TIMEOUT, "wait operation timed out"),
+	ERR(CUDA_ERROR_UNKNOWN, "unknown error"),
+};
+#undef ERR
+
+static int error_index(CUresult code)
+{
+	for (size_t i = 0; i < sizeof error_table / sizeof *error_table; i++)
+		if (error_table[i].code == code)
+			return (int)i;
+	return -1;
+}
+
+/* ---- call counting and fault injection ---- */
+
+static int function_index(const char *name)
+{
+	if (!name)
+		return -1;
+	for (int i = 0; i < F_COUNT; i++)
+		if (strcmp(name, function_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+void fake_cuda_fail(const char *function, unsigned nth, int error)
+{
+	int f = function_index(function);
+
+	if (f < 0) {
+		/* A typo in a test would otherwise arm nothing and pass. */
+		fprintf(stderr, "fake-cuda: fake_cuda_fail: no function %s\n",
+			function ? function : "(null)");
+		return;
+	}
+	__atomic_store_n(&fault_error[f], error, __ATOMIC_RELAXED);
+	__atomic_store_n(&fault_at[f], nth, __ATOMIC_RELEASE);
+}
+
+unsigned long fake_cuda_calls(const char *function)
+{
+	int f = function_index(function);
+
+	return f < 0 ? 0 : __atomic_load_n(&calls[f], __ATOMIC_RELAXED);
+}
+
+/* Counts a call of f; returns the error it is to fail with, or CUDA_SUCCESS. */
+static CUresult enter(int f)
+{
+	unsigned n = __atomic_load_n(&fault_at[f], __ATOMIC_ACQUIRE), next;
+
+	__atomic_add_fetch(&calls[f], 1, __ATOMIC_RELAXED);
+	do {
+		if ((n & ~FAKE_CUDA_FAIL_ON) == 0)
+			return CUDA_SUCCESS;
+		/* Count down to 1; from then on, FAKE_CUDA_FAIL_ON stays armed. */
+		next = (n & ~FAKE_CUDA_FAIL_ON) == 1 ? (n & FAKE_CUDA_FAIL_ON ? n : 0) : n - 1;
+	} while (!__atomic_compare_exchange_n(&fault_at[f], &n, next, 0, __ATOMIC_ACQUIRE,
+					      __ATOMIC_ACQUIRE));
+	if ((n & ~FAKE_CUDA_FAIL_ON) != 1)
+		return CUDA_SUCCESS;
+	return (CUresult)__atomic_load_n(&fault_error[f], __ATOMIC_RELAXED);
+}
+
+/* Returns what expr returns, unless that is success. */
+#define TRY(expr)                                                                                  \
+	do {                                                                                       \
+		CUresult try_ = (expr);                                                            \
+		if (try_ != CUDA_SUCCESS)                                                          \
+			return try_;                                                               \
+	} while (0)
+
+/* For the few functions the driver answers before cuInit: counted, maybe
+ * failed on demand. The name is pasted at once, before the header's renaming
+ * could apply to it. */
+#define ENTER_ANYTIME(name) TRY(enter(F_##name))
+
+/* Each other API function begins with this; as the driver documents, it is
+ * refused before a successful cuInit. */
+#define ENTER(name)                                                                                \
+	do {                                                                                       \
+		TRY(enter(F_##name));                                                              \
+		if (F_##name != F_cuInit && !__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))      \
+			return CUDA_ERROR_NOT_INITIALIZED;                                         \
+	} while (0)
+
+/* An error given by number or by name, as in FAKE_CUDA_FAIL. */
+static int parse_error(const char *s, int *error_p)
+{
+	char *end;
+	long v;
+
+	for (size_t i = 0; i < sizeof error_table / sizeof *error_table; i++)
+		if (strcmp(s, error_table[i].name) == 0) {
+			*error_p = (int)error_table[i].code;
+			return 0;
+		}
+	errno = 0;
+	v = strtol(s, &end, 0);
+	if (errno || end == s || *end || v < INT_MIN || v > INT_MAX)
+		return -1;
+	*error_p = (int)v;
+	return 0;
+}
+
+/* One FAKE_CUDA_FAIL entry, "function:nth:error"; entry is modified. */
+static void parse_fail_entry(char *entry)
+{
+	char *nth_s = strchr(entry, ':'), *err_s = NULL, *end;
+	unsigned long nth = 0;
+	int error = 0, ok = 0;
+
+	if (nth_s) {
+		*nth_s++ = '\0';
+		err_s = strchr(nth_s, ':');
+		if (err_s)
+			*err_s++ = '\0';
+	}
+	if (err_s) {
+		errno = 0;
+		nth = strtoul(nth_s, &end, 0);
+		ok = !errno && end != nth_s && !*end && nth <= UINT_MAX &&
+		     parse_error(err_s, &error) == 0 && function_index(entry) >= 0;
+	}
+	if (!ok) {
+		/* Put the entry back together to show it as it was written. */
+		if (nth_s)
+			nth_s[-1] = ':';
+		if (err_s)
+			err_s[-1] = ':';
+		fprintf(stderr,
+			"fake-cuda: FAKE_CUDA_FAIL: ignoring \"%s\" (want function:nth:error)\n",
+			entry);
+		return;
+	}
+	fake_cuda_fail(entry, (unsigned)nth, error);
+}
+
+__attribute__((constructor)) static void fake_cuda_load(void)
+{
+	const char *env = getenv("FAKE_CUDA_FAIL");
+	char *copy, *entry, *save;
+
+	if (!env || !*env)
+		return;
+	copy = strdup(env);
+	if (!copy) {
+		fprintf(stderr, "fake-cuda: FAKE_CUDA_FAIL: out of memory\n");
+		return;
+	}
+	for (entry = strtok_r(copy, ",", &save); entry; entry = strtok_r(NULL, ",", &save))
+		parse_fail_entry(entry);
+	free(copy);
+}
+
+/* ---- devices ---- */
+
+static long env_number(const char *name, long dflt, long min, long max)
+{
+	const char *s = getenv(name);
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return dflt;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < min || v > max) {
+		fprintf(stderr, "fake-cuda: %s=%s is not a number from %ld to %ld; using %ld\n", name,
+			s, min, max, dflt);
+		return dflt;
+	}
+	return v;
+}
+
+/* A fixed UUID per physical ordinal; the byte after the fixed four is the
+ * ordinal, so "GPU-facec0da-01" names physical device 1 unambiguously. */
+static void uuid_of(int phys, unsigned char bytes[16])
+{
+	static const unsigned char head[4] = {0xfa, 0xce, 0xc0, 0xda};
+
+	memcpy(bytes, head, sizeof head);
+	bytes[4] = (unsigned char)phys;
+	for (int i = 5; i < 16; i++)
+		bytes[i] = (unsigned char)(phys * 37 + i * 11);
+}
+
+/* "GPU-" and the 16 bytes in hex, dashed as nvidia-smi shows them. */
+static void uuid_text(int phys, char text[41])
+{
+	unsigned char b[16];
+	char *p = text + 4;
+
+	uuid_of(phys, b);
+	memcpy(text, "GPU-", 4);
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*p++ = '-';
+		p += sprintf(p, "%02x", b[i]);
+	}
+}
+
+/* The physical device one CUDA_VISIBLE_DEVICES entry names, or -1. A number
+ * is read as strtoul would, so that "1gpu" is 1; "GPU-" starts a UUID, of
+ * which a prefix naming one device is enough. The fake has no MIG devices. */
+static int visible_entry(const char *s, size_t len)
+{
+	char text[41];
+	int found = -1;
+	long v = 0;
+
+	while (len && (*s == ' ' || *s == '\t')) {
+		s++;
+		len--;
+	}
+	if (len >= 4 && strncmp(s, "GPU-", 4) == 0) {
+		if (len > 40)
+			return -1;
+		for (int p = 0; p < n_physical; p++) {
+			uuid_text(p, text);
+			if (strncasecmp(s, text, len) != 0)
+				continue;
+			if (found >= 0)
+				return -1; /* ambiguous */
+			found = p;
+		}
+		return found;
+	}
+	if (!len || *s < '0' || *s > '9')
+		return -1;
+	for (; len && *s >= '0' && *s <= '9'; s++, len--)
+		if ((v = v * 10 + (*s - '0')) >= n_physical)
+			return -1;
+	return (int)v;
+}
+
+/* CUDA_VISIBLE_DEVICES as the driver reads it: comma-separated entries,
+ * enumerated in the order given; the first invalid entry (not a device,
+ * out of range, an ambiguous UUID prefix) ends the list, and the devices
+ * before it stay visible. A device named twice hides every device: the
+ * driver then finds none, and cuInit fails with CUDA_ERROR_NO_DEVICE. That
+ * is the behaviour PyTorch reproduces without initializing CUDA, in
+ * _parse_visible_devices ("Repeated ordinal results in empty set") and
+ * _transform_uuid_to_ordinals ("Duplicates result in empty set"). */
+static void parse_visible(const char *list)
+{
+	const char *p = list;
+
+	n_visible = 0;
+	for (;;) {
+		const char *end = strchrnul(p, ',');
+		int phys = visible_entry(p, (size_t)(end - p));
+
+		if (phys < 0)
+			return;
+		for (int i = 0; i < n_visible; i++)
+			if (visible[i] == phys) {
+				n_visible = 0;
+				return;
+			}
+		visible[n_visible++] = phys;
+		if (!*end)
+			return;
+		p = end + 1;
+	}
+}
+
+static void devices_init(void)
+{
+	const char *list = getenv("CUDA_VISIBLE_DEVICES");
+
+	n_physical = (int)env_number("FAKE_CUDA_DEVICES", 2, 0, MAX_DEVICES);
+	capacity = (size_t)env_number("FAKE_CUDA_MEMORY_MB", 1024, 0, (long)(SIZE_MAX >> 21)) << 20;
+	vmm_supported = (int)env_number("FAKE_CUDA_VMM", 1, 0, 1);
+	/* Set but empty hides every device, as with the driver. */
+	if (list) {
+		parse_visible(list);
+	} else {
+		n_visible = n_physical;
+		for (int i = 0; i < n_physical; i++)
+			visible[i] = i;
+	}
+	for (int i = 0; i < n_visible; i++)
+		primaries[i].dev = i;
+}
+
+static CUresult check_device(CUdevice dev)
+{
+	return dev < 0 || dev >= n_visible ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+}
+
+/* ---- the registries ---- */
+
+static int range_cmp(const void *a, const void *b)
+{
+	const struct range *x = a, *y = b;
+
+	if (x->base + x->size <= y->base)
+		return -1;
+	if (y->base + y->size <= x->base)
+		return 1;
+	return 0; /* overlapping: for a one-byte key, the range that holds it */
+}
+
+static int handle_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* A live range of tree overlapping [p, p + size), under lock; NULL if none. */
+static struct range *range_in(void *const *tree, uintptr_t p, size_t size)
+{
+	struct range key = {.base = p, .size = size ? size : 1};
+	void *node = tfind(&key, tree, range_cmp);
+
+	return node ? *(struct range **)node : NULL;
+}
+
+static struct range *range_at(uintptr_t p)
+{
+	return range_in(&ranges, p, 1);
+}
+
+/* Enters r in tree, under lock; returns the range it overlaps instead, or
+ * NULL when out of memory. */
+static struct range *range_add(void **tree, struct range *r)
+{
+	void *node = tsearch(r, tree, range_cmp);
+
+	if (!node)
+		return NULL;
+	if (*(struct range **)node != r)
+		return *(struct range **)node;
+	r->serial = ++next_serial;
+	live_count[r->kind]++;
+	live_bytes[r->kind] += r->size;
+	return r;
+}
+
+static void range_remove(void **tree, struct range *r)
+{
+	tdelete(r, tree, range_cmp);
+	live_count[r->kind]--;
+	live_bytes[r->kind] -= r->size;
+	open_ipc -= r->ipc_opens;
+}
+
+static int known(void *const *tree, const void *h)
+{
+	return h && tfind(h, tree, handle_cmp);
+}
+
+/* Enters handle h in tree, under lock; 0 when out of memory. */
+static int handle_add(void **tree, void *h, unsigned long *live)
+{
+	if (!tsearch(h, tree, handle_cmp))
+		return 0;
+	++*live;
+	return 1;
+}
+
+static int is_default_stream(CUstream s)
+{
+	return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
+
+/* Whether s is a live stream (the default ones too), under lock. */
+static int stream_known(CUstream s)
+{
+	return is_default_stream(s) || known(&streams, s);
+}
+
+static int capacity_take(int dev, size_t size)
+{
+	int phys = visible[dev];
+
+	if (size > capacity - used[phys])
+		return 0;
+	used[phys] += size;
+	return 1;
+}
+
+static void capacity_give(int dev, size_t size)
+{
+	used[visible[dev]] -= size;
+}
+
+/* ---- contexts ---- */
+
+static CUcontext current_context(void)
+{
+	return ctx_depth ? ctx_stack[ctx_depth - 1] : NULL;
+}
+
+static int context_known(CUcontext ctx)
+{
+	uintptr_t p = (uintptr_t)ctx, first = (uintptr_t)primaries;
+
+	return p >= first && p < first + (size_t)n_visible * sizeof *primaries &&
+	       (p - first) % sizeof *primaries == 0;
+}
+
+/* The device of the calling thread's current context, for the calls that
+ * need one; dev_p may be NULL. */
+static CUresult current_device(int *dev_p)
+{
+	CUcontext ctx = current_context();
+	unsigned refs;
+
+	if (!ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&lock);
+	refs = ctx->refs;
+	pthread_mutex_unlock(&lock);
+	/* Released to nothing, the primary context is gone until retained again. */
+	if (!refs)
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	if (dev_p)
+		*dev_p = ctx->dev;
+	return CUDA_SUCCESS;
+}
+
+/* ---- errors, init and versions ---- */
+
+/* An unknown code gives NULL and CUDA_ERROR_INVALID_VALUE, as the driver does. */
+static CUresult error_info(CUresult error, const char **pStr, int text)
+{
+	int i = error_index(error);
+
+	if (!pStr)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pStr = i < 0 ? NULL : text ? error_table[i].text : error_table[i].name;
+	return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+	ENTER_ANYTIME(cuGetErrorString);
+	return error_info(error, pStr, 1);
+}
+
+CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+	ENTER_ANYTIME(cuGetErrorName);
+	return error_info(error, pStr, 0);
+}
+
+/* With no visible device, cuInit fails with CUDA_ERROR_NO_DEVICE, every time,
+ * and the other calls keep answering CUDA_ERROR_NOT_INITIALIZED, as the
+ * driver does with CUDA_VISIBLE_DEVICES="" (cuDeviceGetCount included). */
+CUresult cuInit(unsigned int Flags)
+{
+	ENTER(cuInit);
+	if (Flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_once(&devices_once, devices_init);
+	if (n_visible == 0)
+		return CUDA_ERROR_NO_DEVICE;
+	__atomic_store_n(&initialized, 1, __ATOMIC_RELEASE);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int *driverVersion)
+{
+	ENTER_ANYTIME(cuDriverGetVersion);
+	if (!driverVersion)
+		return CUDA_ERROR_INVALID_VALUE;
+	*driverVersion = CUDA_VERSION;
+	return CUDA_SUCCESS;
+}
+
+/* ---- devices ---- */
+
+CUresult cuDeviceGetCount(int *count)
+{
+	ENTER(cuDeviceGetCount);
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = n_visible;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+	ENTER(cuDeviceGet);
+	if (!device)
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(check_device(ordinal));
+	*device = ordinal;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	ENTER(cuDeviceGetName);
+	TRY(check_device(dev));
+	if (!name || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The physical ordinal in the name lets a test see CUDA_VISIBLE_DEVICES at work. */
+	snprintf(name, (size_t)len, "Fake CUDA device %d", visible[dev]);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev)
+{
+	ENTER(cuDeviceTotalMem);
+	TRY(check_device(dev));
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	*bytes = capacity;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+	ENTER(cuDeviceGetPCIBusId);
+	TRY(check_device(dev));
+	/* Room for all of "dddd:bb:dd.f" and its NUL. */
+	if (!pciBusId || len < 13)
+		return CUDA_ERROR_INVALID_VALUE;
+	snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", visible[dev] + 1);
+	return CUDA_SUCCESS;
+}
+
+/* What the fake's devices say of themselves: an H100-like part (compute
+ * capability 9.0) on PCI bus P + 1, with unified addressing and host memory
+ * registration, and no shareable handles, pools or RDMA. */
+static const struct {
+	CUdevice_attribute attrib;
+	int value;
+} attribute_table[] = {
+	{CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9},
+	{CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0},
+	{CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 132},
+	{CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0},
+	{CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0},
+	{CU_DEVICE_ATTRIBUTE_INTEGRATED, 0},
+	{CU_DEVICE_ATTRIBUTE_TCC_DRIVER, 0},
+	{CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},
+	{CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1},
+	{CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 1},
+	{CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, 1},
+	{CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, 1},
+	{CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0},
+	{CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0},
+	{CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, 0},
+};
+
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	ENTER(cuDeviceGetAttribute);
+	TRY(check_device(dev));
+	if (!pi)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (attrib == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) {
+		*pi = vmm_supported;
+		return CUDA_SUCCESS;
+	}
+	if (attrib == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID) {
+		*pi = visible[dev] + 1;
+		return CUDA_SUCCESS;
+	}
+	for (size_t i = 0; i < sizeof attribute_table / sizeof *attribute_table; i++)
+		if (attribute_table[i].attrib == attrib) {
+			*pi = attribute_table[i].value;
+			return CUDA_SUCCESS;
+		}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
+{
+	unsigned char b[16];
+
+	TRY(check_device(dev));
+	if (!uuid)
+		return CUDA_ERROR_INVALID_VALUE;
+	uuid_of(visible[dev], b);
+	memcpy(uuid->bytes, b, sizeof uuid->bytes);
+	return CUDA_SUCCESS;
+}
+
+/* The two differ only for MIG instances, which the fake has none of. */
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	ENTER(cuDeviceGetUuid);
+	return device_uuid(uuid, dev);
+}
+
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+	ENTER(cuDeviceGetUuid_v2);
+	return device_uuid(uuid, dev);
+}
+
+/* ---- contexts ---- */
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	ENTER(cuDevicePrimaryCtxRetain);
+	TRY(check_device(dev));
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	primaries[dev].refs++;
+	pthread_mutex_unlock(&lock);
+	*pctx = &primaries[dev];
+	return CUDA_SUCCESS;
+}
+
+/* At 0 the context is inactive: the calls that need it fail until it is
+ * retained again. Unlike the driver, which frees what the context held, the
+ * fake keeps it, so that the leak report names what the caller forgot. */
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	CUresult err = CUDA_SUCCESS;
+
+	ENTER(cuDevicePrimaryCtxRelease);
+	TRY(check_device(dev));
+	pthread_mutex_lock(&lock);
+	if (primaries[dev].refs)
+		primaries[dev].refs--;
+	else
+		err = CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_unlock(&lock);
+	return err;
+}
+
+/* Replaces the top of the stack; NULL pops it, and on an empty stack does nothing. */
+CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	ENTER(cuCtxSetCurrent);
+	if (ctx && !context_known(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx_depth == 0) {
+		if (ctx)
+			ctx_stack[ctx_depth++] = ctx;
+	} else if (ctx) {
+		ctx_stack[ctx_depth - 1] = ctx;
+	} else {
+		ctx_depth--;
+	}
+	return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+	ENTER(cuCtxGetCurrent);
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = current_context();
+	return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *device)
+{
+	int dev;
+
+	ENTER(cuCtxGetDevice);
+	if (!device)
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(&dev));
+	*device = dev;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent(CUcontext ctx)
+{
+	ENTER(cuCtxPushCurrent);
+	if (!ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!context_known(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx_depth == CTX_STACK_DEPTH)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ctx_stack[ctx_depth++] = ctx;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent(CUcontext *pctx)
+{
+	ENTER(cuCtxPopCurrent);
+	if (ctx_depth == 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	ctx_depth--;
+	if (pctx)
+		*pctx = ctx_stack[ctx_depth];
+	return CUDA_SUCCESS;
+}
+
+/* Ends the pending state of the events picked by the walk's closure. */
+struct release_filter {
+	int dev;         /* -1: any */
+	CUstream stream; /* used when by_stream */
+	int by_stream;
+	int count_only;  /* count pending ones, release none */
+	unsigned long count;
+};
+
+static void release_visit(const void *node, VISIT which, void *closure)
+{
+	struct CUevent_st *e = *(struct CUevent_st *const *)node;
+	struct release_filter *f = closure;
+
+	if ((which != postorder && which != leaf) || !e->pending)
+		return;
+	if ((f->dev >= 0 && e->dev != f->dev) || (f->by_stream && e->stream != f->stream))
+		return;
+	f->count++;
+	if (!f->count_only)
+		e->pending = 0;
+}
+
+static unsigned long walk_events(struct release_filter *f)
+{
+	pthread_mutex_lock(&lock);
+	twalk_r(events, release_visit, f);
+	pthread_mutex_unlock(&lock);
+	return f->count;
+}
+
+/* Copies run at once, so waiting for the device is waiting for held events. */
+CUresult cuCtxSynchronize(void)
+{
+	struct release_filter f = {.dev = -1};
+
+	ENTER(cuCtxSynchronize);
+	TRY(current_device(&f.dev));
+	walk_events(&f);
+	return CUDA_SUCCESS;
+}
+
+/* ---- device memory ---- */
+
+CUresult cuMemGetInfo(size_t *free, size_t *total)
+{
+	int dev;
+
+	ENTER(cuMemGetInfo);
+	if (!free || !total)
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(&dev));
+	pthread_mutex_lock(&lock);
+	*free = capacity - used[visible[dev]];
+	pthread_mutex_unlock(&lock);
+	*total = capacity;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
+{
+	struct range *r;
+	void *p;
+	int dev;
+
+	ENTER(cuMemAlloc);
+	if (!dptr || bytesize == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(&dev));
+	/* Capacity counts the bytes asked for, so that a test can fill a device exactly. */
+	pthread_mutex_lock(&lock);
+	if (!capacity_take(dev, bytesize)) {
+		pthread_mutex_unlock(&lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_unlock(&lock);
+
+	r = malloc(sizeof *r);
+	p = bytesize > SIZE_MAX - DEVICE_ALIGN ?
+		    NULL :
+		    aligned_alloc(DEVICE_ALIGN,
+				  (bytesize + DEVICE_ALIGN - 1) & ~(size_t)(DEVICE_ALIGN - 1));
+	pthread_mutex_lock(&lock);
+	if (r && p) {
+		*r = (struct range){.base = (uintptr_t)p, .size = bytesize, .kind = R_DEVICE,
+				    .dev = dev};
+		if (range_add(&ranges, r) == r) {
+			pthread_mutex_unlock(&lock);
+			*dptr = (CUdeviceptr)(uintptr_t)p;
+			return CUDA_SUCCESS;
+		}
+	}
+	capacity_give(dev, bytesize);
+	pthread_mutex_unlock(&lock);
+	free(p);
+	free(r);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Removes the range based at p if it is of kind; takes the lock. */
+static struct range *take_range(uintptr_t p, enum range_kind kind)
+{
+	struct range *r;
+
+	pthread_mutex_lock(&lock);
+	r = range_at(p);
+	if (r && (r->base != p || r->kind != kind))
+		r = NULL;
+	if (r) {
+		range_remove(&ranges, r);
+		if (kind == R_DEVICE)
+			capacity_give(r->dev, r->size);
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+/* No context needed: the pointer names its allocation. 0 is freed as
+ * nothing, as the driver does. */
+CUresult cuMemFree(CUdeviceptr dptr)
+{
+	struct range *r;
+
+	ENTER(cuMemFree);
+	if (!dptr)
+		return CUDA_SUCCESS;
+	if (!(r = take_range((uintptr_t)dptr, R_DEVICE)))
+		return CUDA_ERROR_INVALID_VALUE;
+	free((void *)(uintptr_t)dptr);
+	free(r);
+	return CUDA_SUCCESS;
+}
+
+/* ---- host memory ---- */
+
+#define HOST_ALLOC_FLAGS                                                                           \
+	(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)
+
+/* Page-aligned mmap()ed memory. A size of 0 is refused, as cuMemAlloc
+ * documents for device memory. */
+static CUresult host_alloc(void **pp, size_t bytesize, unsigned flags)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), len;
+	struct range *r;
+	void *p;
+	int dev;
+
+	if (!pp || bytesize == 0 || (flags & ~(unsigned)HOST_ALLOC_FLAGS))
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(&dev));
+	if (bytesize > SIZE_MAX - page)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	len = (bytesize + page - 1) & ~(page - 1);
+	if (!(r = malloc(sizeof *r)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		free(r);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*r = (struct range){.base = (uintptr_t)p, .size = bytesize, .mapped = len, .kind = R_HOST,
+			    .dev = dev};
+	pthread_mutex_lock(&lock);
+	if (range_add(&ranges, r) != r) {
+		pthread_mutex_unlock(&lock);
+		munmap(p, len);
+		free(r);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_unlock(&lock);
+	*pp = p;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuMemAllocHost(void **pp, size_t bytesize)
+{
+	ENTER(cuMemAllocHost);
+	return host_alloc(pp, bytesize, 0);
+}
+
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	ENTER(cuMemHostAlloc);
+	return host_alloc(pp, bytesize, Flags);
+}
+
+/* NULL is freed as nothing, as the driver does. */
+CUresult cuMemFreeHost(void *p)
+{
+	struct range *r;
+
+	ENTER(cuMemFreeHost);
+	if (!p)
+		return CUDA_SUCCESS;
+	if (!(r = take_range((uintptr_t)p, R_HOST)))
+		return CUDA_ERROR_INVALID_VALUE;
+	munmap(p, r->mapped);
+	free(r);
+	return CUDA_SUCCESS;
+}
+
+/* Whether [p, p + size) is all mapped, and writable unless read_only will
+ * do: what the driver can pin. A read-only mapping needs
+ * CU_MEMHOSTREGISTER_READ_ONLY, as documented. */
+static int host_pinnable(uintptr_t p, size_t size, int read_only)
+{
+	FILE *maps = fopen("/proc/self/maps", "re");
+	uintptr_t end = p + size, start, stop;
+	char line[1024], perms[5];
+
+	if (!maps)
+		return 1; /* nothing to tell by */
+	while (p < end && fgets(line, sizeof line, maps)) {
+		if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %4s", &start, &stop, perms) != 3 ||
+		    stop <= p)
+			continue;
+		if (start > p || (perms[1] != 'w' && !read_only))
+			break;
+		p = stop;
+	}
+	fclose(maps);
+	return p >= end;
+}
+
+#define HOST_REGISTER_FLAGS                                                                        \
+	(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |                              \
+	 CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)
+
+CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	struct range *r, *other;
+	int dev;
+
+	ENTER(cuMemHostRegister);
+	if (!p || bytesize == 0 || (Flags & ~(unsigned)HOST_REGISTER_FLAGS) ||
+	    bytesize > UINTPTR_MAX - (uintptr_t)p)
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(&dev));
+	/* What the driver cannot pin is an invalid argument to it. */
+	if (!host_pinnable((uintptr_t)p, bytesize, Flags & CU_MEMHOSTREGISTER_READ_ONLY))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(r = malloc(sizeof *r)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*r = (struct range){.base = (uintptr_t)p, .size = bytesize, .kind = R_REGISTERED,
+			    .dev = dev};
+	pthread_mutex_lock(&lock);
+	other = range_add(&ranges, r);
+	pthread_mutex_unlock(&lock);
+	if (other == r)
+		return CUDA_SUCCESS;
+	free(r);
+	if (!other)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Pinned memory pinned again is the driver's error; device memory is no host memory. */
+	return other->kind == R_HOST || other->kind == R_REGISTERED ?
+		       CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED :
+		       CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemHostUnregister(void *p)
+{
+	struct range *r;
+
+	ENTER(cuMemHostUnregister);
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(r = take_range((uintptr_t)p, R_REGISTERED)))
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	free(r);
+	return CUDA_SUCCESS;
+}
+
+/* ---- copies ---- */
+
+/* Whether device dev may copy [p, p + size) on the device side, under lock:
+ * the range must lie in one device allocation, or in a run of adjacent
+ * mappings of one reservation. Mapped memory that dev has not been given
+ * access to (for reading from, or writing to) faults on a device; here it
+ * fails the copy with CUDA_ERROR_ILLEGAL_ADDRESS instead of the fake's own
+ * SIGSEGV. */
+static CUresult device_side(uintptr_t p, size_t size, int dev, int write)
+{
+	uint64_t bit = (uint64_t)1 << dev;
+	struct range *r = range_at(p), *m;
+
+	if (!r || (r->kind != R_DEVICE && r->kind != R_RESERVED) ||
+	    size > r->base + r->size - p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (r->kind == R_DEVICE)
+		return CUDA_SUCCESS;
+	for (;;) {
+		if (!(m = range_in(&mappings, p, 1)))
+			return CUDA_ERROR_INVALID_VALUE;
+		if (!((write ? m->writers : m->readers) & bit))
+			return CUDA_ERROR_ILLEGAL_ADDRESS;
+		if (size <= m->base + m->size - p)
+			return CUDA_SUCCESS;
+		size -= m->base + m->size - p;
+		p = m->base + m->size;
+	}
+}
+
+/* Host memory: pageable memory the fake does not know, or inside one host
+ * allocation or registration; never device memory. Under lock. */
+static CUresult host_side(uintptr_t p, size_t size)
+{
+	struct range *r = range_at(p);
+
+	if (!r)
+		return CUDA_SUCCESS;
+	if ((r->kind == R_HOST || r->kind == R_REGISTERED) && size <= r->base + r->size - p)
+		return CUDA_SUCCESS;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The copy is done before this returns, in the calling thread: work on one
+ * stream then completes in order, and is done whenever anyone could wait.
+ * It runs under the lock, so that a racing free cannot unmap what it reads. */
+static CUresult copy(uintptr_t dst, uintptr_t src, size_t size, int to_device, CUstream stream,
+		     int async)
+{
+	CUresult err = CUDA_SUCCESS;
+	int dev;
+
+	TRY(current_device(&dev));
+	pthread_mutex_lock(&lock);
+	if (async && !stream_known(stream))
+		err = CUDA_ERROR_INVALID_HANDLE;
+	else if (size && (!dst || !src || size > UINTPTR_MAX - dst || size > UINTPTR_MAX - src))
+		err = CUDA_ERROR_INVALID_VALUE;
+	else if (size && to_device)
+		err = device_side(dst, size, dev, 1);
+	else if (size)
+		err = device_side(src, size, dev, 0);
+	if (err == CUDA_SUCCESS && size)
+		err = host_side(to_device ? src : dst, size);
+	if (err == CUDA_SUCCESS && size)
+		memmove((void *)dst, (const void *)src, size);
+	pthread_mutex_unlock(&lock);
+	return err;
+}
+
+CUresult cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	ENTER(cuMemcpyHtoD);
+	return copy((uintptr_t)dstDevice, (uintptr_t)srcHost, ByteCount, 1, NULL, 0);
+}
+
+CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	ENTER(cuMemcpyDtoH);
+	return copy((uintptr_t)dstHost, (uintptr_t)srcDevice, ByteCount, 0, NULL, 0);
+}
+
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+			   CUstream hStream)
+{
+	ENTER(cuMemcpyHtoDAsync);
+	return copy((uintptr_t)dstDevice, (uintptr_t)srcHost, ByteCount, 1, hStream, 1);
+}
+
+CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+			   CUstream hStream)
+{
+	ENTER(cuMemcpyDtoHAsync);
+	return copy((uintptr_t)dstHost, (uintptr_t)srcDevice, ByteCount, 0, hStream, 1);
+}
+
+/* ---- streams ---- */
+
+CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+	struct CUstream_st *s;
+	int dev, ok;
+
+	ENTER(cuStreamCreate);
+	if (!phStream || (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(&dev));
+	if (!(s = malloc(sizeof *s)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*s = (struct CUstream_st){.dev = dev, .flags = Flags};
+	pthread_mutex_lock(&lock);
+	ok = handle_add(&streams, s, &live_streams);
+	pthread_mutex_unlock(&lock);
+	if (!ok) {
+		free(s);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*phStream = s;
+	return CUDA_SUCCESS;
+}
+
+static void forget_stream_visit(const void *node, VISIT which, void *closure)
+{
+	struct CUevent_st *e = *(struct CUevent_st *const *)node;
+
+	if ((which == postorder || which == leaf) && e->stream == closure)
+		e->stream = NULL;
+}
+
+CUresult cuStreamDestroy(CUstream hStream)
+{
+	int found;
+
+	ENTER(cuStreamDestroy);
+	pthread_mutex_lock(&lock);
+	/* The default streams are not the caller's to destroy. */
+	found = !is_default_stream(hStream) && tdelete(hStream, &streams, handle_cmp);
+	if (found) {
+		live_streams--;
+		/* An event's stream is only compared, but a new stream may reuse the address. */
+		twalk_r(events, forget_stream_visit, hStream);
+	}
+	pthread_mutex_unlock(&lock);
+	if (!found)
+		return CUDA_ERROR_INVALID_HANDLE;
+	free(hStream);
+	return CUDA_SUCCESS;
+}
+
+/* The device whose work stream s orders, under lock: a default stream is the
+ * current context's. */
+static CUresult stream_device(CUstream s, int *dev_p)
+{
+	if (!stream_known(s))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!is_default_stream(s)) {
+		*dev_p = s->dev;
+		return CUDA_SUCCESS;
+	}
+	if (!current_context())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!current_context()->refs)
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	*dev_p = current_context()->dev;
+	return CUDA_SUCCESS;
+}
+
+/* Held events recorded on stream: what its work still waits for. */
+static CUresult stream_wait(CUstream stream, int release)
+{
+	struct release_filter f = {.by_stream = 1, .count_only = !release};
+	CUresult err;
+
+	pthread_mutex_lock(&lock);
+	err = stream_device(stream, &f.dev);
+	pthread_mutex_unlock(&lock);
+	if (err != CUDA_SUCCESS)
+		return err;
+	f.stream = is_default_stream(stream) ? NULL : stream;
+	walk_events(&f);
+	return !release && f.count && __atomic_load_n(&hold_events, __ATOMIC_RELAXED) ?
+		       CUDA_ERROR_NOT_READY :
+		       CUDA_SUCCESS;
+}
+
+CUresult cuStreamSynchronize(CUstream hStream)
+{
+	ENTER(cuStreamSynchronize);
+	return stream_wait(hStream, 1);
+}
+
+CUresult cuStreamQuery(CUstream hStream)
+{
+	ENTER(cuStreamQuery);
+	return stream_wait(hStream, 0);
+}
+
+/* ---- events ---- */
+
+#define EVENT_FLAGS                                                                                \
+	(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS)
+
+CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+	struct CUevent_st *e;
+	int dev, ok;
+
+	ENTER(cuEventCreate);
+	if (!phEvent || (Flags & ~(unsigned)EVENT_FLAGS))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* An interprocess event cannot time, as documented. */
+	if (Flags & CU_EVENT_INTERPROCESS && !(Flags & CU_EVENT_DISABLE_TIMING))
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(&dev));
+	if (!(e = malloc(sizeof *e)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*e = (struct CUevent_st){.flags = Flags, .dev = dev};
+	pthread_mutex_lock(&lock);
+	ok = handle_add(&events, e, &live_events);
+	pthread_mutex_unlock(&lock);
+	if (!ok) {
+		free(e);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*phEvent = e;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy(CUevent hEvent)
+{
+	int found;
+
+	ENTER(cuEventDestroy);
+	pthread_mutex_lock(&lock);
+	found = hEvent && tdelete(hEvent, &events, handle_cmp);
+	live_events -= found != 0;
+	pthread_mutex_unlock(&lock);
+	if (!found)
+		return CUDA_ERROR_INVALID_HANDLE;
+	free(hEvent);
+	return CUDA_SUCCESS;
+}
+
+/* The event and the stream must be of one context, as documented: here,
+ * of one device, since each device has only its primary context. */
+CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+	CUresult err;
+	int dev;
+
+	ENTER(cuEventRecord);
+	pthread_mutex_lock(&lock);
+	err = known(&events, hEvent) ? stream_device(hStream, &dev) : CUDA_ERROR_INVALID_HANDLE;
+	if (err == CUDA_SUCCESS && dev != hEvent->dev)
+		err = CUDA_ERROR_INVALID_HANDLE;
+	if (err == CUDA_SUCCESS) {
+		hEvent->pending = __atomic_load_n(&hold_events, __ATOMIC_RELAXED) != 0;
+		hEvent->stream = is_default_stream(hStream) ? NULL : hStream;
+	}
+	pthread_mutex_unlock(&lock);
+	return err;
+}
+
+/* Waiting for a held event is what lets it complete: a single-threaded test
+ * must not hang in cuEventSynchronize. */
+static CUresult event_wait(CUevent e, int release)
+{
+	CUresult err = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&lock);
+	if (!known(&events, e))
+		err = CUDA_ERROR_INVALID_HANDLE;
+	else if (release)
+		e->pending = 0;
+	else if (e->pending && __atomic_load_n(&hold_events, __ATOMIC_RELAXED))
+		err = CUDA_ERROR_NOT_READY;
+	pthread_mutex_unlock(&lock);
+	return err;
+}
+
+CUresult cuEventQuery(CUevent hEvent)
+{
+	ENTER(cuEventQuery);
+	return event_wait(hEvent, 0);
+}
+
+CUresult cuEventSynchronize(CUevent hEvent)
+{
+	ENTER(cuEventSynchronize);
+	return event_wait(hEvent, 1);
+}
+
+void fake_cuda_hold_events(int hold)
+{
+	__atomic_store_n(&hold_events, hold, __ATOMIC_RELAXED);
+}
+
+/* ---- virtual memory ---- */
+
+static int vm_aligned(uintptr_t n)
+{
+	return (n & (VM_GRANULARITY - 1)) == 0;
+}
+
+/* Pinned device memory of a visible device is all the fake makes. */
+static CUresult check_prop(const CUmemAllocationProp *prop)
+{
+	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return check_device(prop->location.id);
+}
+
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+				       CUmemAllocationGranularity_flags option)
+{
+	ENTER(cuMemGetAllocationGranularity);
+	if (!granularity || check_prop(prop) != CUDA_SUCCESS ||
+	    (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+	     option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!vmm_supported)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	*granularity = VM_GRANULARITY;
+	return CUDA_SUCCESS;
+}
+
+/* The length mmap()ed, at least len, aligned to align; NULL if none. */
+static void *map_aligned(size_t len, size_t align, size_t *mapped_p)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), total, head;
+	uintptr_t p;
+	void *m;
+
+	len = (len + page - 1) & ~(page - 1);
+	if (align < page)
+		align = page;
+	if (len > SIZE_MAX - align)
+		return NULL;
+	total = len + align - page;
+	m = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	p = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
+	head = p - (uintptr_t)m;
+	if (head)
+		munmap(m, head);
+	if (total - head > len)
+		munmap((void *)(p + len), total - head - len);
+	*mapped_p = len;
+	return (void *)p;
+}
+
+/* Address space only, PROT_NONE. As documented, size and addr are multiples
+ * of the host page size and alignment a power of two or 0; the fake aligns a
+ * reservation to the granularity at least, so that its start can be mapped.
+ * addr is a hint: where it is taken, or misaligned, the range is elsewhere. */
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+			     unsigned long long flags)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), len = size;
+	struct range *r;
+	void *p = NULL;
+	int dev;
+
+	ENTER(cuMemAddressReserve);
+	if (!ptr || flags || size == 0 || (size & (page - 1)) || (addr & (page - 1)) ||
+	    (alignment & (alignment - 1)))
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(&dev));
+	if (alignment < VM_GRANULARITY)
+		alignment = VM_GRANULARITY;
+	if (!(r = malloc(sizeof *r)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (addr && (addr & (alignment - 1)) == 0) {
+		p = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		/* Kernels before 4.17 take the flag for a plain hint. */
+		if (p != MAP_FAILED && p != (void *)(uintptr_t)addr)
+			munmap(p, size);
+		if (p != (void *)(uintptr_t)addr)
+			p = NULL;
+	}
+	if (!p && !(p = map_aligned(size, alignment, &len))) {
+		free(r);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*r = (struct range){.base = (uintptr_t)p, .size = size, .mapped = len, .kind = R_RESERVED,
+			    .dev = dev};
+	pthread_mutex_lock(&lock);
+	if (range_add(&ranges, r) != r) {
+		pthread_mutex_unlock(&lock);
+		munmap(p, len);
+		free(r);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_unlock(&lock);
+	*ptr = (CUdeviceptr)(uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
+/* Whole reservations, as documented. One with mappings still in it is
+ * refused (the documentation says nothing of that case): the caller unmaps
+ * first, and the fake leaves nothing dangling. */
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	struct range *r;
+
+	ENTER(cuMemAddressFree);
+	pthread_mutex_lock(&lock);
+	r = range_at((uintptr_t)ptr);
+	if (!ptr || !r || r->kind != R_RESERVED || r->base != ptr || r->size != size ||
+	    range_in(&mappings, r->base, r->size)) {
+		pthread_mutex_unlock(&lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	range_remove(&ranges, r);
+	pthread_mutex_unlock(&lock);
+	munmap((void *)(uintptr_t)ptr, r->mapped);
+	free(r);
+	return CUDA_SUCCESS;
+}
+
+/* Backed by a memfd, so that the bytes outlive a mapping and two mappings of
+ * one handle share them; counted against the device's capacity like
+ * cuMemAlloc. No shareable handle type is offered: the devices say so in
+ * CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED. */
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+		     const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	struct phys_mem *pm;
+	int dev, fd, ok;
+
+	ENTER(cuMemCreate);
+	if (!handle || flags || size == 0 || !vm_aligned(size))
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(check_prop(prop));
+	if (!vmm_supported)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	TRY(current_device(NULL));
+	dev = prop->location.id;
+	if (!(pm = malloc(sizeof *pm)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&lock);
+	ok = capacity_take(dev, size);
+	pthread_mutex_unlock(&lock);
+	if (!ok) {
+		free(pm);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	fd = memfd_create("fake-cuda-physical", MFD_CLOEXEC);
+	if (fd >= 0 && (size > (size_t)INT64_MAX || ftruncate(fd, (off_t)size) != 0)) {
+		close(fd);
+		fd = -1;
+	}
+	*pm = (struct phys_mem){.dev = dev, .size = size, .fd = fd};
+	pthread_mutex_lock(&lock);
+	ok = fd >= 0 && handle_add(&physicals, pm, &live_physicals);
+	if (ok)
+		physical_bytes += size;
+	else
+		capacity_give(dev, size);
+	pthread_mutex_unlock(&lock);
+	if (!ok) {
+		if (fd >= 0)
+			close(fd);
+		free(pm);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*handle = (CUmemGenericAllocationHandle)(uintptr_t)pm;
+	return CUDA_SUCCESS;
+}
+
+/* Frees physical memory, under lock. */
+static void physical_free(struct phys_mem *pm)
+{
+	tdelete(pm, &physicals, handle_cmp);
+	live_physicals--;
+	physical_bytes -= pm->size;
+	capacity_give(pm->dev, pm->size);
+	close(pm->fd);
+	free(pm);
+}
+
+/* The handle of live, unreleased physical memory, under lock; NULL if none. */
+static struct phys_mem *physical_of(CUmemGenericAllocationHandle handle)
+{
+	struct phys_mem *pm = (struct phys_mem *)(uintptr_t)handle;
+
+	return known(&physicals, pm) && !pm->released ? pm : NULL;
+}
+
+/* As documented, memory still mapped is freed when its last mapping goes. */
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	struct phys_mem *pm;
+
+	ENTER(cuMemRelease);
+	pthread_mutex_lock(&lock);
+	if ((pm = physical_of(handle))) {
+		if (pm->maps)
+			pm->released = 1;
+		else
+			physical_free(pm);
+	}
+	pthread_mutex_unlock(&lock);
+	return pm ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Mapped but not accessible, as documented: the pages stay PROT_NONE until
+ * cuMemSetAccess. The range must lie in one reservation and overlap no
+ * mapping; ptr and size are multiples of the granularity and the offset is
+ * 0, as the documentation says it must be for now. */
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+		  unsigned long long flags)
+{
+	CUresult err = CUDA_ERROR_INVALID_VALUE;
+	struct phys_mem *pm;
+	struct range *r, *m;
+	uintptr_t a = (uintptr_t)ptr;
+
+	ENTER(cuMemMap);
+	if (!ptr || size == 0 || offset || flags || !vm_aligned(a) || !vm_aligned(size))
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(NULL));
+	if (!(m = malloc(sizeof *m)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&lock);
+	pm = physical_of(handle);
+	r = range_at(a);
+	if (pm && size <= pm->size && r && r->kind == R_RESERVED && size <= r->base + r->size - a &&
+	    !range_in(&mappings, a, size)) {
+		*m = (struct range){.base = a, .size = size, .kind = R_MAPPED, .dev = pm->dev,
+				    .pm = pm};
+		if (mmap((void *)a, size, PROT_NONE, MAP_SHARED | MAP_FIXED, pm->fd, 0) == MAP_FAILED) {
+			err = CUDA_ERROR_OUT_OF_MEMORY;
+		} else if (range_add(&mappings, m) != m) {
+			mmap((void *)a, size, PROT_NONE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+			err = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			pm->maps++;
+			err = CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	if (err != CUDA_SUCCESS)
+		free(m);
+	return err;
+}
+
+/* Whether [a, a + size) is exactly a run of whole, adjacent mappings, under
+ * lock: what cuMemUnmap and cuMemSetAccess take. */
+static int whole_mappings(uintptr_t a, size_t size)
+{
+	uintptr_t end = a + size;
+	struct range *m;
+
+	if (!a || size == 0 || size > UINTPTR_MAX - a)
+		return 0;
+	while (a < end) {
+		m = range_in(&mappings, a, 1);
+		if (!m || m->base != a || m->size > end - a)
+			return 0;
+		a += m->size;
+	}
+	return 1;
+}
+
+/* Removes mapping m, under lock; its pages go back to reserved address space,
+ * and released memory whose last mapping this was is freed. */
+static void unmap_one(struct range *m)
+{
+	struct phys_mem *pm = m->pm;
+
+	range_remove(&mappings, m);
+	mmap((void *)m->base, m->size, PROT_NONE,
+	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	free(m);
+	if (--pm->maps == 0 && pm->released)
+		physical_free(pm);
+}
+
+/* Whole mappings only, as documented; a range may cover several adjacent ones. */
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	struct range *m;
+	int ok;
+
+	ENTER(cuMemUnmap);
+	pthread_mutex_lock(&lock);
+	ok = whole_mappings((uintptr_t)ptr, size);
+	if (ok)
+		while ((m = range_in(&mappings, (uintptr_t)ptr, size)))
+			unmap_one(m);
+	pthread_mutex_unlock(&lock);
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Access is kept per device, for the copies to check; the pages themselves
+ * allow what any device was given, since the host stands in for them all. */
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	uint64_t readers = 0, writers = 0, bit;
+	uintptr_t a = (uintptr_t)ptr;
+	struct range *m;
+	int ok, prot;
+
+	ENTER(cuMemSetAccess);
+	if (!desc || count == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(NULL));
+	for (size_t i = 0; i < count; i++) {
+		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+			return CUDA_ERROR_INVALID_VALUE;
+		TRY(check_device(desc[i].location.id));
+		if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return CUDA_ERROR_INVALID_VALUE;
+		/* A device named twice gets what its last entry says. */
+		bit = (uint64_t)1 << desc[i].location.id;
+		readers = (readers & ~bit) | (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE ? bit : 0);
+		writers = (writers & ~bit) |
+			  (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? bit : 0);
+	}
+	pthread_mutex_lock(&lock);
+	ok = whole_mappings(a, size);
+	while (ok && a < (uintptr_t)ptr + size) {
+		m = range_in(&mappings, a, 1);
+		for (size_t i = 0; i < count; i++) {
+			bit = (uint64_t)1 << desc[i].location.id;
+			m->readers = (m->readers & ~bit) | (readers & bit);
+			m->writers = (m->writers & ~bit) | (writers & bit);
+		}
+		prot = m->writers ? PROT_READ | PROT_WRITE : m->readers ? PROT_READ : PROT_NONE;
+		mprotect((void *)m->base, m->size, prot);
+		a += m->size;
+	}
+	pthread_mutex_unlock(&lock);
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- IPC ---- */
+
+/* Of cuMemAlloc memory only, as documented; a pointer inside an allocation
+ * is taken too, and opening the handle gives that pointer back. */
+CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+	struct ipc_handle h;
+	struct range *r;
+	int found;
+
+	ENTER(cuIpcGetMemHandle);
+	if (!pHandle || !dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(NULL));
+	pthread_mutex_lock(&lock);
+	r = range_at((uintptr_t)dptr);
+	found = r && r->kind == R_DEVICE;
+	if (found) {
+		memset(&h, 0, sizeof h);
+		memcpy(h.magic, ipc_magic, sizeof h.magic);
+		h.pid = getpid();
+		h.dev = r->dev;
+		h.base = r->base;
+		h.offset = (uintptr_t)dptr - r->base;
+		h.serial = r->serial;
+	}
+	pthread_mutex_unlock(&lock);
+	if (!found)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(pHandle, 0, sizeof *pHandle);
+	memcpy(pHandle, &h, sizeof h);
+	return CUDA_SUCCESS;
+}
+
+/* The memory is this process's heap, so only this process can open a handle
+ * (the driver itself refuses that; the fake allows it, being the only way a
+ * single-process test can): it gets the exporter's own address back. A handle
+ * from another process is well formed but cannot be mapped here. */
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+	CUresult err = CUDA_ERROR_INVALID_VALUE;
+	struct ipc_handle h;
+	struct range *r;
+
+	ENTER(cuIpcOpenMemHandle);
+	if (!pdptr || Flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(NULL));
+	memcpy(&h, &handle, sizeof h);
+	if (memcmp(h.magic, ipc_magic, sizeof h.magic) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (h.pid != getpid())
+		return CUDA_ERROR_MAP_FAILED;
+	pthread_mutex_lock(&lock);
+	r = range_at(h.base);
+	if (r && r->kind == R_DEVICE && r->base == h.base && r->serial == h.serial) {
+		r->ipc_opens++;
+		open_ipc++;
+		*pdptr = (CUdeviceptr)(r->base + h.offset);
+		err = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&lock);
+	return err;
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+	CUresult err = CUDA_ERROR_INVALID_VALUE;
+	struct range *r;
+
+	ENTER(cuIpcCloseMemHandle);
+	if (!dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	TRY(current_device(NULL));
+	pthread_mutex_lock(&lock);
+	r = range_at((uintptr_t)dptr);
+	if (r && r->kind == R_DEVICE && r->ipc_opens) {
+		r->ipc_opens--;
+		open_ipc--;
+		err = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&lock);
+	return err;
+}
+
+/* ---- leaks ---- */
+
+/* Retained primary contexts, one per device however often; under lock. */
+static unsigned long live_contexts(void)
+{
+	unsigned long n = 0;
+
+	for (int i = 0; i < n_visible; i++)
+		n += primaries[i].refs != 0;
+	return n;
+}
+
+size_t fake_cuda_live(void)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&lock);
+	for (int k = 0; k < R_KINDS; k++)
+		n += live_count[k];
+	n += live_streams + live_events + live_physicals + live_contexts();
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+static void report(FILE *out)
+{
+	for (int k = 0; k < R_KINDS; k++)
+		if (live_count[k])
+			fprintf(out, "fake-cuda: %lu %s(s), %zu bytes, still live at unload\n",
+				live_count[k], kind_names[k], live_bytes[k]);
+	if (live_physicals)
+		fprintf(out, "fake-cuda: %lu physical allocation(s), %zu bytes, still live at unload\n",
+			live_physicals, physical_bytes);
+	if (live_streams)
+		fprintf(out, "fake-cuda: %lu stream(s) still live at unload\n", live_streams);
+	if (live_events)
+		fprintf(out, "fake-cuda: %lu event(s) still live at unload\n", live_events);
+	if (live_contexts())
+		fprintf(out, "fake-cuda: %lu primary context(s) still retained at unload\n",
+			live_contexts());
+	if (open_ipc)
+		fprintf(out, "fake-cuda: %lu IPC mapping(s) still open at unload\n", open_ipc);
+}
+
+/* What is still live is left as it is: the program may yet use it. */
+__attribute__((destructor)) static void fake_cuda_unload(void)
+{
+	const char *path = secure_getenv("FAKE_CUDA_LEAKS");
+	int leaks = 0;
+	FILE *f;
+
+	pthread_mutex_lock(&lock);
+	for (int k = 0; k < R_KINDS; k++)
+		leaks |= live_count[k] != 0;
+	leaks |= live_physicals || live_streams || live_events || live_contexts() || open_ipc;
+	if (leaks) {
+		report(stderr);
+		if (path && *path) {
+			if ((f = fopen(path, "a"))) {
+				report(f);
+				fclose(f);
+			} else {
+				fprintf(stderr, "fake-cuda: FAKE_CUDA_LEAKS: %s: %s\n", path,
+					strerror(errno));
+			}
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+#pragma GCC visibility pop
