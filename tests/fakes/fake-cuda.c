@@ -13,6 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fake-controls.h"
+
 /* Everything not static is the driver's API or a test control, and must stay
  * reachable by dlsym() whatever -fvisibility the build uses. */
 #pragma GCC visibility push(default)
@@ -26,7 +28,7 @@
 CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 
 /* Test controls, reached with dlsym() by tests that dlopen() this library. */
-#define FAKE_CUDA_FAIL_ON 0x80000000u
+#define FAKE_CUDA_FAIL_ON FAKE_CONTROLS_FAIL_ON
 void fake_cuda_fail(const char *function, unsigned nth, int error);
 unsigned long fake_cuda_calls(const char *function);
 size_t fake_cuda_live(void);
@@ -100,10 +102,7 @@ enum { FAKE_CUDA_FUNCTIONS(X) F_COUNT };
 static const char *const function_names[F_COUNT] = {FAKE_CUDA_FUNCTIONS(X)};
 #undef X
 
-static unsigned long calls[F_COUNT];
-/* Calls to go before the failing one, | FAKE_CUDA_FAIL_ON; 0: none. */
-static unsigned fault_at[F_COUNT];
-static int fault_error[F_COUNT];
+static struct fake_counter counters[F_COUNT];
 
 /* cuMemAlloc's documented alignment; the backend may count on it. */
 #define DEVICE_ALIGN 256
@@ -208,10 +207,7 @@ static const char ipc_magic[8] = "fakecu";
 
 /* Names and texts as the driver's cuGetErrorName and cuGetErrorString give them. */
 #define ERR(code, text) {code, #code, text}
-static const struct {
-	CUresult code;
-	const char *name, *text;
-} error_table[] = {
+static const struct fake_code error_table[] = {
 	ERR(CUDA_SUCCESS, "no error"),
 	ERR(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
 	ERR(CUDA_ERROR_OUT_OF_MEMORY, "out of memory"),
@@ -254,63 +250,37 @@ static const struct {
 };
 #undef ERR
 
-static int error_index(CUresult code)
-{
-	for (size_t i = 0; i < sizeof error_table / sizeof *error_table; i++)
-		if (error_table[i].code == code)
-			return (int)i;
-	return -1;
-}
-
 /* ---- call counting and fault injection ---- */
 
-static int function_index(const char *name)
-{
-	if (!name)
-		return -1;
-	for (int i = 0; i < F_COUNT; i++)
-		if (strcmp(name, function_names[i]) == 0)
-			return i;
-	return -1;
-}
+static const struct fake_controls controls = {
+	.fake = "fake-cuda",
+	.fail_function = "fake_cuda_fail",
+	.fail_env = "FAKE_CUDA_FAIL",
+	.code_word = "error",
+	.code_max = INT_MAX,
+	.functions = function_names,
+	.n_functions = F_COUNT,
+	.counters = counters,
+	.codes = error_table,
+	.n_codes = sizeof error_table / sizeof *error_table,
+};
 
 void fake_cuda_fail(const char *function, unsigned nth, int error)
 {
-	int f = function_index(function);
-
-	if (f < 0) {
-		/* A typo in a test would otherwise arm nothing and pass. */
-		fprintf(stderr, "fake-cuda: fake_cuda_fail: no function %s\n",
-			function ? function : "(null)");
-		return;
-	}
-	__atomic_store_n(&fault_error[f], error, __ATOMIC_RELAXED);
-	__atomic_store_n(&fault_at[f], nth, __ATOMIC_RELEASE);
+	fake_controls_fail(&controls, function, nth, error);
 }
 
 unsigned long fake_cuda_calls(const char *function)
 {
-	int f = function_index(function);
-
-	return f < 0 ? 0 : __atomic_load_n(&calls[f], __ATOMIC_RELAXED);
+	return fake_controls_calls(&controls, function);
 }
+
+_Static_assert(CUDA_SUCCESS == 0, "fake_controls_enter answers 0 for success");
 
 /* Counts a call of f; returns the error it is to fail with, or CUDA_SUCCESS. */
 static CUresult enter(int f)
 {
-	unsigned n = __atomic_load_n(&fault_at[f], __ATOMIC_ACQUIRE), next;
-
-	__atomic_add_fetch(&calls[f], 1, __ATOMIC_RELAXED);
-	do {
-		if ((n & ~FAKE_CUDA_FAIL_ON) == 0)
-			return CUDA_SUCCESS;
-		/* Count down to 1; from then on, FAKE_CUDA_FAIL_ON stays armed. */
-		next = (n & ~FAKE_CUDA_FAIL_ON) == 1 ? (n & FAKE_CUDA_FAIL_ON ? n : 0) : n - 1;
-	} while (!__atomic_compare_exchange_n(&fault_at[f], &n, next, 0, __ATOMIC_ACQUIRE,
-					      __ATOMIC_ACQUIRE));
-	if ((n & ~FAKE_CUDA_FAIL_ON) != 1)
-		return CUDA_SUCCESS;
-	return (CUresult)__atomic_load_n(&fault_error[f], __ATOMIC_RELAXED);
+	return (CUresult)fake_controls_enter(&controls, f);
 }
 
 /* Returns what expr returns, unless that is success. */
@@ -335,94 +305,12 @@ static CUresult enter(int f)
 			return CUDA_ERROR_NOT_INITIALIZED;                                         \
 	} while (0)
 
-/* An error given by number or by name, as in FAKE_CUDA_FAIL. */
-static int parse_error(const char *s, int *error_p)
-{
-	char *end;
-	long v;
-
-	for (size_t i = 0; i < sizeof error_table / sizeof *error_table; i++)
-		if (strcmp(s, error_table[i].name) == 0) {
-			*error_p = (int)error_table[i].code;
-			return 0;
-		}
-	errno = 0;
-	v = strtol(s, &end, 0);
-	if (errno || end == s || *end || v < INT_MIN || v > INT_MAX)
-		return -1;
-	*error_p = (int)v;
-	return 0;
-}
-
-/* One FAKE_CUDA_FAIL entry, "function:nth:error"; entry is modified. */
-static void parse_fail_entry(char *entry)
-{
-	char *nth_s = strchr(entry, ':'), *err_s = NULL, *end;
-	unsigned long nth = 0;
-	int error = 0, ok = 0;
-
-	if (nth_s) {
-		*nth_s++ = '\0';
-		err_s = strchr(nth_s, ':');
-		if (err_s)
-			*err_s++ = '\0';
-	}
-	if (err_s) {
-		errno = 0;
-		nth = strtoul(nth_s, &end, 0);
-		ok = !errno && end != nth_s && !*end && nth <= UINT_MAX &&
-		     parse_error(err_s, &error) == 0 && function_index(entry) >= 0;
-	}
-	if (!ok) {
-		/* Put the entry back together to show it as it was written. */
-		if (nth_s)
-			nth_s[-1] = ':';
-		if (err_s)
-			err_s[-1] = ':';
-		fprintf(stderr,
-			"fake-cuda: FAKE_CUDA_FAIL: ignoring \"%s\" (want function:nth:error)\n",
-			entry);
-		return;
-	}
-	fake_cuda_fail(entry, (unsigned)nth, error);
-}
-
 __attribute__((constructor)) static void fake_cuda_load(void)
 {
-	const char *env = getenv("FAKE_CUDA_FAIL");
-	char *copy, *entry, *save;
-
-	if (!env || !*env)
-		return;
-	copy = strdup(env);
-	if (!copy) {
-		fprintf(stderr, "fake-cuda: FAKE_CUDA_FAIL: out of memory\n");
-		return;
-	}
-	for (entry = strtok_r(copy, ",", &save); entry; entry = strtok_r(NULL, ",", &save))
-		parse_fail_entry(entry);
-	free(copy);
+	fake_controls_load(&controls);
 }
 
 /* ---- devices ---- */
-
-static long env_number(const char *name, long dflt, long min, long max)
-{
-	const char *s = getenv(name);
-	char *end;
-	long v;
-
-	if (!s || !*s)
-		return dflt;
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || v < min || v > max) {
-		fprintf(stderr, "fake-cuda: %s=%s is not a number from %ld to %ld; using %ld\n", name,
-			s, min, max, dflt);
-		return dflt;
-	}
-	return v;
-}
 
 /* A fixed UUID per physical ordinal; the byte after the fixed four is the
  * ordinal, so "GPU-facec0da-01" names physical device 1 unambiguously. */
@@ -520,9 +408,10 @@ static void devices_init(void)
 {
 	const char *list = getenv("CUDA_VISIBLE_DEVICES");
 
-	n_physical = (int)env_number("FAKE_CUDA_DEVICES", 2, 0, MAX_DEVICES);
-	capacity = (size_t)env_number("FAKE_CUDA_MEMORY_MB", 1024, 0, (long)(SIZE_MAX >> 21)) << 20;
-	vmm_supported = (int)env_number("FAKE_CUDA_VMM", 1, 0, 1);
+	n_physical = (int)fake_controls_env_number(&controls, "FAKE_CUDA_DEVICES", 2, 0, MAX_DEVICES);
+	capacity = (size_t)fake_controls_env_number(&controls, "FAKE_CUDA_MEMORY_MB", 1024, 0,
+						    (long)(SIZE_MAX >> 21)) << 20;
+	vmm_supported = (int)fake_controls_env_number(&controls, "FAKE_CUDA_VMM", 1, 0, 1);
 	/* Set but empty hides every device, as with the driver. */
 	if (list) {
 		parse_visible(list);
@@ -678,7 +567,7 @@ static CUresult current_device(int *dev_p)
 /* An unknown code gives NULL and CUDA_ERROR_INVALID_VALUE, as the driver does. */
 static CUresult error_info(CUresult error, const char **pStr, int text)
 {
-	int i = error_index(error);
+	int i = fake_controls_code_index(&controls, (int)error);
 
 	if (!pStr)
 		return CUDA_ERROR_INVALID_VALUE;

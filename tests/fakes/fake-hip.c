@@ -11,6 +11,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fake-controls.h"
+
 /* Everything not static is the runtime's API or a test control, and must stay
  * reachable by dlsym() whatever -fvisibility the build uses. */
 #pragma GCC visibility push(default)
@@ -19,7 +21,7 @@
 #include <hip/hip_version.h>
 
 /* Test controls, reached with dlsym() by tests that dlopen() this library. */
-#define FAKE_HIP_FAIL_ON 0x80000000u
+#define FAKE_HIP_FAIL_ON FAKE_CONTROLS_FAIL_ON
 void fake_hip_fail(const char *function, unsigned nth, int error);
 unsigned long fake_hip_calls(const char *function);
 size_t fake_hip_live(void);
@@ -73,9 +75,7 @@ enum { FAKE_HIP_FUNCTIONS(X) F_COUNT };
 static const char *const function_names[F_COUNT] = {FAKE_HIP_FUNCTIONS(X)};
 #undef X
 
-static unsigned long calls[F_COUNT];
-static unsigned fault_at[F_COUNT]; /* calls to go before the failing one, | FAKE_HIP_FAIL_ON; 0: none */
-static int fault_error[F_COUNT];
+static struct fake_counter counters[F_COUNT];
 
 /* hipMalloc's alignment in ROCm; the backend may count on it. */
 #define DEVICE_ALIGN 256
@@ -146,10 +146,7 @@ static const char ipc_magic[8] = "fakehip";
 /* ---- errors ---- */
 
 /* Names and texts as ROCm's hipGetErrorName and hipGetErrorString give them. */
-static const struct {
-	hipError_t code;
-	const char *name, *text;
-} error_table[] = {
+static const struct fake_code error_table[] = {
 	{hipSuccess, "hipSuccess", "no error"},
 	{hipErrorInvalidValue, "hipErrorInvalidValue", "invalid argument"},
 	{hipErrorOutOfMemory, "hipErrorOutOfMemory", "out of memory"},
@@ -183,14 +180,6 @@ static const struct {
 	{hipErrorRuntimeOther, "hipErrorRuntimeOther", "runtime call other than memory returned error"},
 };
 
-static int error_index(hipError_t code)
-{
-	for (size_t i = 0; i < sizeof error_table / sizeof *error_table; i++)
-		if (error_table[i].code == code)
-			return (int)i;
-	return -1;
-}
-
 /* Like ROCm 5.2, every call records its result, success too, for hipGetLastError. */
 static hipError_t done(hipError_t err)
 {
@@ -200,53 +189,35 @@ static hipError_t done(hipError_t err)
 
 /* ---- call counting and fault injection ---- */
 
-static int function_index(const char *name)
-{
-	if (!name)
-		return -1;
-	for (int i = 0; i < F_COUNT; i++)
-		if (strcmp(name, function_names[i]) == 0)
-			return i;
-	return -1;
-}
+static const struct fake_controls controls = {
+	.fake = "fake-hip",
+	.fail_function = "fake_hip_fail",
+	.fail_env = "FAKE_HIP_FAIL",
+	.code_word = "error",
+	.code_max = INT_MAX,
+	.functions = function_names,
+	.n_functions = F_COUNT,
+	.counters = counters,
+	.codes = error_table,
+	.n_codes = sizeof error_table / sizeof *error_table,
+};
 
 void fake_hip_fail(const char *function, unsigned nth, int error)
 {
-	int f = function_index(function);
-
-	if (f < 0) {
-		/* A typo in a test would otherwise arm nothing and pass. */
-		fprintf(stderr, "fake-hip: fake_hip_fail: no function %s\n",
-			function ? function : "(null)");
-		return;
-	}
-	__atomic_store_n(&fault_error[f], error, __ATOMIC_RELAXED);
-	__atomic_store_n(&fault_at[f], nth, __ATOMIC_RELEASE);
+	fake_controls_fail(&controls, function, nth, error);
 }
 
 unsigned long fake_hip_calls(const char *function)
 {
-	int f = function_index(function);
-
-	return f < 0 ? 0 : __atomic_load_n(&calls[f], __ATOMIC_RELAXED);
+	return fake_controls_calls(&controls, function);
 }
+
+_Static_assert(hipSuccess == 0, "fake_controls_enter answers 0 for success");
 
 /* Counts a call of f; returns the error it is to fail with, or hipSuccess. */
 static hipError_t enter(int f)
 {
-	unsigned n = __atomic_load_n(&fault_at[f], __ATOMIC_ACQUIRE), next;
-
-	__atomic_add_fetch(&calls[f], 1, __ATOMIC_RELAXED);
-	do {
-		if ((n & ~FAKE_HIP_FAIL_ON) == 0)
-			return hipSuccess;
-		/* Count down to 1; from then on, FAKE_HIP_FAIL_ON stays armed. */
-		next = (n & ~FAKE_HIP_FAIL_ON) == 1 ? (n & FAKE_HIP_FAIL_ON ? n : 0) : n - 1;
-	} while (!__atomic_compare_exchange_n(&fault_at[f], &n, next, 0, __ATOMIC_ACQUIRE,
-					      __ATOMIC_ACQUIRE));
-	if ((n & ~FAKE_HIP_FAIL_ON) != 1)
-		return hipSuccess;
-	return (hipError_t)__atomic_load_n(&fault_error[f], __ATOMIC_RELAXED);
+	return (hipError_t)fake_controls_enter(&controls, f);
 }
 
 /* Each API function begins with this: counted, maybe failed on demand. */
@@ -257,94 +228,12 @@ static hipError_t enter(int f)
 			return done(injected_);                                                    \
 	} while (0)
 
-/* An error given by number or by name, as in FAKE_HIP_FAIL. */
-static int parse_error(const char *s, int *error_p)
-{
-	char *end;
-	long v;
-	int i;
-
-	for (i = 0; i < (int)(sizeof error_table / sizeof *error_table); i++)
-		if (strcmp(s, error_table[i].name) == 0) {
-			*error_p = error_table[i].code;
-			return 0;
-		}
-	errno = 0;
-	v = strtol(s, &end, 0);
-	if (errno || end == s || *end || v < INT_MIN || v > INT_MAX)
-		return -1;
-	*error_p = (int)v;
-	return 0;
-}
-
-/* One FAKE_HIP_FAIL entry, "function:nth:error"; entry is modified. */
-static void parse_fail_entry(char *entry)
-{
-	char *nth_s = strchr(entry, ':'), *err_s = NULL, *end;
-	unsigned long nth = 0;
-	int error = 0, ok = 0;
-
-	if (nth_s) {
-		*nth_s++ = '\0';
-		err_s = strchr(nth_s, ':');
-		if (err_s)
-			*err_s++ = '\0';
-	}
-	if (err_s) {
-		errno = 0;
-		nth = strtoul(nth_s, &end, 0);
-		ok = !errno && end != nth_s && !*end && nth <= UINT_MAX &&
-		     parse_error(err_s, &error) == 0 && function_index(entry) >= 0;
-	}
-	if (!ok) {
-		/* Put the entry back together to show it as it was written. */
-		if (nth_s)
-			nth_s[-1] = ':';
-		if (err_s)
-			err_s[-1] = ':';
-		fprintf(stderr, "fake-hip: FAKE_HIP_FAIL: ignoring \"%s\" (want function:nth:error)\n",
-			entry);
-		return;
-	}
-	fake_hip_fail(entry, (unsigned)nth, error);
-}
-
 __attribute__((constructor)) static void fake_hip_load(void)
 {
-	const char *env = getenv("FAKE_HIP_FAIL");
-	char *copy, *entry, *save;
-
-	if (!env || !*env)
-		return;
-	copy = strdup(env);
-	if (!copy) {
-		fprintf(stderr, "fake-hip: FAKE_HIP_FAIL: out of memory\n");
-		return;
-	}
-	for (entry = strtok_r(copy, ",", &save); entry; entry = strtok_r(NULL, ",", &save))
-		parse_fail_entry(entry);
-	free(copy);
+	fake_controls_load(&controls);
 }
 
 /* ---- devices ---- */
-
-static long env_number(const char *name, long dflt, long min, long max)
-{
-	const char *s = getenv(name);
-	char *end;
-	long v;
-
-	if (!s || !*s)
-		return dflt;
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || v < min || v > max) {
-		fprintf(stderr, "fake-hip: %s=%s is not a number from %ld to %ld; using %ld\n", name, s,
-			min, max, dflt);
-		return dflt;
-	}
-	return v;
-}
 
 /* HIP_VISIBLE_DEVICES as ROCm reads it (and CUDA_VISIBLE_DEVICES when that is
  * unset or empty, as ROCm does too): decimal physical ordinals, comma-separated;
@@ -378,8 +267,9 @@ static void devices_init(void)
 {
 	const char *list = getenv("HIP_VISIBLE_DEVICES");
 
-	n_physical = (int)env_number("FAKE_HIP_DEVICES", 2, 0, MAX_DEVICES);
-	capacity = (size_t)env_number("FAKE_HIP_MEMORY_MB", 1024, 0, (long)(SIZE_MAX >> 21)) << 20;
+	n_physical = (int)fake_controls_env_number(&controls, "FAKE_HIP_DEVICES", 2, 0, MAX_DEVICES);
+	capacity = (size_t)fake_controls_env_number(&controls, "FAKE_HIP_MEMORY_MB", 1024, 0,
+						    (long)(SIZE_MAX >> 21)) << 20;
 	if (!list || !*list)
 		list = getenv("CUDA_VISIBLE_DEVICES");
 	if (list && *list) {
@@ -481,7 +371,7 @@ static int event_known(hipEvent_t e)
 
 const char *hipGetErrorName(hipError_t hip_error)
 {
-	int i = error_index(hip_error);
+	int i = fake_controls_code_index(&controls, (int)hip_error);
 
 	enter(F_hipGetErrorName); /* counted; it has no way to fail */
 	return i < 0 ? "hipErrorUnknown" : error_table[i].name;
@@ -489,7 +379,7 @@ const char *hipGetErrorName(hipError_t hip_error)
 
 const char *hipGetErrorString(hipError_t hipError)
 {
-	int i = error_index(hipError);
+	int i = fake_controls_code_index(&controls, (int)hipError);
 
 	enter(F_hipGetErrorString);
 	return i < 0 ? "unknown error" : error_table[i].text;

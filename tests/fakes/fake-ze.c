@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fake-controls.h"
+
 /* Everything not static is the loader's API or a test control, and must stay
  * reachable by dlsym() whatever -fvisibility the build uses. */
 #pragma GCC visibility push(default)
@@ -19,7 +21,7 @@
 #include <level_zero/ze_api.h>
 
 /* Test controls, reached with dlsym() by tests that dlopen() this library. */
-#define FAKE_ZE_FAIL_ON 0x80000000u
+#define FAKE_ZE_FAIL_ON FAKE_CONTROLS_FAIL_ON
 void fake_ze_fail(const char *function, unsigned nth, int result);
 unsigned long fake_ze_calls(const char *function);
 size_t fake_ze_live(void);
@@ -74,9 +76,7 @@ enum { FAKE_ZE_FUNCTIONS(X) F_COUNT };
 static const char *const function_names[F_COUNT] = {FAKE_ZE_FUNCTIONS(X)};
 #undef X
 
-static unsigned long calls[F_COUNT];
-static unsigned fault_at[F_COUNT]; /* calls to go before the failing one, | FAKE_ZE_FAIL_ON; 0: none */
-static int fault_result[F_COUNT];
+static struct fake_counter counters[F_COUNT];
 
 /* The least alignment of zeMemAllocDevice. The spec leaves it to the driver;
  * Intel's gives at least a cache line, and the backend may count on that. */
@@ -195,11 +195,9 @@ static const char ipc_magic[8] = "fakeze";
 
 /* ---- results ---- */
 
-#define RESULT(name) {name, #name}
-static const struct {
-	ze_result_t code;
-	const char *name;
-} result_table[] = {
+/* The API has no error strings, so no texts. */
+#define RESULT(name) {name, #name, NULL}
+static const struct fake_code result_table[] = {
 	RESULT(ZE_RESULT_SUCCESS),
 	RESULT(ZE_RESULT_NOT_READY),
 	RESULT(ZE_RESULT_ERROR_DEVICE_LOST),
@@ -232,53 +230,35 @@ static const struct {
 
 /* ---- call counting and fault injection ---- */
 
-static int function_index(const char *name)
-{
-	if (!name)
-		return -1;
-	for (int i = 0; i < F_COUNT; i++)
-		if (strcmp(name, function_names[i]) == 0)
-			return i;
-	return -1;
-}
+static const struct fake_controls controls = {
+	.fake = "fake-ze",
+	.fail_function = "fake_ze_fail",
+	.fail_env = "FAKE_ZE_FAIL",
+	.code_word = "result",
+	.code_max = UINT_MAX, /* 0x78000004 and the like are written unsigned */
+	.functions = function_names,
+	.n_functions = F_COUNT,
+	.counters = counters,
+	.codes = result_table,
+	.n_codes = sizeof result_table / sizeof *result_table,
+};
 
 void fake_ze_fail(const char *function, unsigned nth, int result)
 {
-	int f = function_index(function);
-
-	if (f < 0) {
-		/* A typo in a test would otherwise arm nothing and pass. */
-		fprintf(stderr, "fake-ze: fake_ze_fail: no function %s\n",
-			function ? function : "(null)");
-		return;
-	}
-	__atomic_store_n(&fault_result[f], result, __ATOMIC_RELAXED);
-	__atomic_store_n(&fault_at[f], nth, __ATOMIC_RELEASE);
+	fake_controls_fail(&controls, function, nth, result);
 }
 
 unsigned long fake_ze_calls(const char *function)
 {
-	int f = function_index(function);
-
-	return f < 0 ? 0 : __atomic_load_n(&calls[f], __ATOMIC_RELAXED);
+	return fake_controls_calls(&controls, function);
 }
+
+_Static_assert(ZE_RESULT_SUCCESS == 0, "fake_controls_enter answers 0 for success");
 
 /* Counts a call of f; returns the result it is to fail with, or ZE_RESULT_SUCCESS. */
 static ze_result_t enter(int f)
 {
-	unsigned n = __atomic_load_n(&fault_at[f], __ATOMIC_ACQUIRE), next;
-
-	__atomic_add_fetch(&calls[f], 1, __ATOMIC_RELAXED);
-	do {
-		if ((n & ~FAKE_ZE_FAIL_ON) == 0)
-			return ZE_RESULT_SUCCESS;
-		/* Count down to 1; from then on, FAKE_ZE_FAIL_ON stays armed. */
-		next = (n & ~FAKE_ZE_FAIL_ON) == 1 ? (n & FAKE_ZE_FAIL_ON ? n : 0) : n - 1;
-	} while (!__atomic_compare_exchange_n(&fault_at[f], &n, next, 0, __ATOMIC_ACQUIRE,
-					      __ATOMIC_ACQUIRE));
-	if ((n & ~FAKE_ZE_FAIL_ON) != 1)
-		return ZE_RESULT_SUCCESS;
-	return (ze_result_t)__atomic_load_n(&fault_result[f], __ATOMIC_RELAXED);
+	return (ze_result_t)fake_controls_enter(&controls, f);
 }
 
 /* Each API function begins with this: counted, maybe failed on demand; and,
@@ -292,62 +272,9 @@ static ze_result_t enter(int f)
 			return ZE_RESULT_ERROR_UNINITIALIZED;                                      \
 	} while (0)
 
-/* A result given by number or by name, as in FAKE_ZE_FAIL. */
-static int parse_result(const char *s, int *result_p)
-{
-	char *end;
-	long v;
-
-	for (size_t i = 0; i < sizeof result_table / sizeof *result_table; i++)
-		if (strcmp(s, result_table[i].name) == 0) {
-			*result_p = (int)result_table[i].code;
-			return 0;
-		}
-	errno = 0;
-	v = strtol(s, &end, 0);
-	if (errno || end == s || *end || v < INT_MIN || v > (long)UINT_MAX)
-		return -1;
-	*result_p = (int)(unsigned)v; /* 0x78000004 and the like are written unsigned */
-	return 0;
-}
-
-/* One FAKE_ZE_FAIL entry, "function:nth:result"; entry is modified. */
-static void parse_fail_entry(char *entry)
-{
-	char *nth_s = strchr(entry, ':'), *res_s = NULL, *end;
-	unsigned long nth = 0;
-	int result = 0, ok = 0;
-
-	if (nth_s) {
-		*nth_s++ = '\0';
-		res_s = strchr(nth_s, ':');
-		if (res_s)
-			*res_s++ = '\0';
-	}
-	if (res_s) {
-		errno = 0;
-		nth = strtoul(nth_s, &end, 0);
-		ok = !errno && end != nth_s && !*end && nth <= UINT_MAX &&
-		     parse_result(res_s, &result) == 0 && function_index(entry) >= 0;
-	}
-	if (!ok) {
-		/* Put the entry back together to show it as it was written. */
-		if (nth_s)
-			nth_s[-1] = ':';
-		if (res_s)
-			res_s[-1] = ':';
-		fprintf(stderr, "fake-ze: FAKE_ZE_FAIL: ignoring \"%s\" (want function:nth:result)\n",
-			entry);
-		return;
-	}
-	fake_ze_fail(entry, (unsigned)nth, result);
-}
-
 __attribute__((constructor)) static void fake_ze_load(void)
 {
-	const char *env = getenv("FAKE_ZE_FAIL");
 	pthread_condattr_t attr;
-	char *copy, *entry, *save;
 
 	/* Timed waits count time that a clock change cannot stretch. */
 	pthread_condattr_init(&attr);
@@ -355,37 +282,10 @@ __attribute__((constructor)) static void fake_ze_load(void)
 	pthread_cond_init(&event_cond, &attr);
 	pthread_condattr_destroy(&attr);
 
-	if (!env || !*env)
-		return;
-	copy = strdup(env);
-	if (!copy) {
-		fprintf(stderr, "fake-ze: FAKE_ZE_FAIL: out of memory\n");
-		return;
-	}
-	for (entry = strtok_r(copy, ",", &save); entry; entry = strtok_r(NULL, ",", &save))
-		parse_fail_entry(entry);
-	free(copy);
+	fake_controls_load(&controls);
 }
 
 /* ---- devices ---- */
-
-static long env_number(const char *name, long dflt, long min, long max)
-{
-	const char *s = getenv(name);
-	char *end;
-	long v;
-
-	if (!s || !*s)
-		return dflt;
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || v < min || v > max) {
-		fprintf(stderr, "fake-ze: %s=%s is not a number from %ld to %ld; using %ld\n", name, s,
-			min, max, dflt);
-		return dflt;
-	}
-	return v;
-}
 
 /* ZE_AFFINITY_MASK as Intel's driver reads it: comma-separated root device
  * indices, each maybe with ".sub-device" (and ".sub-sub-device"). The fake has
@@ -417,8 +317,9 @@ static void devices_init(void)
 	const char *mask = getenv("ZE_AFFINITY_MASK");
 	int selected[MAX_DEVICES] = {0};
 
-	n_physical = (int)env_number("FAKE_ZE_DEVICES", 2, 0, MAX_DEVICES);
-	capacity = (size_t)env_number("FAKE_ZE_MEMORY_MB", 1024, 0, (long)(SIZE_MAX >> 21)) << 20;
+	n_physical = (int)fake_controls_env_number(&controls, "FAKE_ZE_DEVICES", 2, 0, MAX_DEVICES);
+	capacity = (size_t)fake_controls_env_number(&controls, "FAKE_ZE_MEMORY_MB", 1024, 0,
+						    (long)(SIZE_MAX >> 21)) << 20;
 	if (mask && *mask)
 		parse_affinity(mask, selected);
 	else
