@@ -783,6 +783,15 @@ out:
 		close(u.direct_fd);
 	pthread_cond_destroy(&u.cond);
 	pthread_mutex_destroy(&u.lock);
+	/* A failure of the driver or the allocator names the device, not the
+	 * file being loaded: say which file it was. */
+	if (rc && rc != DEVCACHE_ECANCELED &&
+	    strncmp(devcache_last_error(), mf->path, strlen(mf->path)) != 0) {
+		char why[1024];
+
+		snprintf(why, sizeof why, "%s", devcache_last_error());
+		rc = err_set(rc, _("%s: cannot upload it to %s: %s"), mf->path, m->dev->id, why);
+	}
 	return rc;
 }
 

@@ -469,7 +469,8 @@ static void injected_faults_leave_nothing(void **state)
 		if (rc == 0)
 			fail_msg("%s: the load succeeded", faults[i].function);
 		assert_null(m);
-		/* "out of memory", "out of device memory", "out of host memory" */
+		/* The file, then "out of memory", "out of device memory", "out of host memory" */
+		assert_contains(devcache_last_error(), path);
 		assert_contains(devcache_last_error(), "out of");
 		assert_contains(devcache_last_error(), "memory");
 		assert_int_equal(devcache_empty_cache(dev), 0);
