@@ -1,23 +1,26 @@
 ## tests/fakes.mk - fake vendor runtimes backed by host memory, and the conformance suite every backend passes.
 EXTRA_DIST += tests/fakes/fake-cuda.c tests/fakes/fake-hip.c tests/fakes/fake-ze.c \
-	tests/fakes/fake-controls.h
+	tests/fakes/fake-controls.h tests/fakes/fake-registry.h
 if BUILD_CUDA
 check_LTLIBRARIES += tests/fakes/libfake-cuda.la
-tests_fakes_libfake_cuda_la_SOURCES = tests/fakes/fake-cuda.c tests/fakes/fake-controls.h
+tests_fakes_libfake_cuda_la_SOURCES = tests/fakes/fake-cuda.c tests/fakes/fake-controls.h \
+	tests/fakes/fake-registry.h
 tests_fakes_libfake_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_fakes_libfake_cuda_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_cuda_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 endif
 if BUILD_ZE
 check_LTLIBRARIES += tests/fakes/libfake-ze.la
-tests_fakes_libfake_ze_la_SOURCES = tests/fakes/fake-ze.c tests/fakes/fake-controls.h
+tests_fakes_libfake_ze_la_SOURCES = tests/fakes/fake-ze.c tests/fakes/fake-controls.h \
+	tests/fakes/fake-registry.h
 tests_fakes_libfake_ze_la_CPPFLAGS = $(AM_CPPFLAGS) $(ZE_CPPFLAGS)
 tests_fakes_libfake_ze_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_ze_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 endif
 if BUILD_HIP
 check_LTLIBRARIES += tests/fakes/libfake-hip.la
-tests_fakes_libfake_hip_la_SOURCES = tests/fakes/fake-hip.c tests/fakes/fake-controls.h
+tests_fakes_libfake_hip_la_SOURCES = tests/fakes/fake-hip.c tests/fakes/fake-controls.h \
+	tests/fakes/fake-registry.h
 tests_fakes_libfake_hip_la_CPPFLAGS = $(AM_CPPFLAGS) $(HIP_CPPFLAGS)
 tests_fakes_libfake_hip_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_hip_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fake-controls.h"
+#include "fake-registry.h"
 
 /* Everything not static is the driver's API or a test control, and must stay
  * reachable by dlsym() whatever -fvisibility the build uses. */
@@ -140,15 +141,19 @@ static void *mappings;
 static void *streams;
 static void *events;
 static void *physicals;
-static unsigned long next_serial;
 
 enum range_kind { R_DEVICE, R_HOST, R_REGISTERED, R_RESERVED, R_MAPPED, R_KINDS };
 static const char *const kind_names[R_KINDS] = {"device allocation", "host allocation",
 						"host registration", "address reservation",
 						"mapping"};
-static unsigned long live_count[R_KINDS];
-static size_t live_bytes[R_KINDS];
-static unsigned long live_streams, live_events, live_physicals, open_ipc;
+_Static_assert(R_KINDS <= FAKE_REGISTRY_KINDS, "the registry counts every kind");
+static struct fake_registry registry = {
+	.fake = "fake-cuda",
+	.leaks_env = "FAKE_CUDA_LEAKS",
+	.kind_names = kind_names,
+	.n_kinds = R_KINDS,
+};
+static unsigned long live_streams, live_events, live_physicals;
 static size_t physical_bytes;
 
 /* A primary context per visible device; its handle stays the same across
@@ -168,15 +173,11 @@ struct phys_mem {
 };
 
 struct range {
-	uintptr_t base;
-	size_t size;
+	struct fake_range span; /* first, for the registry; its kind is an enum range_kind */
 	size_t mapped; /* host allocations and reservations: the length given to mmap() */
-	enum range_kind kind;
 	int dev; /* device allocations: visible ordinal */
 	struct phys_mem *pm;         /* mappings: what backs them */
 	uint64_t readers, writers;   /* mappings: devices granted access by cuMemSetAccess */
-	unsigned ipc_opens;
-	unsigned long serial; /* tells a reused address from the one an IPC handle named */
 };
 
 struct CUstream_st {
@@ -185,22 +186,11 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+	struct fake_event held; /* first, for the walks over held events; stream is a CUstream */
 	unsigned flags;
-	int dev;
-	int pending;     /* recorded while events were held, and not waited for since */
-	CUstream stream; /* where last recorded; NULL for the default streams */
 };
 
-/* What an IPC handle carries; it must fit CU_IPC_HANDLE_SIZE. */
-struct ipc_handle {
-	char magic[8];
-	pid_t pid;
-	int dev;
-	uintptr_t base;
-	size_t offset;
-	unsigned long serial;
-};
-_Static_assert(sizeof(struct ipc_handle) <= sizeof(CUipcMemHandle), "IPC handle too large");
+_Static_assert(sizeof(struct fake_ipc_handle) <= sizeof(CUipcMemHandle), "IPC handle too large");
 static const char ipc_magic[8] = "fakecu";
 
 /* ---- errors ---- */
@@ -431,74 +421,10 @@ static CUresult check_device(CUdevice dev)
 
 /* ---- the registries ---- */
 
-static int range_cmp(const void *a, const void *b)
-{
-	const struct range *x = a, *y = b;
-
-	if (x->base + x->size <= y->base)
-		return -1;
-	if (y->base + y->size <= x->base)
-		return 1;
-	return 0; /* overlapping: for a one-byte key, the range that holds it */
-}
-
-static int handle_cmp(const void *a, const void *b)
-{
-	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* A live range of tree overlapping [p, p + size), under lock; NULL if none. */
-static struct range *range_in(void *const *tree, uintptr_t p, size_t size)
-{
-	struct range key = {.base = p, .size = size ? size : 1};
-	void *node = tfind(&key, tree, range_cmp);
-
-	return node ? *(struct range **)node : NULL;
-}
-
+/* The live range holding address p, under lock; NULL if none. */
 static struct range *range_at(uintptr_t p)
 {
-	return range_in(&ranges, p, 1);
-}
-
-/* Enters r in tree, under lock; returns the range it overlaps instead, or
- * NULL when out of memory. */
-static struct range *range_add(void **tree, struct range *r)
-{
-	void *node = tsearch(r, tree, range_cmp);
-
-	if (!node)
-		return NULL;
-	if (*(struct range **)node != r)
-		return *(struct range **)node;
-	r->serial = ++next_serial;
-	live_count[r->kind]++;
-	live_bytes[r->kind] += r->size;
-	return r;
-}
-
-static void range_remove(void **tree, struct range *r)
-{
-	tdelete(r, tree, range_cmp);
-	live_count[r->kind]--;
-	live_bytes[r->kind] -= r->size;
-	open_ipc -= r->ipc_opens;
-}
-
-static int known(void *const *tree, const void *h)
-{
-	return h && tfind(h, tree, handle_cmp);
-}
-
-/* Enters handle h in tree, under lock; 0 when out of memory. */
-static int handle_add(void **tree, void *h, unsigned long *live)
-{
-	if (!tsearch(h, tree, handle_cmp))
-		return 0;
-	++*live;
-	return 1;
+	return fake_range_in(&ranges, p, 1);
 }
 
 static int is_default_stream(CUstream s)
@@ -509,7 +435,7 @@ static int is_default_stream(CUstream s)
 /* Whether s is a live stream (the default ones too), under lock. */
 static int stream_known(CUstream s)
 {
-	return is_default_stream(s) || known(&streams, s);
+	return is_default_stream(s) || fake_handle_known(&streams, s);
 }
 
 static int capacity_take(int dev, size_t size)
@@ -830,45 +756,14 @@ CUresult cuCtxPopCurrent(CUcontext *pctx)
 	return CUDA_SUCCESS;
 }
 
-/* Ends the pending state of the events picked by the walk's closure. */
-struct release_filter {
-	int dev;         /* -1: any */
-	CUstream stream; /* used when by_stream */
-	int by_stream;
-	int count_only;  /* count pending ones, release none */
-	unsigned long count;
-};
-
-static void release_visit(const void *node, VISIT which, void *closure)
-{
-	struct CUevent_st *e = *(struct CUevent_st *const *)node;
-	struct release_filter *f = closure;
-
-	if ((which != postorder && which != leaf) || !e->pending)
-		return;
-	if ((f->dev >= 0 && e->dev != f->dev) || (f->by_stream && e->stream != f->stream))
-		return;
-	f->count++;
-	if (!f->count_only)
-		e->pending = 0;
-}
-
-static unsigned long walk_events(struct release_filter *f)
-{
-	pthread_mutex_lock(&lock);
-	twalk_r(events, release_visit, f);
-	pthread_mutex_unlock(&lock);
-	return f->count;
-}
-
 /* Copies run at once, so waiting for the device is waiting for held events. */
 CUresult cuCtxSynchronize(void)
 {
-	struct release_filter f = {.dev = -1};
+	struct fake_release_filter f = {.dev = -1};
 
 	ENTER(cuCtxSynchronize);
 	TRY(current_device(&f.dev));
-	walk_events(&f);
+	fake_events_release(&lock, &events, &f);
 	return CUDA_SUCCESS;
 }
 
@@ -914,9 +809,10 @@ CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 				  (bytesize + DEVICE_ALIGN - 1) & ~(size_t)(DEVICE_ALIGN - 1));
 	pthread_mutex_lock(&lock);
 	if (r && p) {
-		*r = (struct range){.base = (uintptr_t)p, .size = bytesize, .kind = R_DEVICE,
-				    .dev = dev};
-		if (range_add(&ranges, r) == r) {
+		*r = (struct range){
+			.span = {.base = (uintptr_t)p, .size = bytesize, .kind = R_DEVICE},
+			.dev = dev};
+		if (fake_range_add(&registry, &ranges, &r->span) == r) {
 			pthread_mutex_unlock(&lock);
 			*dptr = (CUdeviceptr)(uintptr_t)p;
 			return CUDA_SUCCESS;
@@ -936,12 +832,12 @@ static struct range *take_range(uintptr_t p, enum range_kind kind)
 
 	pthread_mutex_lock(&lock);
 	r = range_at(p);
-	if (r && (r->base != p || r->kind != kind))
+	if (r && (r->span.base != p || r->span.kind != kind))
 		r = NULL;
 	if (r) {
-		range_remove(&ranges, r);
+		fake_range_remove(&registry, &ranges, &r->span);
 		if (kind == R_DEVICE)
-			capacity_give(r->dev, r->size);
+			capacity_give(r->dev, r->span.size);
 	}
 	pthread_mutex_unlock(&lock);
 	return r;
@@ -990,10 +886,10 @@ static CUresult host_alloc(void **pp, size_t bytesize, unsigned flags)
 		free(r);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	*r = (struct range){.base = (uintptr_t)p, .size = bytesize, .mapped = len, .kind = R_HOST,
-			    .dev = dev};
+	*r = (struct range){.span = {.base = (uintptr_t)p, .size = bytesize, .kind = R_HOST},
+			    .mapped = len, .dev = dev};
 	pthread_mutex_lock(&lock);
-	if (range_add(&ranges, r) != r) {
+	if (fake_range_add(&registry, &ranges, &r->span) != r) {
 		pthread_mutex_unlock(&lock);
 		munmap(p, len);
 		free(r);
@@ -1073,10 +969,10 @@ CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!(r = malloc(sizeof *r)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*r = (struct range){.base = (uintptr_t)p, .size = bytesize, .kind = R_REGISTERED,
+	*r = (struct range){.span = {.base = (uintptr_t)p, .size = bytesize, .kind = R_REGISTERED},
 			    .dev = dev};
 	pthread_mutex_lock(&lock);
-	other = range_add(&ranges, r);
+	other = fake_range_add(&registry, &ranges, &r->span);
 	pthread_mutex_unlock(&lock);
 	if (other == r)
 		return CUDA_SUCCESS;
@@ -1084,7 +980,7 @@ CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 	if (!other)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	/* Pinned memory pinned again is the driver's error; device memory is no host memory. */
-	return other->kind == R_HOST || other->kind == R_REGISTERED ?
+	return other->span.kind == R_HOST || other->span.kind == R_REGISTERED ?
 		       CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED :
 		       CUDA_ERROR_INVALID_VALUE;
 }
@@ -1115,20 +1011,20 @@ static CUresult device_side(uintptr_t p, size_t size, int dev, int write)
 	uint64_t bit = (uint64_t)1 << dev;
 	struct range *r = range_at(p), *m;
 
-	if (!r || (r->kind != R_DEVICE && r->kind != R_RESERVED) ||
-	    size > r->base + r->size - p)
+	if (!r || (r->span.kind != R_DEVICE && r->span.kind != R_RESERVED) ||
+	    size > r->span.base + r->span.size - p)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (r->kind == R_DEVICE)
+	if (r->span.kind == R_DEVICE)
 		return CUDA_SUCCESS;
 	for (;;) {
-		if (!(m = range_in(&mappings, p, 1)))
+		if (!(m = fake_range_in(&mappings, p, 1)))
 			return CUDA_ERROR_INVALID_VALUE;
 		if (!((write ? m->writers : m->readers) & bit))
 			return CUDA_ERROR_ILLEGAL_ADDRESS;
-		if (size <= m->base + m->size - p)
+		if (size <= m->span.base + m->span.size - p)
 			return CUDA_SUCCESS;
-		size -= m->base + m->size - p;
-		p = m->base + m->size;
+		size -= m->span.base + m->span.size - p;
+		p = m->span.base + m->span.size;
 	}
 }
 
@@ -1140,7 +1036,8 @@ static CUresult host_side(uintptr_t p, size_t size)
 
 	if (!r)
 		return CUDA_SUCCESS;
-	if ((r->kind == R_HOST || r->kind == R_REGISTERED) && size <= r->base + r->size - p)
+	if ((r->span.kind == R_HOST || r->span.kind == R_REGISTERED) &&
+	    size <= r->span.base + r->span.size - p)
 		return CUDA_SUCCESS;
 	return CUDA_ERROR_INVALID_VALUE;
 }
@@ -1203,7 +1100,7 @@ CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCoun
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
 	struct CUstream_st *s;
-	int dev, ok;
+	int dev;
 
 	ENTER(cuStreamCreate);
 	if (!phStream || (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
@@ -1212,23 +1109,10 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 	if (!(s = malloc(sizeof *s)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*s = (struct CUstream_st){.dev = dev, .flags = Flags};
-	pthread_mutex_lock(&lock);
-	ok = handle_add(&streams, s, &live_streams);
-	pthread_mutex_unlock(&lock);
-	if (!ok) {
-		free(s);
+	if (!fake_handle_register(&lock, &streams, s, &live_streams))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	*phStream = s;
 	return CUDA_SUCCESS;
-}
-
-static void forget_stream_visit(const void *node, VISIT which, void *closure)
-{
-	struct CUevent_st *e = *(struct CUevent_st *const *)node;
-
-	if ((which == postorder || which == leaf) && e->stream == closure)
-		e->stream = NULL;
 }
 
 CUresult cuStreamDestroy(CUstream hStream)
@@ -1238,12 +1122,9 @@ CUresult cuStreamDestroy(CUstream hStream)
 	ENTER(cuStreamDestroy);
 	pthread_mutex_lock(&lock);
 	/* The default streams are not the caller's to destroy. */
-	found = !is_default_stream(hStream) && tdelete(hStream, &streams, handle_cmp);
-	if (found) {
-		live_streams--;
-		/* An event's stream is only compared, but a new stream may reuse the address. */
-		twalk_r(events, forget_stream_visit, hStream);
-	}
+	found = !is_default_stream(hStream) && fake_handle_remove(&streams, hStream, &live_streams);
+	if (found)
+		fake_events_forget_stream(&events, hStream);
 	pthread_mutex_unlock(&lock);
 	if (!found)
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -1272,7 +1153,7 @@ static CUresult stream_device(CUstream s, int *dev_p)
 /* Held events recorded on stream: what its work still waits for. */
 static CUresult stream_wait(CUstream stream, int release)
 {
-	struct release_filter f = {.by_stream = 1, .count_only = !release};
+	struct fake_release_filter f = {.dev = -1};
 	CUresult err;
 
 	pthread_mutex_lock(&lock);
@@ -1281,8 +1162,7 @@ static CUresult stream_wait(CUstream stream, int release)
 	if (err != CUDA_SUCCESS)
 		return err;
 	f.stream = is_default_stream(stream) ? NULL : stream;
-	walk_events(&f);
-	return !release && f.count && __atomic_load_n(&hold_events, __ATOMIC_RELAXED) ?
+	return fake_events_stream_busy(&lock, &events, &f, release, &hold_events) ?
 		       CUDA_ERROR_NOT_READY :
 		       CUDA_SUCCESS;
 }
@@ -1307,7 +1187,7 @@ CUresult cuStreamQuery(CUstream hStream)
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
 	struct CUevent_st *e;
-	int dev, ok;
+	int dev;
 
 	ENTER(cuEventCreate);
 	if (!phEvent || (Flags & ~(unsigned)EVENT_FLAGS))
@@ -1318,14 +1198,9 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 	TRY(current_device(&dev));
 	if (!(e = malloc(sizeof *e)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*e = (struct CUevent_st){.flags = Flags, .dev = dev};
-	pthread_mutex_lock(&lock);
-	ok = handle_add(&events, e, &live_events);
-	pthread_mutex_unlock(&lock);
-	if (!ok) {
-		free(e);
+	*e = (struct CUevent_st){.held.dev = dev, .flags = Flags};
+	if (!fake_handle_register(&lock, &events, e, &live_events))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	*phEvent = e;
 	return CUDA_SUCCESS;
 }
@@ -1336,8 +1211,7 @@ CUresult cuEventDestroy(CUevent hEvent)
 
 	ENTER(cuEventDestroy);
 	pthread_mutex_lock(&lock);
-	found = hEvent && tdelete(hEvent, &events, handle_cmp);
-	live_events -= found != 0;
+	found = fake_handle_remove(&events, hEvent, &live_events);
 	pthread_mutex_unlock(&lock);
 	if (!found)
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -1354,12 +1228,13 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 
 	ENTER(cuEventRecord);
 	pthread_mutex_lock(&lock);
-	err = known(&events, hEvent) ? stream_device(hStream, &dev) : CUDA_ERROR_INVALID_HANDLE;
-	if (err == CUDA_SUCCESS && dev != hEvent->dev)
+	err = fake_handle_known(&events, hEvent) ? stream_device(hStream, &dev) :
+						   CUDA_ERROR_INVALID_HANDLE;
+	if (err == CUDA_SUCCESS && dev != hEvent->held.dev)
 		err = CUDA_ERROR_INVALID_HANDLE;
 	if (err == CUDA_SUCCESS) {
-		hEvent->pending = __atomic_load_n(&hold_events, __ATOMIC_RELAXED) != 0;
-		hEvent->stream = is_default_stream(hStream) ? NULL : hStream;
+		hEvent->held.pending = __atomic_load_n(&hold_events, __ATOMIC_RELAXED) != 0;
+		hEvent->held.stream = is_default_stream(hStream) ? NULL : hStream;
 	}
 	pthread_mutex_unlock(&lock);
 	return err;
@@ -1372,11 +1247,11 @@ static CUresult event_wait(CUevent e, int release)
 	CUresult err = CUDA_SUCCESS;
 
 	pthread_mutex_lock(&lock);
-	if (!known(&events, e))
+	if (!fake_handle_known(&events, e))
 		err = CUDA_ERROR_INVALID_HANDLE;
 	else if (release)
-		e->pending = 0;
-	else if (e->pending && __atomic_load_n(&hold_events, __ATOMIC_RELAXED))
+		e->held.pending = 0;
+	else if (e->held.pending && __atomic_load_n(&hold_events, __ATOMIC_RELAXED))
 		err = CUDA_ERROR_NOT_READY;
 	pthread_mutex_unlock(&lock);
 	return err;
@@ -1489,10 +1364,10 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 		free(r);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	*r = (struct range){.base = (uintptr_t)p, .size = size, .mapped = len, .kind = R_RESERVED,
-			    .dev = dev};
+	*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_RESERVED},
+			    .mapped = len, .dev = dev};
 	pthread_mutex_lock(&lock);
-	if (range_add(&ranges, r) != r) {
+	if (fake_range_add(&registry, &ranges, &r->span) != r) {
 		pthread_mutex_unlock(&lock);
 		munmap(p, len);
 		free(r);
@@ -1513,12 +1388,12 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 	ENTER(cuMemAddressFree);
 	pthread_mutex_lock(&lock);
 	r = range_at((uintptr_t)ptr);
-	if (!ptr || !r || r->kind != R_RESERVED || r->base != ptr || r->size != size ||
-	    range_in(&mappings, r->base, r->size)) {
+	if (!ptr || !r || r->span.kind != R_RESERVED || r->span.base != ptr ||
+	    r->span.size != size || fake_range_in(&mappings, r->span.base, r->span.size)) {
 		pthread_mutex_unlock(&lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	range_remove(&ranges, r);
+	fake_range_remove(&registry, &ranges, &r->span);
 	pthread_mutex_unlock(&lock);
 	munmap((void *)(uintptr_t)ptr, r->mapped);
 	free(r);
@@ -1561,7 +1436,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	}
 	*pm = (struct phys_mem){.dev = dev, .size = size, .fd = fd};
 	pthread_mutex_lock(&lock);
-	ok = fd >= 0 && handle_add(&physicals, pm, &live_physicals);
+	ok = fd >= 0 && fake_handle_add(&physicals, pm, &live_physicals);
 	if (ok)
 		physical_bytes += size;
 	else
@@ -1580,8 +1455,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 /* Frees physical memory, under lock. */
 static void physical_free(struct phys_mem *pm)
 {
-	tdelete(pm, &physicals, handle_cmp);
-	live_physicals--;
+	fake_handle_remove(&physicals, pm, &live_physicals);
 	physical_bytes -= pm->size;
 	capacity_give(pm->dev, pm->size);
 	close(pm->fd);
@@ -1593,7 +1467,7 @@ static struct phys_mem *physical_of(CUmemGenericAllocationHandle handle)
 {
 	struct phys_mem *pm = (struct phys_mem *)(uintptr_t)handle;
 
-	return known(&physicals, pm) && !pm->released ? pm : NULL;
+	return fake_handle_known(&physicals, pm) && !pm->released ? pm : NULL;
 }
 
 /* As documented, memory still mapped is freed when its last mapping goes. */
@@ -1634,13 +1508,13 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 	pthread_mutex_lock(&lock);
 	pm = physical_of(handle);
 	r = range_at(a);
-	if (pm && size <= pm->size && r && r->kind == R_RESERVED && size <= r->base + r->size - a &&
-	    !range_in(&mappings, a, size)) {
-		*m = (struct range){.base = a, .size = size, .kind = R_MAPPED, .dev = pm->dev,
-				    .pm = pm};
+	if (pm && size <= pm->size && r && r->span.kind == R_RESERVED &&
+	    size <= r->span.base + r->span.size - a && !fake_range_in(&mappings, a, size)) {
+		*m = (struct range){.span = {.base = a, .size = size, .kind = R_MAPPED},
+				    .dev = pm->dev, .pm = pm};
 		if (mmap((void *)a, size, PROT_NONE, MAP_SHARED | MAP_FIXED, pm->fd, 0) == MAP_FAILED) {
 			err = CUDA_ERROR_OUT_OF_MEMORY;
-		} else if (range_add(&mappings, m) != m) {
+		} else if (fake_range_add(&registry, &mappings, &m->span) != m) {
 			mmap((void *)a, size, PROT_NONE,
 			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 			err = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1665,10 +1539,10 @@ static int whole_mappings(uintptr_t a, size_t size)
 	if (!a || size == 0 || size > UINTPTR_MAX - a)
 		return 0;
 	while (a < end) {
-		m = range_in(&mappings, a, 1);
-		if (!m || m->base != a || m->size > end - a)
+		m = fake_range_in(&mappings, a, 1);
+		if (!m || m->span.base != a || m->span.size > end - a)
 			return 0;
-		a += m->size;
+		a += m->span.size;
 	}
 	return 1;
 }
@@ -1679,8 +1553,8 @@ static void unmap_one(struct range *m)
 {
 	struct phys_mem *pm = m->pm;
 
-	range_remove(&mappings, m);
-	mmap((void *)m->base, m->size, PROT_NONE,
+	fake_range_remove(&registry, &mappings, &m->span);
+	mmap((void *)m->span.base, m->span.size, PROT_NONE,
 	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 	free(m);
 	if (--pm->maps == 0 && pm->released)
@@ -1697,7 +1571,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 	pthread_mutex_lock(&lock);
 	ok = whole_mappings((uintptr_t)ptr, size);
 	if (ok)
-		while ((m = range_in(&mappings, (uintptr_t)ptr, size)))
+		while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
 			unmap_one(m);
 	pthread_mutex_unlock(&lock);
 	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -1733,15 +1607,15 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 	pthread_mutex_lock(&lock);
 	ok = whole_mappings(a, size);
 	while (ok && a < (uintptr_t)ptr + size) {
-		m = range_in(&mappings, a, 1);
+		m = fake_range_in(&mappings, a, 1);
 		for (size_t i = 0; i < count; i++) {
 			bit = (uint64_t)1 << desc[i].location.id;
 			m->readers = (m->readers & ~bit) | (readers & bit);
 			m->writers = (m->writers & ~bit) | (writers & bit);
 		}
 		prot = m->writers ? PROT_READ | PROT_WRITE : m->readers ? PROT_READ : PROT_NONE;
-		mprotect((void *)m->base, m->size, prot);
-		a += m->size;
+		mprotect((void *)m->span.base, m->span.size, prot);
+		a += m->span.size;
 	}
 	pthread_mutex_unlock(&lock);
 	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -1753,7 +1627,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
  * is taken too, and opening the handle gives that pointer back. */
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
-	struct ipc_handle h;
+	struct fake_ipc_handle h;
 	struct range *r;
 	int found;
 
@@ -1763,16 +1637,9 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 	TRY(current_device(NULL));
 	pthread_mutex_lock(&lock);
 	r = range_at((uintptr_t)dptr);
-	found = r && r->kind == R_DEVICE;
-	if (found) {
-		memset(&h, 0, sizeof h);
-		memcpy(h.magic, ipc_magic, sizeof h.magic);
-		h.pid = getpid();
-		h.dev = r->dev;
-		h.base = r->base;
-		h.offset = (uintptr_t)dptr - r->base;
-		h.serial = r->serial;
-	}
+	found = r && r->span.kind == R_DEVICE;
+	if (found)
+		fake_ipc_export(&h, ipc_magic, &r->span, r->dev, (uintptr_t)dptr);
 	pthread_mutex_unlock(&lock);
 	if (!found)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -1788,7 +1655,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
 	CUresult err = CUDA_ERROR_INVALID_VALUE;
-	struct ipc_handle h;
+	struct fake_ipc_handle h;
 	struct range *r;
 
 	ENTER(cuIpcOpenMemHandle);
@@ -1801,11 +1668,9 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned 
 	if (h.pid != getpid())
 		return CUDA_ERROR_MAP_FAILED;
 	pthread_mutex_lock(&lock);
-	r = range_at(h.base);
-	if (r && r->kind == R_DEVICE && r->base == h.base && r->serial == h.serial) {
-		r->ipc_opens++;
-		open_ipc++;
-		*pdptr = (CUdeviceptr)(r->base + h.offset);
+	r = fake_ipc_open(&registry, &ranges, h.base, h.serial, R_DEVICE);
+	if (r) {
+		*pdptr = (CUdeviceptr)(r->span.base + h.offset);
 		err = CUDA_SUCCESS;
 	}
 	pthread_mutex_unlock(&lock);
@@ -1823,9 +1688,8 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 	TRY(current_device(NULL));
 	pthread_mutex_lock(&lock);
 	r = range_at((uintptr_t)dptr);
-	if (r && r->kind == R_DEVICE && r->ipc_opens) {
-		r->ipc_opens--;
-		open_ipc--;
+	if (r && r->span.kind == R_DEVICE && r->span.ipc_opens) {
+		fake_range_ipc_close(&registry, &r->span);
 		err = CUDA_SUCCESS;
 	}
 	pthread_mutex_unlock(&lock);
@@ -1850,55 +1714,29 @@ size_t fake_cuda_live(void)
 
 	pthread_mutex_lock(&lock);
 	for (int k = 0; k < R_KINDS; k++)
-		n += live_count[k];
+		n += registry.live_count[k];
 	n += live_streams + live_events + live_physicals + live_contexts();
 	pthread_mutex_unlock(&lock);
 	return n;
 }
 
-static void report(FILE *out)
+/* What the report says beyond the ranges, under lock. */
+static void unload_report(void)
 {
-	for (int k = 0; k < R_KINDS; k++)
-		if (live_count[k])
-			fprintf(out, "fake-cuda: %lu %s(s), %zu bytes, still live at unload\n",
-				live_count[k], kind_names[k], live_bytes[k]);
-	if (live_physicals)
-		fprintf(out, "fake-cuda: %lu physical allocation(s), %zu bytes, still live at unload\n",
-			live_physicals, physical_bytes);
-	if (live_streams)
-		fprintf(out, "fake-cuda: %lu stream(s) still live at unload\n", live_streams);
-	if (live_events)
-		fprintf(out, "fake-cuda: %lu event(s) still live at unload\n", live_events);
-	if (live_contexts())
-		fprintf(out, "fake-cuda: %lu primary context(s) still retained at unload\n",
-			live_contexts());
-	if (open_ipc)
-		fprintf(out, "fake-cuda: %lu IPC mapping(s) still open at unload\n", open_ipc);
+	const struct fake_leak others[] = {
+		{"physical allocation", live_physicals, 1, physical_bytes, "live"},
+		{"stream", live_streams, 0, 0, "live"},
+		{"event", live_events, 0, 0, "live"},
+		{"primary context", live_contexts(), 0, 0, "retained"},
+	};
+
+	fake_registry_unload(&registry, others, sizeof others / sizeof *others);
 }
 
-/* What is still live is left as it is: the program may yet use it. */
 __attribute__((destructor)) static void fake_cuda_unload(void)
 {
-	const char *path = secure_getenv("FAKE_CUDA_LEAKS");
-	int leaks = 0;
-	FILE *f;
-
 	pthread_mutex_lock(&lock);
-	for (int k = 0; k < R_KINDS; k++)
-		leaks |= live_count[k] != 0;
-	leaks |= live_physicals || live_streams || live_events || live_contexts() || open_ipc;
-	if (leaks) {
-		report(stderr);
-		if (path && *path) {
-			if ((f = fopen(path, "a"))) {
-				report(f);
-				fclose(f);
-			} else {
-				fprintf(stderr, "fake-cuda: FAKE_CUDA_LEAKS: %s: %s\n", path,
-					strerror(errno));
-			}
-		}
-	}
+	unload_report();
 	pthread_mutex_unlock(&lock);
 }
 

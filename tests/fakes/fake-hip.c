@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fake-controls.h"
+#include "fake-registry.h"
 
 /* Everything not static is the runtime's API or a test control, and must stay
  * reachable by dlsym() whatever -fvisibility the build uses. */
@@ -99,23 +100,23 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *ranges;
 static void *streams;
 static void *events;
-static unsigned long next_serial;
 
 enum range_kind { R_DEVICE, R_HOST, R_REGISTERED, R_KINDS };
 static const char *const kind_names[R_KINDS] = {"device allocation", "host allocation",
 						"host registration"};
-static unsigned long live_count[R_KINDS];
-static size_t live_bytes[R_KINDS];
-static unsigned long live_streams, live_events, open_ipc;
+_Static_assert(R_KINDS <= FAKE_REGISTRY_KINDS, "the registry counts every kind");
+static struct fake_registry registry = {
+	.fake = "fake-hip",
+	.leaks_env = "FAKE_HIP_LEAKS",
+	.kind_names = kind_names,
+	.n_kinds = R_KINDS,
+};
+static unsigned long live_streams, live_events;
 
 struct range {
-	uintptr_t base;
-	size_t size;
+	struct fake_range span; /* first, for the registry; its kind is an enum range_kind */
 	size_t mapped; /* host allocations: the length given to mmap() */
-	enum range_kind kind;
 	int dev; /* device allocations: physical ordinal */
-	unsigned ipc_opens;
-	unsigned long serial; /* tells a reused address from the one an IPC handle named */
 };
 
 struct ihipStream_t {
@@ -124,23 +125,12 @@ struct ihipStream_t {
 };
 
 struct ihipEvent_t {
+	struct fake_event held; /* first, for the walks over held events; stream is a hipStream_t */
 	unsigned flags;
 	int recorded;
-	int pending; /* recorded while events were held, and not waited for since */
-	int dev;
-	hipStream_t stream;
 };
 
-/* What an IPC handle carries; it must fit HIP_IPC_HANDLE_SIZE. */
-struct ipc_handle {
-	char magic[8];
-	pid_t pid;
-	int dev;
-	uintptr_t base;
-	size_t offset;
-	unsigned long serial;
-};
-_Static_assert(sizeof(struct ipc_handle) <= sizeof(hipIpcMemHandle_t), "IPC handle too large");
+_Static_assert(sizeof(struct fake_ipc_handle) <= sizeof(hipIpcMemHandle_t), "IPC handle too large");
 static const char ipc_magic[8] = "fakehip";
 
 /* ---- errors ---- */
@@ -306,65 +296,21 @@ static hipError_t check_device(int device)
 
 /* ---- the registries ---- */
 
-static int range_cmp(const void *a, const void *b)
-{
-	const struct range *x = a, *y = b;
-
-	if (x->base + x->size <= y->base)
-		return -1;
-	if (y->base + y->size <= x->base)
-		return 1;
-	return 0; /* overlapping: for a one-byte key, the range that holds it */
-}
-
-static int handle_cmp(const void *a, const void *b)
-{
-	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* The live range holding address p, under lock; NULL if none. */
 static struct range *range_at(const void *p)
 {
-	struct range key = {.base = (uintptr_t)p, .size = 1};
-	void *node = tfind(&key, &ranges, range_cmp);
-
-	return node ? *(struct range **)node : NULL;
-}
-
-/* Enters r, under lock; returns the range it overlaps instead, if any. */
-static struct range *range_add(struct range *r)
-{
-	void *node = tsearch(r, &ranges, range_cmp);
-
-	if (!node)
-		return NULL; /* the caller tells this from success by r not being in */
-	if (*(struct range **)node != r)
-		return *(struct range **)node;
-	r->serial = ++next_serial;
-	live_count[r->kind]++;
-	live_bytes[r->kind] += r->size;
-	return r;
-}
-
-static void range_remove(struct range *r)
-{
-	tdelete(r, &ranges, range_cmp);
-	live_count[r->kind]--;
-	live_bytes[r->kind] -= r->size;
-	open_ipc -= r->ipc_opens;
+	return fake_range_in(&ranges, (uintptr_t)p, 1);
 }
 
 /* Whether handle h is a live stream (the default ones too), under lock. */
 static int stream_known(hipStream_t s)
 {
-	return s == NULL || s == hipStreamPerThread || tfind(s, &streams, handle_cmp);
+	return s == NULL || s == hipStreamPerThread || fake_handle_known(&streams, s);
 }
 
 static int event_known(hipEvent_t e)
 {
-	return e && tfind(e, &events, handle_cmp);
+	return fake_handle_known(&events, e);
 }
 
 /* ---- errors and versions ---- */
@@ -500,46 +446,15 @@ hipError_t hipDeviceGetPCIBusId(char *pciBusId, int len, int device)
 	return done(hipSuccess);
 }
 
-/* Ends the pending state of the events picked by the walk's closure. */
-struct release_filter {
-	int dev;              /* -1: any */
-	hipStream_t stream;   /* used when by_stream */
-	int by_stream;
-	int count_only;       /* count pending ones, release none */
-	unsigned long count;
-};
-
-static void release_visit(const void *node, VISIT which, void *closure)
-{
-	struct ihipEvent_t *e = *(struct ihipEvent_t *const *)node;
-	struct release_filter *f = closure;
-
-	if ((which != postorder && which != leaf) || !e->pending)
-		return;
-	if ((f->dev >= 0 && e->dev != f->dev) || (f->by_stream && e->stream != f->stream))
-		return;
-	f->count++;
-	if (!f->count_only)
-		e->pending = 0;
-}
-
-static unsigned long walk_events(struct release_filter *f)
-{
-	pthread_mutex_lock(&lock);
-	twalk_r(events, release_visit, f);
-	pthread_mutex_unlock(&lock);
-	return f->count;
-}
-
 /* Copies run at once, so waiting for the device is waiting for held events. */
 hipError_t hipDeviceSynchronize(void)
 {
-	struct release_filter f = {.dev = -1};
+	struct fake_release_filter f = {.dev = -1};
 
 	ENTER(hipDeviceSynchronize);
 	NEED_DEVICES();
 	f.dev = current_device;
-	walk_events(&f);
+	fake_events_release(&lock, &events, &f);
 	return done(hipSuccess);
 }
 
@@ -589,8 +504,9 @@ hipError_t hipMalloc(void **ptr, size_t size)
 		aligned_alloc(DEVICE_ALIGN, (size + DEVICE_ALIGN - 1) & ~(size_t)(DEVICE_ALIGN - 1));
 	pthread_mutex_lock(&lock);
 	if (r && p) {
-		*r = (struct range){.base = (uintptr_t)p, .size = size, .kind = R_DEVICE, .dev = dev};
-		if (range_add(r) == r) {
+		*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_DEVICE},
+				    .dev = dev};
+		if (fake_range_add(&registry, &ranges, &r->span) == r) {
 			pthread_mutex_unlock(&lock);
 			*ptr = p;
 			return done(hipSuccess);
@@ -610,12 +526,12 @@ static struct range *take_range(void *ptr, enum range_kind kind)
 
 	pthread_mutex_lock(&lock);
 	r = range_at(ptr);
-	if (r && (r->base != (uintptr_t)ptr || r->kind != kind))
+	if (r && (r->span.base != (uintptr_t)ptr || r->span.kind != kind))
 		r = NULL;
 	if (r) {
-		range_remove(r);
+		fake_range_remove(&registry, &ranges, &r->span);
 		if (kind == R_DEVICE)
-			used[r->dev] -= r->size;
+			used[r->dev] -= r->span.size;
 	}
 	pthread_mutex_unlock(&lock);
 	return r;
@@ -668,9 +584,10 @@ hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags)
 		free(r);
 		return done(hipErrorOutOfMemory);
 	}
-	*r = (struct range){.base = (uintptr_t)p, .size = size, .mapped = len, .kind = R_HOST};
+	*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_HOST},
+			    .mapped = len};
 	pthread_mutex_lock(&lock);
-	if (range_add(r) != r) {
+	if (fake_range_add(&registry, &ranges, &r->span) != r) {
 		pthread_mutex_unlock(&lock);
 		munmap(p, len);
 		free(r);
@@ -709,9 +626,10 @@ hipError_t hipHostRegister(void *hostPtr, size_t sizeBytes, unsigned int flags)
 		return done(hipErrorInvalidValue);
 	if (!(r = malloc(sizeof *r)))
 		return done(hipErrorOutOfMemory);
-	*r = (struct range){.base = (uintptr_t)hostPtr, .size = sizeBytes, .kind = R_REGISTERED};
+	*r = (struct range){
+		.span = {.base = (uintptr_t)hostPtr, .size = sizeBytes, .kind = R_REGISTERED}};
 	pthread_mutex_lock(&lock);
-	other = range_add(r);
+	other = fake_range_add(&registry, &ranges, &r->span);
 	pthread_mutex_unlock(&lock);
 	if (other == r)
 		return done(hipSuccess);
@@ -719,7 +637,7 @@ hipError_t hipHostRegister(void *hostPtr, size_t sizeBytes, unsigned int flags)
 	if (!other)
 		return done(hipErrorOutOfMemory);
 	/* Pinned memory pinned again is ROCm's error; device memory is no host memory. */
-	return done(other->kind == R_DEVICE ? hipErrorInvalidValue :
+	return done(other->span.kind == R_DEVICE ? hipErrorInvalidValue :
 					      hipErrorHostMemoryAlreadyRegistered);
 }
 
@@ -749,7 +667,8 @@ static int copy_side_ok(const void *p, size_t size, int must_be_device)
 
 	pthread_mutex_lock(&lock);
 	r = range_at(p);
-	ok = r ? size <= r->base + r->size - (uintptr_t)p && (!must_be_device || r->kind == R_DEVICE) :
+	ok = r ? size <= r->span.base + r->span.size - (uintptr_t)p &&
+			 (!must_be_device || r->span.kind == R_DEVICE) :
 		 !must_be_device;
 	pthread_mutex_unlock(&lock);
 	return ok;
@@ -802,7 +721,6 @@ hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes, hipMemcp
 static hipError_t stream_create(hipStream_t *stream, unsigned flags)
 {
 	struct ihipStream_t *s;
-	void *node;
 
 	if (!stream)
 		return hipErrorInvalidValue;
@@ -811,14 +729,8 @@ static hipError_t stream_create(hipStream_t *stream, unsigned flags)
 	if (!(s = malloc(sizeof *s)))
 		return hipErrorOutOfMemory;
 	*s = (struct ihipStream_t){.dev = current_device, .flags = flags};
-	pthread_mutex_lock(&lock);
-	node = tsearch(s, &streams, handle_cmp);
-	live_streams += node != NULL;
-	pthread_mutex_unlock(&lock);
-	if (!node) {
-		free(s);
+	if (!fake_handle_register(&lock, &streams, s, &live_streams))
 		return hipErrorOutOfMemory;
-	}
 	*stream = s;
 	return hipSuccess;
 }
@@ -837,14 +749,6 @@ hipError_t hipStreamCreateWithFlags(hipStream_t *stream, unsigned int flags)
 	return done(stream_create(stream, flags));
 }
 
-static void forget_stream_visit(const void *node, VISIT which, void *closure)
-{
-	struct ihipEvent_t *e = *(struct ihipEvent_t *const *)node;
-
-	if ((which == postorder || which == leaf) && e->stream == closure)
-		e->stream = NULL;
-}
-
 hipError_t hipStreamDestroy(hipStream_t stream)
 {
 	int known;
@@ -853,12 +757,9 @@ hipError_t hipStreamDestroy(hipStream_t stream)
 	NEED_DEVICES();
 	pthread_mutex_lock(&lock);
 	/* The default streams are not the caller's to destroy. */
-	known = stream && stream != hipStreamPerThread && tdelete(stream, &streams, handle_cmp);
-	if (known) {
-		live_streams--;
-		/* An event's stream is only compared, but a new stream may reuse the address. */
-		twalk_r(events, forget_stream_visit, stream);
-	}
+	known = stream != hipStreamPerThread && fake_handle_remove(&streams, stream, &live_streams);
+	if (known)
+		fake_events_forget_stream(&events, stream);
 	pthread_mutex_unlock(&lock);
 	if (!known)
 		return done(hipErrorInvalidHandle);
@@ -869,7 +770,7 @@ hipError_t hipStreamDestroy(hipStream_t stream)
 /* Held events recorded on stream: what its work still waits for. */
 static hipError_t stream_wait(hipStream_t stream, int release)
 {
-	struct release_filter f = {.dev = -1, .stream = stream, .by_stream = 1, .count_only = !release};
+	struct fake_release_filter f = {.dev = -1, .stream = stream};
 	int known;
 
 	pthread_mutex_lock(&lock);
@@ -879,8 +780,7 @@ static hipError_t stream_wait(hipStream_t stream, int release)
 		return hipErrorInvalidHandle;
 	if (stream == hipStreamPerThread)
 		f.stream = NULL;
-	walk_events(&f);
-	return !release && f.count && __atomic_load_n(&hold_events, __ATOMIC_RELAXED) ?
+	return fake_events_stream_busy(&lock, &events, &f, release, &hold_events) ?
 		       hipErrorNotReady :
 		       hipSuccess;
 }
@@ -908,7 +808,6 @@ hipError_t hipStreamQuery(hipStream_t stream)
 static hipError_t event_create(hipEvent_t *event, unsigned flags)
 {
 	struct ihipEvent_t *e;
-	void *node;
 
 	if (!event || (flags & ~(unsigned)EVENT_FLAGS))
 		return hipErrorInvalidValue;
@@ -917,15 +816,9 @@ static hipError_t event_create(hipEvent_t *event, unsigned flags)
 		return hipErrorInvalidValue;
 	if (!(e = malloc(sizeof *e)))
 		return hipErrorOutOfMemory;
-	*e = (struct ihipEvent_t){.flags = flags, .dev = current_device};
-	pthread_mutex_lock(&lock);
-	node = tsearch(e, &events, handle_cmp);
-	live_events += node != NULL;
-	pthread_mutex_unlock(&lock);
-	if (!node) {
-		free(e);
+	*e = (struct ihipEvent_t){.held.dev = current_device, .flags = flags};
+	if (!fake_handle_register(&lock, &events, e, &live_events))
 		return hipErrorOutOfMemory;
-	}
 	*event = e;
 	return hipSuccess;
 }
@@ -951,8 +844,7 @@ hipError_t hipEventDestroy(hipEvent_t event)
 	ENTER(hipEventDestroy);
 	NEED_DEVICES();
 	pthread_mutex_lock(&lock);
-	known = event && tdelete(event, &events, handle_cmp);
-	live_events -= known != 0;
+	known = fake_handle_remove(&events, event, &live_events);
 	pthread_mutex_unlock(&lock);
 	if (!known)
 		return done(hipErrorInvalidHandle);
@@ -971,9 +863,10 @@ hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream)
 		err = hipErrorInvalidHandle;
 	} else {
 		event->recorded = 1;
-		event->pending = __atomic_load_n(&hold_events, __ATOMIC_RELAXED) != 0;
-		event->stream = stream == hipStreamPerThread ? NULL : stream;
-		event->dev = stream && stream != hipStreamPerThread ? stream->dev : current_device;
+		event->held.pending = __atomic_load_n(&hold_events, __ATOMIC_RELAXED) != 0;
+		event->held.stream = stream == hipStreamPerThread ? NULL : stream;
+		event->held.dev =
+			stream && stream != hipStreamPerThread ? stream->dev : current_device;
 	}
 	pthread_mutex_unlock(&lock);
 	return done(err);
@@ -988,7 +881,7 @@ hipError_t hipEventQuery(hipEvent_t event)
 	pthread_mutex_lock(&lock);
 	if (!event_known(event))
 		err = hipErrorInvalidHandle;
-	else if (event->pending && __atomic_load_n(&hold_events, __ATOMIC_RELAXED))
+	else if (event->held.pending && __atomic_load_n(&hold_events, __ATOMIC_RELAXED))
 		err = hipErrorNotReady;
 	pthread_mutex_unlock(&lock);
 	return done(err);
@@ -1004,7 +897,7 @@ hipError_t hipEventSynchronize(hipEvent_t event)
 	NEED_DEVICES();
 	pthread_mutex_lock(&lock);
 	if (event_known(event))
-		event->pending = 0;
+		event->held.pending = 0;
 	else
 		err = hipErrorInvalidHandle;
 	pthread_mutex_unlock(&lock);
@@ -1020,7 +913,7 @@ void fake_hip_hold_events(int hold)
 
 hipError_t hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *devPtr)
 {
-	struct ipc_handle h;
+	struct fake_ipc_handle h;
 	struct range *r;
 	int found;
 
@@ -1030,16 +923,9 @@ hipError_t hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *devPtr)
 		return done(hipErrorInvalidValue);
 	pthread_mutex_lock(&lock);
 	r = range_at(devPtr);
-	found = r && r->kind == R_DEVICE;
-	if (found) {
-		memset(&h, 0, sizeof h);
-		memcpy(h.magic, ipc_magic, sizeof h.magic);
-		h.pid = getpid();
-		h.dev = r->dev;
-		h.base = r->base;
-		h.offset = (uintptr_t)devPtr - r->base;
-		h.serial = r->serial;
-	}
+	found = r && r->span.kind == R_DEVICE;
+	if (found)
+		fake_ipc_export(&h, ipc_magic, &r->span, r->dev, (uintptr_t)devPtr);
 	pthread_mutex_unlock(&lock);
 	if (!found)
 		return done(hipErrorInvalidValue);
@@ -1054,7 +940,7 @@ hipError_t hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *devPtr)
 hipError_t hipIpcOpenMemHandle(void **devPtr, hipIpcMemHandle_t handle, unsigned int flags)
 {
 	hipError_t err = hipErrorInvalidValue;
-	struct ipc_handle h;
+	struct fake_ipc_handle h;
 	struct range *r;
 
 	ENTER(hipIpcOpenMemHandle);
@@ -1067,11 +953,9 @@ hipError_t hipIpcOpenMemHandle(void **devPtr, hipIpcMemHandle_t handle, unsigned
 	if (h.pid != getpid())
 		return done(hipErrorMapFailed);
 	pthread_mutex_lock(&lock);
-	r = range_at((void *)h.base);
-	if (r && r->kind == R_DEVICE && r->base == h.base && r->serial == h.serial) {
-		r->ipc_opens++;
-		open_ipc++;
-		*devPtr = (char *)r->base + h.offset;
+	r = fake_ipc_open(&registry, &ranges, h.base, h.serial, R_DEVICE);
+	if (r) {
+		*devPtr = (char *)r->span.base + h.offset;
 		err = hipSuccess;
 	}
 	pthread_mutex_unlock(&lock);
@@ -1089,9 +973,8 @@ hipError_t hipIpcCloseMemHandle(void *devPtr)
 		return done(hipErrorInvalidValue);
 	pthread_mutex_lock(&lock);
 	r = range_at(devPtr);
-	if (r && r->kind == R_DEVICE && r->ipc_opens) {
-		r->ipc_opens--;
-		open_ipc--;
+	if (r && r->span.kind == R_DEVICE && r->span.ipc_opens) {
+		fake_range_ipc_close(&registry, &r->span);
 		err = hipSuccess;
 	}
 	pthread_mutex_unlock(&lock);
@@ -1105,45 +988,26 @@ size_t fake_hip_live(void)
 	size_t n;
 
 	pthread_mutex_lock(&lock);
-	n = live_count[R_DEVICE] + live_count[R_HOST] + live_streams + live_events;
+	n = registry.live_count[R_DEVICE] + registry.live_count[R_HOST] + live_streams + live_events;
 	pthread_mutex_unlock(&lock);
 	return n;
 }
 
-static void report(FILE *out)
+/* What the report says beyond the ranges, under lock. */
+static void unload_report(void)
 {
-	for (int k = 0; k < R_KINDS; k++)
-		if (live_count[k])
-			fprintf(out, "fake-hip: %lu %s(s), %zu bytes, still live at unload\n",
-				live_count[k], kind_names[k], live_bytes[k]);
-	if (live_streams)
-		fprintf(out, "fake-hip: %lu stream(s) still live at unload\n", live_streams);
-	if (live_events)
-		fprintf(out, "fake-hip: %lu event(s) still live at unload\n", live_events);
-	if (open_ipc)
-		fprintf(out, "fake-hip: %lu IPC mapping(s) still open at unload\n", open_ipc);
+	const struct fake_leak others[] = {
+		{"stream", live_streams, 0, 0, "live"},
+		{"event", live_events, 0, 0, "live"},
+	};
+
+	fake_registry_unload(&registry, others, sizeof others / sizeof *others);
 }
 
-/* What is still live is left as it is: the program may yet use it. */
 __attribute__((destructor)) static void fake_hip_unload(void)
 {
-	const char *path = secure_getenv("FAKE_HIP_LEAKS");
-	FILE *f;
-
 	pthread_mutex_lock(&lock);
-	if (live_count[R_DEVICE] || live_count[R_HOST] || live_count[R_REGISTERED] || live_streams ||
-	    live_events || open_ipc) {
-		report(stderr);
-		if (path && *path) {
-			if ((f = fopen(path, "a"))) {
-				report(f);
-				fclose(f);
-			} else {
-				fprintf(stderr, "fake-hip: FAKE_HIP_LEAKS: %s: %s\n", path,
-					strerror(errno));
-			}
-		}
-	}
+	unload_report();
 	pthread_mutex_unlock(&lock);
 }
 

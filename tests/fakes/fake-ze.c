@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fake-controls.h"
+#include "fake-registry.h"
 
 /* Everything not static is the loader's API or a test control, and must stay
  * reachable by dlsym() whatever -fvisibility the build uses. */
@@ -159,28 +160,27 @@ static void *lists;
 static void *pools;
 static void *events;
 static void *physicals;
-static unsigned long next_serial;
 
 enum range_kind { R_DEVICE, R_HOST, R_RESERVED, R_MAPPED, R_KINDS };
 static const char *const kind_names[R_KINDS] = {"device allocation", "host allocation",
 						"virtual reservation", "virtual mapping"};
-static unsigned long live_count[R_KINDS];
-static size_t live_bytes[R_KINDS];
+_Static_assert(R_KINDS <= FAKE_REGISTRY_KINDS, "the registry counts every kind");
+static struct fake_registry registry = {
+	.fake = "fake-ze",
+	.leaks_env = "FAKE_ZE_LEAKS",
+	.kind_names = kind_names,
+	.n_kinds = R_KINDS,
+};
 static unsigned long live_contexts, live_lists, live_pools, live_events, live_physicals;
 static size_t physical_bytes;
-static unsigned long open_ipc;
 
 struct range {
-	uintptr_t base;
-	size_t size;
+	struct fake_range span; /* first, for the registry; its kind is an enum range_kind */
 	size_t mapped; /* host allocations and reservations: the length given to mmap() */
-	enum range_kind kind;
 	ze_context_handle_t ctx;
 	int phys;                       /* device allocations: physical ordinal */
 	int prot;                       /* mappings: what the pages allow */
 	ze_physical_mem_handle_t pmem;  /* mappings: what backs them */
-	unsigned ipc_opens;
-	unsigned long serial; /* tells a reused address from the one an IPC handle named */
 };
 
 /* What an IPC handle carries; it must fit ZE_MAX_IPC_HANDLE_SIZE. */
@@ -359,74 +359,10 @@ static uint32_t count_idiom(uint32_t *count_p, const void *array, uint32_t n)
 
 /* ---- the registries ---- */
 
-static int range_cmp(const void *a, const void *b)
-{
-	const struct range *x = a, *y = b;
-
-	if (x->base + x->size <= y->base)
-		return -1;
-	if (y->base + y->size <= x->base)
-		return 1;
-	return 0; /* overlapping: for a one-byte key, the range that holds it */
-}
-
-static int handle_cmp(const void *a, const void *b)
-{
-	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The live range of tree overlapping [p, p + size), under lock; NULL if none. */
-static struct range *range_in(void *const *tree, const void *p, size_t size)
-{
-	struct range key = {.base = (uintptr_t)p, .size = size ? size : 1};
-	void *node = tfind(&key, tree, range_cmp);
-
-	return node ? *(struct range **)node : NULL;
-}
-
+/* The live range holding address p, under lock; NULL if none. */
 static struct range *range_at(const void *p)
 {
-	return range_in(&ranges, p, 1);
-}
-
-/* Enters r in tree, under lock; returns the range it overlaps instead, or
- * NULL when out of memory. */
-static struct range *range_add(void **tree, struct range *r)
-{
-	void *node = tsearch(r, tree, range_cmp);
-
-	if (!node)
-		return NULL;
-	if (*(struct range **)node != r)
-		return *(struct range **)node;
-	r->serial = ++next_serial;
-	live_count[r->kind]++;
-	live_bytes[r->kind] += r->size;
-	return r;
-}
-
-static void range_remove(void **tree, struct range *r)
-{
-	tdelete(r, tree, range_cmp);
-	live_count[r->kind]--;
-	live_bytes[r->kind] -= r->size;
-	open_ipc -= r->ipc_opens;
-}
-
-static int known(void *const *tree, const void *h)
-{
-	return h && tfind(h, tree, handle_cmp);
-}
-
-/* Enters handle h in tree, under lock; 0 when out of memory. */
-static int handle_add(void **tree, void *h, unsigned long *live)
-{
-	if (!tsearch(h, tree, handle_cmp))
-		return 0;
-	++*live;
-	return 1;
+	return fake_range_in(&ranges, (uintptr_t)p, 1);
 }
 
 /* The usual first check of a handle argument, under lock. */
@@ -435,7 +371,7 @@ static ze_result_t check_handle(void *const *tree, const void *h)
 	if (!h)
 		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
 	/* What the validation layer's handle tracking answers for a stale handle. */
-	return known(tree, h) ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	return fake_handle_known(tree, h) ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_INVALID_ARGUMENT;
 }
 
 static ze_result_t check_device(ze_device_handle_t d)
@@ -664,7 +600,7 @@ ze_result_t zeContextCreate(ze_driver_handle_t hDriver, const ze_context_desc_t 
 	if (!(ctx = calloc(1, sizeof *ctx)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	pthread_mutex_lock(&lock);
-	ok = handle_add(&contexts, ctx, &live_contexts);
+	ok = fake_handle_add(&contexts, ctx, &live_contexts);
 	pthread_mutex_unlock(&lock);
 	if (!ok) {
 		free(ctx);
@@ -686,8 +622,7 @@ ze_result_t zeContextDestroy(ze_context_handle_t hContext)
 	if (res == ZE_RESULT_SUCCESS && hContext->objects)
 		res = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
 	if (res == ZE_RESULT_SUCCESS) {
-		tdelete(hContext, &contexts, handle_cmp);
-		live_contexts--;
+		fake_handle_remove(&contexts, hContext, &live_contexts);
 	}
 	pthread_mutex_unlock(&lock);
 	if (res == ZE_RESULT_SUCCESS)
@@ -751,17 +686,17 @@ ze_result_t zeMemAllocDevice(ze_context_handle_t hContext, const ze_device_mem_a
 	p = aligned_alloc(align, (size + align - 1) & ~(align - 1));
 	pthread_mutex_lock(&lock);
 	/* The context may have gone meanwhile: a race in the caller, refused. */
-	if (r && p && known(&contexts, hContext)) {
-		*r = (struct range){.base = (uintptr_t)p, .size = size, .kind = R_DEVICE,
+	if (r && p && fake_handle_known(&contexts, hContext)) {
+		*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_DEVICE},
 				    .ctx = hContext, .phys = phys};
-		if (range_add(&ranges, r) == r) {
+		if (fake_range_add(&registry, &ranges, &r->span) == r) {
 			hContext->objects++;
 			pthread_mutex_unlock(&lock);
 			*pptr = p;
 			return ZE_RESULT_SUCCESS;
 		}
 	}
-	res = r && p && !known(&contexts, hContext) ? ZE_RESULT_ERROR_INVALID_ARGUMENT :
+	res = r && p && !fake_handle_known(&contexts, hContext) ? ZE_RESULT_ERROR_INVALID_ARGUMENT :
 						       ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	used[phys] -= size;
 	pthread_mutex_unlock(&lock);
@@ -827,12 +762,12 @@ ze_result_t zeMemAllocHost(ze_context_handle_t hContext, const ze_host_mem_alloc
 		free(r);
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	}
-	*r = (struct range){.base = (uintptr_t)p, .size = size, .mapped = len, .kind = R_HOST,
-			    .ctx = hContext};
+	*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_HOST},
+			    .mapped = len, .ctx = hContext};
 	pthread_mutex_lock(&lock);
-	if (!known(&contexts, hContext))
+	if (!fake_handle_known(&contexts, hContext))
 		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
-	else if (range_add(&ranges, r) != r)
+	else if (fake_range_add(&registry, &ranges, &r->span) != r)
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	else
 		hContext->objects++;
@@ -861,19 +796,20 @@ ze_result_t zeMemFree(ze_context_handle_t hContext, void *ptr)
 		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
-		if (!r || r->base != (uintptr_t)ptr || r->kind > R_HOST || r->ctx != hContext)
+		if (!r || r->span.base != (uintptr_t)ptr || r->span.kind > R_HOST ||
+		    r->ctx != hContext)
 			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
 	}
 	if (res == ZE_RESULT_SUCCESS) {
-		range_remove(&ranges, r);
-		if (r->kind == R_DEVICE)
-			used[r->phys] -= r->size;
+		fake_range_remove(&registry, &ranges, &r->span);
+		if (r->span.kind == R_DEVICE)
+			used[r->phys] -= r->span.size;
 		hContext->objects--;
 	}
 	pthread_mutex_unlock(&lock);
 	if (res != ZE_RESULT_SUCCESS)
 		return res;
-	if (r->kind == R_DEVICE)
+	if (r->span.kind == R_DEVICE)
 		free(ptr);
 	else
 		munmap(ptr, r->mapped);
@@ -914,22 +850,22 @@ ze_result_t zeMemGetAllocProperties(ze_context_handle_t hContext, const void *pt
 	p->id = 0;
 	p->pageSize = 0;
 	r = range_at(ptr);
-	if (r && r->kind == R_RESERVED)
-		r = range_in(&mappings, ptr, 1);
-	if (r && r->kind == R_DEVICE) {
+	if (r && r->span.kind == R_RESERVED)
+		r = fake_range_in(&mappings, (uintptr_t)ptr, 1);
+	if (r && r->span.kind == R_DEVICE) {
 		p->type = ZE_MEMORY_TYPE_DEVICE;
 		p->pageSize = DEVICE_PAGE;
 		dev = device_of(r->phys);
-	} else if (r && r->kind == R_HOST) {
+	} else if (r && r->span.kind == R_HOST) {
 		p->type = ZE_MEMORY_TYPE_HOST;
 		p->pageSize = (uint64_t)sysconf(_SC_PAGESIZE);
-	} else if (r && r->kind == R_MAPPED) {
+	} else if (r && r->span.kind == R_MAPPED) {
 		p->type = ZE_MEMORY_TYPE_DEVICE;
 		p->pageSize = VM_PAGE;
 		dev = device_of(r->pmem->phys);
 	}
 	if (r)
-		p->id = r->serial;
+		p->id = r->span.serial;
 	pthread_mutex_unlock(&lock);
 	if (phDevice)
 		*phDevice = dev;
@@ -952,15 +888,16 @@ ze_result_t zeMemGetAddressRange(ze_context_handle_t hContext, const void *ptr, 
 		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
-		if (r && r->kind == R_RESERVED)
-			r = range_in(&mappings, ptr, 1);
-		if (!r || (r->kind != R_DEVICE && r->kind != R_HOST && r->kind != R_MAPPED)) {
+		if (r && r->span.kind == R_RESERVED)
+			r = fake_range_in(&mappings, (uintptr_t)ptr, 1);
+		if (!r || (r->span.kind != R_DEVICE && r->span.kind != R_HOST &&
+			   r->span.kind != R_MAPPED)) {
 			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
 		} else {
 			if (pBase)
-				*pBase = (void *)r->base;
+				*pBase = (void *)r->span.base;
 			if (pSize)
-				*pSize = r->size;
+				*pSize = r->span.size;
 		}
 	}
 	pthread_mutex_unlock(&lock);
@@ -995,9 +932,9 @@ ze_result_t zeCommandListCreateImmediate(ze_context_handle_t hContext, ze_device
 	*l = (struct _ze_command_list_handle_t){.ctx = hContext, .dev = hDevice,
 						 .ordinal = altdesc->ordinal};
 	pthread_mutex_lock(&lock);
-	if (!known(&contexts, hContext))
+	if (!fake_handle_known(&contexts, hContext))
 		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
-	else if (!handle_add(&lists, l, &live_lists))
+	else if (!fake_handle_add(&lists, l, &live_lists))
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	else
 		hContext->objects++;
@@ -1018,8 +955,7 @@ ze_result_t zeCommandListDestroy(ze_command_list_handle_t hCommandList)
 	pthread_mutex_lock(&lock);
 	res = check_handle(&lists, hCommandList);
 	if (res == ZE_RESULT_SUCCESS) {
-		tdelete(hCommandList, &lists, handle_cmp);
-		live_lists--;
+		fake_handle_remove(&lists, hCommandList, &live_lists);
 		hCommandList->ctx->objects--;
 	}
 	pthread_mutex_unlock(&lock);
@@ -1076,20 +1012,20 @@ static void signal_event(ze_event_handle_t e)
 static int copy_side_ok(const void *p, size_t size, int prot)
 {
 	uintptr_t a = (uintptr_t)p, end = a + size;
-	struct range *r = range_in(&ranges, p, size);
+	struct range *r = fake_range_in(&ranges, (uintptr_t)p, size);
 
 	if (!r)
 		return 1;
-	if (a < r->base || size > r->base + r->size - a)
+	if (a < r->span.base || size > r->span.base + r->span.size - a)
 		return 0;
-	if (r->kind != R_RESERVED)
+	if (r->span.kind != R_RESERVED)
 		return 1;
 	while (a < end) {
-		struct range *m = range_in(&mappings, (void *)a, 1);
+		struct range *m = fake_range_in(&mappings, a, 1);
 
 		if (!m || (m->prot & prot) != prot)
 			return 0;
-		a = m->base + m->size;
+		a = m->span.base + m->span.size;
 	}
 	return 1;
 }
@@ -1189,9 +1125,9 @@ ze_result_t zeEventPoolCreate(ze_context_handle_t hContext, const ze_event_pool_
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	}
 	pthread_mutex_lock(&lock);
-	if (!known(&contexts, hContext))
+	if (!fake_handle_known(&contexts, hContext))
 		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
-	else if (!handle_add(&pools, pool, &live_pools))
+	else if (!fake_handle_add(&pools, pool, &live_pools))
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	else
 		hContext->objects++;
@@ -1216,8 +1152,7 @@ ze_result_t zeEventPoolDestroy(ze_event_pool_handle_t hEventPool)
 	if (res == ZE_RESULT_SUCCESS && hEventPool->live)
 		res = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
 	if (res == ZE_RESULT_SUCCESS) {
-		tdelete(hEventPool, &pools, handle_cmp);
-		live_pools--;
+		fake_handle_remove(&pools, hEventPool, &live_pools);
 		hEventPool->ctx->objects--;
 	}
 	pthread_mutex_unlock(&lock);
@@ -1252,7 +1187,7 @@ ze_result_t zeEventCreate(ze_event_pool_handle_t hEventPool, const ze_event_desc
 	if (res == ZE_RESULT_SUCCESS &&
 	    (desc->index >= hEventPool->count || hEventPool->used[desc->index]))
 		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
-	if (res == ZE_RESULT_SUCCESS && !handle_add(&events, e, &live_events))
+	if (res == ZE_RESULT_SUCCESS && !fake_handle_add(&events, e, &live_events))
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	if (res == ZE_RESULT_SUCCESS) {
 		hEventPool->used[desc->index] = 1;
@@ -1275,8 +1210,7 @@ ze_result_t zeEventDestroy(ze_event_handle_t hEvent)
 	pthread_mutex_lock(&lock);
 	res = check_handle(&events, hEvent);
 	if (res == ZE_RESULT_SUCCESS) {
-		tdelete(hEvent, &events, handle_cmp);
-		live_events--;
+		fake_handle_remove(&events, hEvent, &live_events);
 		hEvent->pool->used[hEvent->index] = 0;
 		hEvent->pool->live--;
 		/* A thread waiting on it must see it gone. */
@@ -1398,12 +1332,12 @@ ze_result_t zeMemGetIpcHandle(ze_context_handle_t hContext, const void *ptr, ze_
 		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
-		if (r && r->kind == R_DEVICE && r->base == (uintptr_t)ptr) {
+		if (r && r->span.kind == R_DEVICE && r->span.base == (uintptr_t)ptr) {
 			memset(&h, 0, sizeof h);
 			memcpy(h.magic, ipc_magic, sizeof h.magic);
 			h.pid = getpid();
-			h.base = r->base;
-			h.serial = r->serial;
+			h.base = r->span.base;
+			h.serial = r->span.serial;
 		} else {
 			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
 		}
@@ -1441,11 +1375,9 @@ ze_result_t zeMemOpenIpcHandle(ze_context_handle_t hContext, ze_device_handle_t 
 		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
 	res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
 	pthread_mutex_lock(&lock);
-	r = range_at((void *)h.base);
-	if (r && r->kind == R_DEVICE && r->base == h.base && r->serial == h.serial) {
-		r->ipc_opens++;
-		open_ipc++;
-		*pptr = (void *)r->base;
+	r = fake_ipc_open(&registry, &ranges, h.base, h.serial, R_DEVICE);
+	if (r) {
+		*pptr = (void *)r->span.base;
 		res = ZE_RESULT_SUCCESS;
 	}
 	pthread_mutex_unlock(&lock);
@@ -1464,9 +1396,9 @@ ze_result_t zeMemCloseIpcHandle(ze_context_handle_t hContext, const void *ptr)
 		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
-		if (r && r->kind == R_DEVICE && r->base == (uintptr_t)ptr && r->ipc_opens) {
-			r->ipc_opens--;
-			open_ipc--;
+		if (r && r->span.kind == R_DEVICE && r->span.base == (uintptr_t)ptr &&
+		    r->span.ipc_opens) {
+			fake_range_ipc_close(&registry, &r->span);
 		} else {
 			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
 		}
@@ -1536,12 +1468,12 @@ ze_result_t zeVirtualMemReserve(ze_context_handle_t hContext, const void *pStart
 		free(r);
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	}
-	*r = (struct range){.base = (uintptr_t)p, .size = size, .mapped = len, .kind = R_RESERVED,
-			    .ctx = hContext};
+	*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_RESERVED},
+			    .mapped = len, .ctx = hContext};
 	pthread_mutex_lock(&lock);
-	if (!known(&contexts, hContext))
+	if (!fake_handle_known(&contexts, hContext))
 		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
-	else if (range_add(&ranges, r) != r)
+	else if (fake_range_add(&registry, &ranges, &r->span) != r)
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	else
 		hContext->objects++;
@@ -1558,10 +1490,10 @@ ze_result_t zeVirtualMemReserve(ze_context_handle_t hContext, const void *pStart
 /* Removes mapping m, under lock; its pages go back to reserved address space. */
 static void unmap_one(struct range *m)
 {
-	range_remove(&mappings, m);
+	fake_range_remove(&registry, &mappings, &m->span);
 	m->pmem->maps--;
-	mmap((void *)m->base, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-	     -1, 0);
+	mmap((void *)m->span.base, m->span.size, PROT_NONE,
+	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 	free(m);
 }
 
@@ -1584,14 +1516,14 @@ ze_result_t zeVirtualMemFree(ze_context_handle_t hContext, const void *ptr, size
 		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
 	pthread_mutex_lock(&lock);
 	r = range_at(ptr);
-	if (!r || r->kind != R_RESERVED || r->base != (uintptr_t)ptr || r->size != size ||
-	    r->ctx != hContext) {
+	if (!r || r->span.kind != R_RESERVED || r->span.base != (uintptr_t)ptr ||
+	    r->span.size != size || r->ctx != hContext) {
 		pthread_mutex_unlock(&lock);
 		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
 	}
-	while ((m = range_in(&mappings, ptr, size)))
+	while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
 		unmap_one(m);
-	range_remove(&ranges, r);
+	fake_range_remove(&registry, &ranges, &r->span);
 	hContext->objects--;
 	pthread_mutex_unlock(&lock);
 	munmap((void *)ptr, r->mapped);
@@ -1641,9 +1573,9 @@ ze_result_t zePhysicalMemCreate(ze_context_handle_t hContext, ze_device_handle_t
 	pthread_mutex_lock(&lock);
 	if (fd < 0)
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	else if (!known(&contexts, hContext))
+	else if (!fake_handle_known(&contexts, hContext))
 		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
-	else if (!handle_add(&physicals, pm, &live_physicals))
+	else if (!fake_handle_add(&physicals, pm, &live_physicals))
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	if (res == ZE_RESULT_SUCCESS) {
 		hContext->objects++;
@@ -1677,8 +1609,7 @@ ze_result_t zePhysicalMemDestroy(ze_context_handle_t hContext, ze_physical_mem_h
 	if (res == ZE_RESULT_SUCCESS && hPhysicalMemory->maps)
 		res = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
 	if (res == ZE_RESULT_SUCCESS) {
-		tdelete(hPhysicalMemory, &physicals, handle_cmp);
-		live_physicals--;
+		fake_handle_remove(&physicals, hPhysicalMemory, &live_physicals);
 		physical_bytes -= hPhysicalMemory->size;
 		used[hPhysicalMemory->phys] -= hPhysicalMemory->size;
 		hContext->objects--;
@@ -1725,19 +1656,19 @@ ze_result_t zeVirtualMemMap(ze_context_handle_t hContext, const void *ptr, size_
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
 		if (hPhysicalMemory->ctx != hContext || offset > hPhysicalMemory->size ||
-		    size > hPhysicalMemory->size - offset || !r || r->kind != R_RESERVED ||
-		    r->ctx != hContext || size > r->base + r->size - a ||
-		    range_in(&mappings, ptr, size))
+		    size > hPhysicalMemory->size - offset || !r || r->span.kind != R_RESERVED ||
+		    r->ctx != hContext || size > r->span.base + r->span.size - a ||
+		    fake_range_in(&mappings, (uintptr_t)ptr, size))
 			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
 	}
 	if (res == ZE_RESULT_SUCCESS) {
-		*m = (struct range){.base = a, .size = size, .kind = R_MAPPED, .ctx = hContext,
-				    .prot = prots[access], .pmem = hPhysicalMemory};
+		*m = (struct range){.span = {.base = a, .size = size, .kind = R_MAPPED},
+				    .ctx = hContext, .prot = prots[access], .pmem = hPhysicalMemory};
 		p = mmap((void *)ptr, size, prots[access], MAP_SHARED | MAP_FIXED, hPhysicalMemory->fd,
 			 (off_t)offset);
 		if (p == MAP_FAILED) {
 			res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-		} else if (range_add(&mappings, m) != m) {
+		} else if (fake_range_add(&registry, &mappings, &m->span) != m) {
 			mmap((void *)ptr, size, PROT_NONE,
 			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 			res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
@@ -1772,15 +1703,16 @@ ze_result_t zeVirtualMemUnmap(ze_context_handle_t hContext, const void *ptr, siz
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS) {
 		/* The first and last mappings touched are the only ones that could stick out. */
-		struct range *first = range_in(&mappings, ptr, 1);
-		struct range *last = range_in(&mappings, (void *)(end - 1), 1);
+		struct range *first = fake_range_in(&mappings, (uintptr_t)ptr, 1);
+		struct range *last = fake_range_in(&mappings, end - 1, 1);
 
-		if ((first && first->base < a) || (last && last->base + last->size > end) ||
-		    !(m = range_in(&mappings, ptr, size)) || m->ctx != hContext)
+		if ((first && first->span.base < a) ||
+		    (last && last->span.base + last->span.size > end) ||
+		    !(m = fake_range_in(&mappings, a, size)) || m->ctx != hContext)
 			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
 	}
 	if (res == ZE_RESULT_SUCCESS)
-		while ((m = range_in(&mappings, ptr, size)))
+		while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
 			unmap_one(m);
 	pthread_mutex_unlock(&lock);
 	return res;
@@ -1793,57 +1725,31 @@ size_t fake_ze_live(void)
 	size_t n;
 
 	pthread_mutex_lock(&lock);
-	n = live_count[R_DEVICE] + live_count[R_HOST] + live_count[R_RESERVED] + live_physicals +
+	n = registry.live_count[R_DEVICE] + registry.live_count[R_HOST] +
+	    registry.live_count[R_RESERVED] + live_physicals +
 	    live_lists + live_pools + live_events + live_contexts;
 	pthread_mutex_unlock(&lock);
 	return n;
 }
 
-static void report(FILE *out)
+/* What the report says beyond the ranges, under lock. */
+static void unload_report(void)
 {
-	for (int k = 0; k < R_KINDS; k++)
-		if (live_count[k])
-			fprintf(out, "fake-ze: %lu %s(s), %zu bytes, still live at unload\n",
-				live_count[k], kind_names[k], live_bytes[k]);
-	if (live_physicals)
-		fprintf(out, "fake-ze: %lu physical memory object(s), %zu bytes, still live at unload\n",
-			live_physicals, physical_bytes);
-	if (live_lists)
-		fprintf(out, "fake-ze: %lu command list(s) still live at unload\n", live_lists);
-	if (live_events)
-		fprintf(out, "fake-ze: %lu event(s) still live at unload\n", live_events);
-	if (live_pools)
-		fprintf(out, "fake-ze: %lu event pool(s) still live at unload\n", live_pools);
-	if (live_contexts)
-		fprintf(out, "fake-ze: %lu context(s) still live at unload\n", live_contexts);
-	if (open_ipc)
-		fprintf(out, "fake-ze: %lu IPC mapping(s) still open at unload\n", open_ipc);
+	const struct fake_leak others[] = {
+		{"physical memory object", live_physicals, 1, physical_bytes, "live"},
+		{"command list", live_lists, 0, 0, "live"},
+		{"event", live_events, 0, 0, "live"},
+		{"event pool", live_pools, 0, 0, "live"},
+		{"context", live_contexts, 0, 0, "live"},
+	};
+
+	fake_registry_unload(&registry, others, sizeof others / sizeof *others);
 }
 
-/* What is still live is left as it is: the program may yet use it. */
 __attribute__((destructor)) static void fake_ze_unload(void)
 {
-	const char *path = secure_getenv("FAKE_ZE_LEAKS");
-	int leaks = 0;
-	FILE *f;
-
 	pthread_mutex_lock(&lock);
-	for (int k = 0; k < R_KINDS; k++)
-		leaks |= live_count[k] != 0;
-	leaks |= live_physicals || live_lists || live_events || live_pools || live_contexts ||
-		 open_ipc;
-	if (leaks) {
-		report(stderr);
-		if (path && *path) {
-			if ((f = fopen(path, "a"))) {
-				report(f);
-				fclose(f);
-			} else {
-				fprintf(stderr, "fake-ze: FAKE_ZE_LEAKS: %s: %s\n", path,
-					strerror(errno));
-			}
-		}
-	}
+	unload_report();
 	pthread_mutex_unlock(&lock);
 }
 
