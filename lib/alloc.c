@@ -667,16 +667,14 @@ static struct block *expandable_grow(struct allocator *a, struct stream_pool *po
 		seg->pages[first + i] = h;
 	}
 	if (i < n) {
-		/* All or nothing; the driver's reason is the detail message. */
-		char why[512];
-
-		snprintf(why, sizeof why, "%s", devcache_last_error());
+		/* All or nothing; the driver's reason, kept before unmapping
+		 * can replace it, is the detail message. */
 		driver_refused(a, DEVCACHE_ENOMEM);
 		while (i--)
 			unmap_page(a, seg, first + i);
 		if (nb != best)
 			block_delete(a, nb);
-		err_set(DEVCACHE_ENOMEM, "%s", why);
+		err_set(DEVCACHE_ENOMEM, "%s", a->driver_why);
 		return NULL;
 	}
 	a->stats.num_device_alloc += n;
@@ -899,9 +897,6 @@ static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size,
 			       requested, a->driver_why);
 	a->stats.num_ooms++;
 	if (a->kind == ALLOC_PINNED) {
-		char driver[512];
-
-		snprintf(driver, sizeof driver, "%s", devcache_last_error());
 		format_size(seg_size, req, sizeof req);
 		format_size((uint64_t)allocated, alloc, sizeof alloc);
 		format_size(a->reserved_total - (uint64_t)allocated, unused, sizeof unused);
@@ -909,7 +904,7 @@ static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size,
 			       _("%s: out of pinned host memory: cannot allocate %zu bytes (a %s "
 				 "segment); libdevcache has %s of it allocated and %s cached; the "
 				 "driver said: %s"),
-			       a->dev->id, requested, req, alloc, unused, driver);
+			       a->dev->id, requested, req, alloc, unused, a->driver_why);
 	}
 	be->ops->mem_get_info(be->state, a->dev->ordinal, &free_mem, &total);
 	format_size(seg_size, req, sizeof req);
@@ -944,11 +939,13 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 	if (!pool)
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 	a->clock++;
-	a->driver_rc = 0;
 	if (a->events_head)
 		process_events(a, false);
 	size_t seg = segment_size(a, rsize);
 	if (!(b = find_cached(a, pool, small, rsize))) {
+		/* Only a miss asks the driver: only then can it refuse. */
+		a->driver_rc = 0;
+		a->driver_why[0] = '\0';
 		if (a->gc_threshold > 0)
 			collect_garbage(a, seg);
 		b = grow(a, pool, small, rsize, seg, false, &capped);

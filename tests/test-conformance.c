@@ -82,26 +82,22 @@ static devcache_ctx_t *open_target(const struct target *t, const char *more, dev
 		if (!backend_built(t->backend))
 			skip_because("the %s backend is not built (configure found no headers for it)",
 				     t->backend);
+		/* The runtime library: the fake's, one a variable names, or the
+		 * backend's default ("" in the options). */
+		const char *lib = "";
 		if (t->kind == T_FAKE) {
 			snprintf(path, sizeof path, "%s/%s", test_env("TEST_FAKES"), t->fake);
 			if (!file_exists(path))
 				skip_because("the fake runtime %s is not built", t->fake);
-			snprintf(opts, sizeof opts,
-				 "log_level:error,backend_path:%s,backends:%s,%s_library:%s%s%s",
-				 test_env("TEST_BACKENDS"), t->backend, t->backend, path, *m ? "," : "",
-				 m);
+			lib = path;
 		} else if (t->library) {
-			const char *lib = getenv(t->library);
-
+			lib = getenv(t->library);
 			if (!lib || !*lib)
 				skip_because("%s: configure found no such library", t->label);
-			snprintf(opts, sizeof opts,
-				 "log_level:error,backend_path:%s,backends:%s,%s_library:%s%s%s",
-				 test_env("TEST_BACKENDS"), t->backend, t->backend, lib, *m ? "," : "", m);
-		} else {
-			snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:%s%s%s",
-				 test_env("TEST_BACKENDS"), t->backend, *m ? "," : "", m);
 		}
+		snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:%s%s%s%s%s%s%s",
+			 test_env("TEST_BACKENDS"), t->backend, *lib ? "," : "", *lib ? t->backend : "",
+			 *lib ? "_library:" : "", lib, *m ? "," : "", m);
 		break;
 	}
 	if (devcache_open_ex(&ctx, &args))

@@ -250,21 +250,28 @@ static void probe_vmm(struct cuda_state *s, struct cuda_device *d)
 	d->vmm = true;
 }
 
+/* Why the backend has no device: the library, the call, the driver's words. */
+static void no_device(struct cuda_state *s, CUresult e, const char *call, char *why,
+		      size_t why_size)
+{
+	char text[256];
+
+	describe(s, e, text, sizeof text);
+	snprintf(why, why_size, "%s: %s: %s", s->lib_name, call, text);
+}
+
 /* Finds the devices; a failure leaves the backend with none and says why. */
 static int find_devices(struct cuda_state *s, char *why, size_t why_size)
 {
-	char text[256];
 	CUresult e;
 	int n = 0;
 
 	if ((e = s->cuInit(0)) != CUDA_SUCCESS) {
-		describe(s, e, text, sizeof text);
-		snprintf(why, why_size, "%s: cuInit: %s", s->lib_name, text);
+		no_device(s, e, "cuInit", why, why_size);
 		return 0;
 	}
 	if ((e = s->cuDeviceGetCount(&n)) != CUDA_SUCCESS || n < 0) {
-		describe(s, e, text, sizeof text);
-		snprintf(why, why_size, "%s: cuDeviceGetCount: %s", s->lib_name, text);
+		no_device(s, e, "cuDeviceGetCount", why, why_size);
 		return 0;
 	}
 	if (n == 0) {
@@ -275,8 +282,10 @@ static int find_devices(struct cuda_state *s, char *why, size_t why_size)
 		return s->host->error(DEVCACHE_ENOMEM, "cuda: out of memory");
 	for (int i = 0; i < n; i++) {
 		if ((e = s->cuDeviceGet(&s->devices[i].handle, i)) != CUDA_SUCCESS) {
-			describe(s, e, text, sizeof text);
-			snprintf(why, why_size, "%s: cuDeviceGet(%d): %s", s->lib_name, i, text);
+			char call[32];
+
+			snprintf(call, sizeof call, "cuDeviceGet(%d)", i);
+			no_device(s, e, call, why, why_size);
 			free(s->devices);
 			s->devices = NULL;
 			return 0;
