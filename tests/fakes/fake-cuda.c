@@ -1304,32 +1304,6 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
 	return CUDA_SUCCESS;
 }
 
-/* The length mmap()ed, at least len, aligned to align; NULL if none. */
-static void *map_aligned(size_t len, size_t align, size_t *mapped_p)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), total, head;
-	uintptr_t p;
-	void *m;
-
-	len = (len + page - 1) & ~(page - 1);
-	if (align < page)
-		align = page;
-	if (len > SIZE_MAX - align)
-		return NULL;
-	total = len + align - page;
-	m = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
-		return NULL;
-	p = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
-	head = p - (uintptr_t)m;
-	if (head)
-		munmap(m, head);
-	if (total - head > len)
-		munmap((void *)(p + len), total - head - len);
-	*mapped_p = len;
-	return (void *)p;
-}
-
 /* Address space only, PROT_NONE. As documented, size and addr are multiples
  * of the host page size and alignment a power of two or 0; the fake aligns a
  * reservation to the granularity at least, so that its start can be mapped.
@@ -1360,7 +1334,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 		if (p != (void *)(uintptr_t)addr)
 			p = NULL;
 	}
-	if (!p && !(p = map_aligned(size, alignment, &len))) {
+	if (!p && !(p = fake_map_aligned(size, alignment, PROT_NONE, &len))) {
 		free(r);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}

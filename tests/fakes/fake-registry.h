@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -331,6 +332,33 @@ static inline void fake_registry_unload(const struct fake_registry *reg,
 		fprintf(stderr, "%s: %s: %s: %s\n", reg->fake, reg->leaks_env, path,
 			strerror(errno));
 	}
+}
+
+/* Pages of [len rounded to page], mapped with prot, at an alignment of at
+ * least a page; the length to munmap() goes to *mapped_p.  NULL if none. */
+static inline void *fake_map_aligned(size_t len, size_t align, int prot, size_t *mapped_p)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), total, head;
+	uintptr_t p;
+	void *m;
+
+	len = (len + page - 1) & ~(page - 1);
+	if (align < page)
+		align = page;
+	if (len > SIZE_MAX - align)
+		return NULL;
+	total = len + align - page;
+	m = mmap(NULL, total, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	p = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
+	head = p - (uintptr_t)m;
+	if (head)
+		munmap(m, head);
+	if (total - head > len)
+		munmap((void *)(p + len), total - head - len);
+	*mapped_p = len;
+	return (void *)p;
 }
 
 #endif

@@ -709,33 +709,6 @@ ze_result_t zeMemAllocDevice(ze_context_handle_t hContext, const ze_device_mem_a
 	(ZE_HOST_MEM_ALLOC_FLAG_BIAS_CACHED | ZE_HOST_MEM_ALLOC_FLAG_BIAS_UNCACHED |               \
 	 ZE_HOST_MEM_ALLOC_FLAG_BIAS_WRITE_COMBINED | ZE_HOST_MEM_ALLOC_FLAG_BIAS_INITIAL_PLACEMENT)
 
-/* Pages of [len rounded to page] at an alignment of at least a page; the
- * length to munmap() goes to *mapped_p. */
-static void *map_aligned(size_t len, size_t align, int prot, size_t *mapped_p)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), total, head;
-	uintptr_t p;
-	void *m;
-
-	len = (len + page - 1) & ~(page - 1);
-	if (align < page)
-		align = page;
-	if (len > SIZE_MAX - align)
-		return NULL;
-	total = len + align - page;
-	m = mmap(NULL, total, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
-		return NULL;
-	p = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
-	head = p - (uintptr_t)m;
-	if (head)
-		munmap(m, head);
-	if (total - head > len)
-		munmap((void *)(p + len), total - head - len);
-	*mapped_p = len;
-	return (void *)p;
-}
-
 ze_result_t zeMemAllocHost(ze_context_handle_t hContext, const ze_host_mem_alloc_desc_t *host_desc,
 			   size_t size, size_t alignment, void **pptr)
 {
@@ -758,7 +731,7 @@ ze_result_t zeMemAllocHost(ze_context_handle_t hContext, const ze_host_mem_alloc
 	if (!(r = malloc(sizeof *r)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	/* Page aligned, as Intel's driver gives host allocations. */
-	if (!(p = map_aligned(size, alignment, PROT_READ | PROT_WRITE, &len))) {
+	if (!(p = fake_map_aligned(size, alignment, PROT_READ | PROT_WRITE, &len))) {
 		free(r);
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	}
@@ -1464,7 +1437,7 @@ ze_result_t zeVirtualMemReserve(ze_context_handle_t hContext, const void *pStart
 		if (p != pStart)
 			p = NULL;
 	}
-	if (!p && !(p = map_aligned(size, VM_PAGE, PROT_NONE, &len))) {
+	if (!p && !(p = fake_map_aligned(size, VM_PAGE, PROT_NONE, &len))) {
 		free(r);
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	}
