@@ -1,6 +1,6 @@
 /* alloc.c - the caching allocator: PyTorch's policy over the backend vtable, for every device. */
 #include "alloc.h"
-#include "backend.h"
+#include "backend-call.h"
 #include "trace.h"
 
 #include <inttypes.h>
@@ -20,18 +20,16 @@ static int driver_refused(struct allocator *a, int rc)
 
 static int driver_alloc(struct allocator *a, size_t size, void **ptr_p)
 {
-	struct backend *be = a->dev->backend;
-	int rc = a->kind == ALLOC_PINNED ? be->ops->host_alloc(be->state, size, ptr_p)
-					 : be->ops->mem_alloc(be->state, a->dev->ordinal, size, ptr_p);
+	int rc = a->kind == ALLOC_PINNED ? bk_host_alloc(a->dev, size, ptr_p)
+					 : bk_mem_alloc(a->dev, size, ptr_p);
 
 	return rc ? driver_refused(a, rc) : 0;
 }
 
 static void driver_free(struct allocator *a, void *ptr)
 {
-	struct backend *be = a->dev->backend;
-	int rc = a->kind == ALLOC_PINNED ? be->ops->host_free(be->state, ptr)
-					 : be->ops->mem_free(be->state, a->dev->ordinal, ptr);
+	int rc = a->kind == ALLOC_PINNED ? bk_host_free(a->dev, ptr)
+					 : bk_mem_free(a->dev, ptr);
 
 	/* Nothing can be done about a driver that will not take memory back
 	 * but say so: the memory is lost to this process. */
@@ -359,13 +357,12 @@ static void free_block(struct allocator *a, struct block *b)
 
 static void process_events(struct allocator *a, bool wait)
 {
-	struct backend *be = a->dev->backend;
 	struct pending_event **link = &a->events_head, *prev = NULL;
 
 	while (*link) {
 		struct pending_event *pe = *link;
-		int rc = wait ? be->ops->event_synchronize(be->state, a->dev->ordinal, pe->event)
-			      : be->ops->event_query(be->state, a->dev->ordinal, pe->event);
+		int rc = wait ? bk_event_synchronize(a->dev, pe->event)
+			      : bk_event_query(a->dev, pe->event);
 
 		if (rc == DEVCACHE_EAGAIN) {
 			prev = pe;
@@ -384,7 +381,7 @@ static void process_events(struct allocator *a, bool wait)
 				continue;
 			break;
 		}
-		be->ops->event_destroy(be->state, a->dev->ordinal, pe->event);
+		bk_event_destroy(a->dev, pe->event);
 		*link = pe->next;
 		if (a->events_tail == pe)
 			a->events_tail = prev;
@@ -397,23 +394,21 @@ static void process_events(struct allocator *a, bool wait)
 /* Record an event on each stream that used b; b is free once all complete. */
 static int defer_free(struct allocator *a, struct block *b)
 {
-	struct backend *be = a->dev->backend;
-
 	while (b->uses) {
 		struct stream_use *u = b->uses;
 		struct pending_event *pe = calloc(1, sizeof *pe);
-		int rc = pe ? be->ops->event_create(be->state, a->dev->ordinal, &pe->event)
+		int rc = pe ? bk_event_create(a->dev, &pe->event)
 			    : DEVCACHE_ENOMEM;
 
 		if (rc == 0) {
-			rc = be->ops->event_record(be->state, a->dev->ordinal, pe->event, u->stream);
+			rc = bk_event_record(a->dev, pe->event, u->stream);
 			if (rc)
-				be->ops->event_destroy(be->state, a->dev->ordinal, pe->event);
+				bk_event_destroy(a->dev, pe->event);
 		}
 		if (rc) {
 			/* Without an event the only safe way is to wait for the stream. */
 			free(pe);
-			if (be->ops->stream_synchronize(be->state, a->dev->ordinal, u->stream))
+			if (bk_stream_synchronize(a->dev, u->stream))
 				return err_set(DEVCACHE_EBACKEND,
 					       _("%s: cannot track the use of %p on a stream: %s"),
 					       a->dev->id, (void *)b->addr, devcache_last_error());
@@ -552,11 +547,10 @@ static void link_after(struct block *n, struct block *at, uintptr_t addr, size_t
 
 static void unmap_page(struct allocator *a, struct segment *seg, size_t i)
 {
-	struct backend *be = a->dev->backend;
 	void *va = (void *)(seg->base + i * seg->page);
 
-	if (be->ops->vm_unmap(be->state, a->dev->ordinal, va, seg->page) ||
-	    be->ops->vm_destroy(be->state, a->dev->ordinal, seg->pages[i]))
+	if (bk_vm_unmap(a->dev, va, seg->page) ||
+	    bk_vm_destroy(a->dev, seg->pages[i]))
 		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
 			_("%s: the driver refused to unmap %p: %s"), a->dev->id, va,
 			devcache_last_error());
@@ -572,7 +566,6 @@ static size_t expandable_page(const struct allocator *a, bool small)
 
 static struct segment *expandable_create(struct allocator *a, struct stream_pool *pool, bool small)
 {
-	struct backend *be = a->dev->backend;
 	size_t page = expandable_page(a, small);
 	size_t size = round_up(a->vm_space, page);
 	struct segment *seg = calloc(1, sizeof *seg);
@@ -586,7 +579,7 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 		err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 		return NULL;
 	}
-	if (be->ops->vm_reserve(be->state, a->dev->ordinal, size, &va)) {
+	if (bk_vm_reserve(a->dev, size, &va)) {
 		free(seg);
 		free(pages);
 		block_delete(a, b);
@@ -609,7 +602,6 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 static struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, bool small,
 				     size_t rsize, bool retry, bool *capped)
 {
-	struct backend *be = a->dev->backend;
 	struct segment *seg = pool->expandable[small];
 	struct block *best = NULL, *nb;
 	size_t map = SIZE_MAX, first, n, i;
@@ -658,10 +650,10 @@ static struct block *expandable_grow(struct allocator *a, struct stream_pool *po
 	for (i = 0; i < n; i++) {
 		void *va = (void *)(best->addr + i * seg->page), *h;
 
-		if (be->ops->vm_create(be->state, a->dev->ordinal, seg->page, &h))
+		if (bk_vm_create(a->dev, seg->page, &h))
 			break;
-		if (be->ops->vm_map(be->state, a->dev->ordinal, va, seg->page, h)) {
-			be->ops->vm_destroy(be->state, a->dev->ordinal, h);
+		if (bk_vm_map(a->dev, va, seg->page, h)) {
+			bk_vm_destroy(a->dev, h);
 			break;
 		}
 		seg->pages[first + i] = h;
@@ -884,7 +876,6 @@ static size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t 
 
 static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool capped)
 {
-	struct backend *be = a->dev->backend;
 	uint64_t free_mem = 0, total = 0;
 	char req[32], cap[32], fr[32], tot[32], alloc[32], unused[32];
 	int64_t allocated = a->stats.allocated_bytes[DEVCACHE_POOL_ALL].current;
@@ -906,7 +897,7 @@ static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size,
 				 "driver said: %s"),
 			       a->dev->id, requested, req, alloc, unused, a->driver_why);
 	}
-	be->ops->mem_get_info(be->state, a->dev->ordinal, &free_mem, &total);
+	bk_mem_get_info(a->dev, &free_mem, &total);
 	format_size(seg_size, req, sizeof req);
 	format_size(a->cap, cap, sizeof cap);
 	format_size(free_mem, fr, sizeof fr);
@@ -1071,7 +1062,6 @@ static int open_trace(struct allocator *a)
 int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct allocator **a_p)
 {
 	const struct tunable_set *t = &dev->ctx->tun;
-	struct backend *be = dev->backend;
 	struct allocator *a = calloc(1, sizeof *a);
 	uint64_t total;
 	int rc;
@@ -1109,7 +1099,7 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 				_("%s: expandable_segments is set, but the device cannot map memory; "
 				  "it gets ordinary segments"),
 				dev->id);
-		else if (be->ops->vm_granularity(be->state, dev->ordinal, &g) || !g || (g & (g - 1)))
+		else if (bk_vm_granularity(dev, &g) || !g || (g & (g - 1)))
 			log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
 				_("%s: expandable_segments is set, but the driver gives no usable "
 				  "mapping granularity; the device gets ordinary segments"),
@@ -1145,12 +1135,11 @@ void allocator_destroy(struct allocator *a)
 
 		a->segments = seg->snext;
 		if (seg->expandable) {
-			struct backend *be = a->dev->backend;
 
 			for (size_t i = 0; i < seg->size / seg->page; i++)
 				if (seg->pages[i])
 					unmap_page(a, seg, i);
-			if (be->ops->vm_release(be->state, a->dev->ordinal, seg->handle, seg->size))
+			if (bk_vm_release(a->dev, seg->handle, seg->size))
 				log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
 					_("%s: the driver refused to release %p: %s"), a->dev->id,
 					seg->handle, devcache_last_error());
@@ -1318,8 +1307,7 @@ int devcache_stream_create(devcache_device_t *dev, devcache_stream_t *stream_p)
 {
 	if (!dev || !stream_p)
 		return err_set(DEVCACHE_EINVAL, _("devcache_stream_create: NULL argument"));
-	struct backend *be = dev->backend;
-	return be->ops->stream_create(be->state, dev->ordinal, stream_p);
+	return bk_stream_create(dev, stream_p);
 }
 
 int devcache_stream_destroy(devcache_device_t *dev, devcache_stream_t stream)
@@ -1328,14 +1316,12 @@ int devcache_stream_destroy(devcache_device_t *dev, devcache_stream_t stream)
 		return err_set(DEVCACHE_EINVAL, _("devcache_stream_destroy: NULL device"));
 	if (!stream)
 		return 0; /* the default stream is not destroyed */
-	struct backend *be = dev->backend;
-	return be->ops->stream_destroy(be->state, dev->ordinal, stream);
+	return bk_stream_destroy(dev, stream);
 }
 
 int devcache_stream_synchronize(devcache_device_t *dev, devcache_stream_t stream)
 {
 	if (!dev)
 		return err_set(DEVCACHE_EINVAL, _("devcache_stream_synchronize: NULL device"));
-	struct backend *be = dev->backend;
-	return be->ops->stream_synchronize(be->state, dev->ordinal, stream);
+	return bk_stream_synchronize(dev, stream);
 }

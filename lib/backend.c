@@ -1,5 +1,5 @@
 /* backend.c - find, select, load and check backend modules; start the built-in host backend. */
-#include "backend.h"
+#include "backend-call.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -116,7 +116,7 @@ static void set_status(struct backend *be, enum devcache_backend_status status, 
 static void backend_stop(struct backend *be)
 {
 	if (be->ops && be->state)
-		be->ops->fini(be->state);
+		bk_fini(be);
 	be->state = NULL;
 	be->ops = NULL;
 	if (be->dl)
@@ -133,7 +133,7 @@ static int add_device(devcache_ctx_t *ctx, struct backend *be, int ordinal)
 	ctx->devices = grown;
 	struct devcache_device *dev = &ctx->devices[ctx->n_devices];
 	memset(dev, 0, sizeof *dev);
-	int rc = be->ops->device_info(be->state, ordinal, &dev->info);
+	int rc = bk_device_info(be, ordinal, &dev->info);
 	if (rc) {
 		log_msg(&ctx->log, DEVCACHE_LOG_WARNING, _("backend %s: device %d skipped: %s"),
 			be->name, ordinal, devcache_last_error());
@@ -191,7 +191,7 @@ static void backend_start(devcache_ctx_t *ctx, struct backend *be,
 		backend_stop(be);
 		return;
 	}
-	rc = ops->device_count(be->state, &n);
+	rc = bk_device_count(be, &n);
 	if (rc || n < 0) {
 		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("cannot count devices: %s"),
 			   rc ? devcache_last_error() : _("negative count"));

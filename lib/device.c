@@ -1,6 +1,6 @@
 /* device.c - naming, finding and describing backends and devices. */
 #include "alloc.h"
-#include "backend.h"
+#include "backend-call.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -99,15 +99,14 @@ int devcache_device_info(devcache_device_t *dev, devcache_device_info_t *info)
 
 	if (!dev || !info)
 		return err_set(DEVCACHE_EINVAL, _("devcache_device_info: NULL argument"));
-	struct backend *be = dev->backend;
-	int rc = be->ops->mem_get_info(be->state, dev->ordinal, &free_mem, &total);
+	int rc = bk_mem_get_info(dev, &free_mem, &total);
 	if (rc)
 		return err_set(rc, _("%s: cannot read memory information: %s"), dev->id,
 			       devcache_last_error());
 	memset(info, 0, sizeof *info);
 	snprintf(info->id, sizeof info->id, "%s", dev->id);
 	snprintf(info->name, sizeof info->name, "%s", dev->info.name);
-	snprintf(info->backend, sizeof info->backend, "%s", be->name);
+	snprintf(info->backend, sizeof info->backend, "%s", dev->backend->name);
 	snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "%s", dev->info.pci_bus_id);
 	info->ordinal = dev->ordinal;
 	info->total_memory = total ? total : dev->info.total_memory;
@@ -149,11 +148,10 @@ static int copy(devcache_device_t *dev, void *dst, const void *src, size_t size,
 		return err_set(DEVCACHE_EINVAL, _("%s: NULL argument"), fn);
 	if (!size)
 		return 0;
-	struct backend *be = dev->backend;
-	rc = to_device ? be->ops->memcpy_htod(be->state, dev->ordinal, dst, src, size, stream)
-		       : be->ops->memcpy_dtoh(be->state, dev->ordinal, dst, src, size, stream);
+	rc = to_device ? bk_memcpy_htod(dev, dst, src, size, stream)
+		       : bk_memcpy_dtoh(dev, dst, src, size, stream);
 	if (rc == 0)
-		rc = be->ops->stream_synchronize(be->state, dev->ordinal, stream);
+		rc = bk_stream_synchronize(dev, stream);
 	return rc;
 }
 

@@ -1,7 +1,7 @@
 /* model-cache.c - loading model files onto devices (zero-copy on the host, a pinned staging ring elsewhere) and caching them within RAM and VRAM budgets. */
 #include "model-file.h"
 #include "alloc.h"
-#include "backend.h"
+#include "backend-call.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -440,8 +440,6 @@ struct staging {
 struct upload {
 	struct devcache_model *m;
 	const devcache_load_args_t *args;
-	struct backend *be;
-	int ordinal;
 	int fd, direct_fd;
 	struct chunk *chunks;
 	size_t n_chunks, next_chunk;
@@ -532,7 +530,7 @@ static int take_buffer(struct upload *u, size_t *idx_p)
 				*idx_p = i;
 				/* Wait for the copies out of it, outside the lock. */
 				if (u->ring[i].event &&
-				    u->be->ops->event_synchronize(u->be->state, u->ordinal, u->ring[i].event)) {
+				    bk_event_synchronize(u->m->dev, u->ring[i].event)) {
 					upload_fail(u, DEVCACHE_EBACKEND);
 					return -1;
 				}
@@ -577,12 +575,11 @@ static void work(struct upload *u, bool reporter)
 		for (size_t p = 0; rc == 0 && p < ch->n_pieces; p++) {
 			const struct piece *pc = &u->pieces[ch->first_piece + p];
 
-			rc = u->be->ops->memcpy_htod(u->be->state, u->ordinal, base + pc->dev_off,
-						     data + pc->buf_off, (size_t)pc->len, stream);
+			rc = bk_memcpy_htod(u->m->dev, base + pc->dev_off, data + pc->buf_off,
+					    (size_t)pc->len, stream);
 		}
 		if (rc == 0)
-			rc = u->be->ops->event_record(u->be->state, u->ordinal, u->ring[bi].event,
-						      stream);
+			rc = bk_event_record(u->m->dev, u->ring[bi].event, stream);
 		if (rc) {
 			give_buffer(u, bi);
 			upload_fail(u, rc);
@@ -704,7 +701,7 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 {
 	devcache_ctx_t *ctx = m->dev->ctx;
 	devcache_model_file_t *mf = m->mf;
-	struct upload u = {.m = m, .args = args, .be = m->dev->backend, .ordinal = m->dev->ordinal,
+	struct upload u = {.m = m, .args = args,
 			   .fd = mf->fd, .direct_fd = -1};
 	uint64_t dev_size = 0;
 	size_t n_workers = (size_t)ctx->tun.v[TUN_load_workers].u.i;
@@ -733,7 +730,7 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 	}
 	for (size_t i = 0; i < u.n_ring; i++) {
 		if ((rc = devcache_host_alloc(m->dev, (size_t)u.buf_size, &u.ring[i].buf)) ||
-		    (rc = u.be->ops->event_create(u.be->state, u.ordinal, &u.ring[i].event)))
+		    (rc = bk_event_create(u.m->dev, &u.ring[i].event)))
 			goto out;
 	}
 	if (n_workers > 1 && !(threads = calloc(n_workers - 1, sizeof *threads))) {
@@ -757,7 +754,7 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 	for (size_t i = 0; i < started; i++)
 		pthread_join(threads[i], NULL);
 	/* Every copy is queued; the load is done when the stream is. */
-	int sync = u.be->ops->stream_synchronize(u.be->state, u.ordinal, args->stream);
+	int sync = bk_stream_synchronize(u.m->dev, args->stream);
 	if (u.error) {
 		rc = err_set(u.error, "%s", u.why);
 	} else if (u.cancelled) {
@@ -772,7 +769,7 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 out:
 	for (size_t i = 0; u.ring && i < u.n_ring; i++) {
 		if (u.ring[i].event)
-			u.be->ops->event_destroy(u.be->state, u.ordinal, u.ring[i].event);
+			bk_event_destroy(u.m->dev, u.ring[i].event);
 		devcache_host_free(m->dev, u.ring[i].buf);
 	}
 	free(u.ring);
