@@ -1,7 +1,7 @@
 /* model-cache.c - loading model files onto devices (zero-copy on the host, a pinned staging ring elsewhere) and caching them within RAM and VRAM budgets. */
+#include "model-cache.h"
 #include "model-file.h"
 #include "alloc.h"
-#include "backend-call.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,9 +16,6 @@
 /* Tensors on a device are packed at this alignment: what GPU kernels and
  * vectorised loads expect of a tensor's first byte. */
 #define TENSOR_ALIGN ((uint64_t)256)
-/* O_DIRECT reads go in units of the logical block size; 4 KiB covers the
- * disks in use. */
-#define DIRECT_ALIGN ((uint64_t)4096)
 
 enum entry_state { ENTRY_LOADING, ENTRY_READY };
 
@@ -175,52 +172,14 @@ struct mem_use {
 	uint64_t rss, cached, heap;
 };
 
-static uint64_t rss_bytes(void)
-{
-	FILE *f = fopen("/proc/self/statm", "re");
-	unsigned long long size = 0, resident = 0;
-
-	if (f) {
-		if (fscanf(f, "%llu %llu", &size, &resident) != 2)
-			resident = 0;
-		fclose(f);
-	}
-	return resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-/* Pages of a file in the page cache, by mincore() on a mapping of it, a
- * gigabyte at a time. */
-static uint64_t cached_bytes(int fd, uint64_t size)
-{
-	const uint64_t window = 1ull << 30;
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), total = 0;
-	unsigned char *vec = malloc((size_t)(window / page));
-
-	for (uint64_t off = 0; vec && off < size; off += window) {
-		size_t len = (size_t)(size - off < window ? size - off : window);
-		void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
-
-		if (p == MAP_FAILED)
-			break;
-		if (mincore(p, len, vec) == 0)
-			for (size_t i = 0; i < (len + page - 1) / page; i++)
-				total += (vec[i] & 1) * page;
-		munmap(p, len);
-	}
-	free(vec);
-	return total;
-}
-
 /* Called with the cache locked. */
 static void mem_use(struct model_cache *c, struct mem_use *u)
 {
-	struct mallinfo2 mi = mallinfo2();
-
-	u->rss = rss_bytes();
-	u->heap = mi.arena + mi.hblkhd;
+	u->rss = memdiag_rss();
+	u->heap = memdiag_heap();
 	u->cached = 0;
 	for (struct devcache_model *m = c->head; m; m = m->next)
-		u->cached += cached_bytes(m->mf->fd, m->mf->size);
+		u->cached += memdiag_cached(m->mf->fd, m->mf->size);
 }
 
 static void log_mem_use(struct model_cache *c, const char *what, const char *path,
@@ -420,366 +379,55 @@ static int place_on_host(struct devcache_model *m, const devcache_load_args_t *a
 
 /* ---- device placement: the staging ring ------------------------------------------ */
 
-/* A run of the file read into one staging buffer, and the tensor pieces in
- * it to copy to the device. */
-struct piece {
-	uint64_t buf_off, len, dev_off;
-};
-
-struct chunk {
-	uint64_t file_off, len;
-	size_t first_piece, n_pieces;
-};
-
-struct staging {
-	void *buf;
-	devcache_event_t event; /* the copies out of it; NULL: none pending */
-	bool busy;
-};
-
-struct upload {
-	struct devcache_model *m;
-	const devcache_load_args_t *args;
-	int fd, direct_fd;
-	struct chunk *chunks;
-	size_t n_chunks, next_chunk;
-	struct piece *pieces;
-	size_t n_pieces;
-	struct staging *ring;
-	size_t n_ring;
-	uint64_t buf_size, done, total;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool direct_failed; /* atomic: O_DIRECT refused, read plainly */
-	int error;        /* the first failure, or 0 */
-	char why[512];    /* its detail message */
-	bool cancelled;
-	uint64_t reported; /* the reporter's last figure */
-	size_t running;    /* workers besides the loading thread */
-};
-
-static void upload_fail(struct upload *u, int rc)
+/* The device layout rule: tensors packed at TENSOR_ALIGN in file order.
+ * Fills offsets (when not NULL) and returns the bytes the layout takes. */
+static uint64_t device_layout(const devcache_model_file_t *mf, uint64_t *offsets)
 {
-	pthread_mutex_lock(&u->lock);
-	if (!u->error) {
-		u->error = rc;
-		snprintf(u->why, sizeof u->why, "%s", devcache_last_error());
-	}
-	pthread_cond_broadcast(&u->cond);
-	pthread_mutex_unlock(&u->lock);
-}
+	uint64_t cur = 0;
 
-/* Read a chunk into buf.  With O_DIRECT the read covers the aligned
- * superset of the chunk into an aligned part of the buffer (plan_upload
- * left room for both); a file system that refuses it turns direct reads
- * off for the rest of the load, and the chunk is read plainly. */
-static int read_chunk(struct upload *u, const struct chunk *ch, char *buf, char **data_p)
-{
-	const devcache_model_file_t *mf = u->m->mf;
-	bool direct = u->direct_fd >= 0 && !__atomic_load_n(&u->direct_failed, __ATOMIC_RELAXED);
-	int fd = direct ? u->direct_fd : u->fd;
-	uint64_t start = ch->file_off, end = ch->file_off + ch->len;
-
-	if (direct) {
-		start &= ~(DIRECT_ALIGN - 1);
-		end = (end + DIRECT_ALIGN - 1) & ~(DIRECT_ALIGN - 1);
-		buf = (char *)(((uintptr_t)buf + DIRECT_ALIGN - 1) & ~(uintptr_t)(DIRECT_ALIGN - 1));
-	}
-	*data_p = buf + (ch->file_off - start);
-	for (uint64_t pos = start; pos < end;) {
-		ssize_t n = pread(fd, buf + (pos - start), (size_t)(end - pos), (off_t)pos);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EINVAL && direct) {
-			if (!__atomic_exchange_n(&u->direct_failed, true, __ATOMIC_RELAXED))
-				log_msg(&u->m->dev->ctx->log, DEVCACHE_LOG_DEBUG,
-					_("%s: O_DIRECT reads fail (%s); reading through the page cache"),
-					mf->path, strerror(errno));
-			return read_chunk(u, ch, buf, data_p);
-		}
-		if (n < 0)
-			return err_set(DEVCACHE_EIO, _("%s: cannot read at byte %llu: %s"), mf->path,
-				       (unsigned long long)pos, strerror(errno));
-		if (n == 0) {
-			if (pos >= ch->file_off + ch->len)
-				break; /* O_DIRECT: the aligned end lies past the end of the file */
-			return mf_error(mf, _("the file ends at byte %llu, but tensor data runs to "
-					      "byte %llu: was it truncated while being loaded?"),
-					(unsigned long long)pos,
-					(unsigned long long)(ch->file_off + ch->len));
-		}
-		pos += (uint64_t)n;
-	}
-	return 0;
-}
-
-/* Take a staging buffer whose copies have completed. */
-static int take_buffer(struct upload *u, size_t *idx_p)
-{
-	pthread_mutex_lock(&u->lock);
-	for (;;) {
-		if (u->error || u->cancelled) {
-			pthread_mutex_unlock(&u->lock);
-			return -1;
-		}
-		for (size_t i = 0; i < u->n_ring; i++)
-			if (!u->ring[i].busy) {
-				u->ring[i].busy = true;
-				pthread_mutex_unlock(&u->lock);
-				*idx_p = i;
-				/* Wait for the copies out of it, outside the lock. */
-				if (u->ring[i].event &&
-				    bk_event_synchronize(u->m->dev, u->ring[i].event)) {
-					upload_fail(u, DEVCACHE_EBACKEND);
-					return -1;
-				}
-				return 0;
-			}
-		pthread_cond_wait(&u->cond, &u->lock);
-	}
-}
-
-static void give_buffer(struct upload *u, size_t idx)
-{
-	pthread_mutex_lock(&u->lock);
-	u->ring[idx].busy = false;
-	pthread_cond_broadcast(&u->cond);
-	pthread_mutex_unlock(&u->lock);
-}
-
-/* One worker: take the next chunk, read it into a free buffer, queue its
- * copies, record an event so the buffer is reused only once they are done.
- * The loading thread runs this too, and reports progress between chunks. */
-static void work(struct upload *u, bool reporter)
-{
-	devcache_stream_t stream = u->args->stream;
-	char *base = u->m->dev_base;
-
-	for (;;) {
-		size_t ci, bi;
-
-		pthread_mutex_lock(&u->lock);
-		if (u->error || u->cancelled || u->next_chunk == u->n_chunks) {
-			pthread_mutex_unlock(&u->lock);
-			break;
-		}
-		ci = u->next_chunk++;
-		pthread_mutex_unlock(&u->lock);
-		if (take_buffer(u, &bi))
-			break;
-		const struct chunk *ch = &u->chunks[ci];
-		char *data;
-		int rc = read_chunk(u, ch, u->ring[bi].buf, &data);
-
-		for (size_t p = 0; rc == 0 && p < ch->n_pieces; p++) {
-			const struct piece *pc = &u->pieces[ch->first_piece + p];
-
-			rc = bk_memcpy_htod(u->m->dev, base + pc->dev_off, data + pc->buf_off,
-					    (size_t)pc->len, stream);
-		}
-		if (rc == 0)
-			rc = bk_event_record(u->m->dev, u->ring[bi].event, stream);
-		if (rc) {
-			give_buffer(u, bi);
-			upload_fail(u, rc);
-			break;
-		}
-		pthread_mutex_lock(&u->lock);
-		u->done += ch->len;
-		uint64_t done = u->done;
-		pthread_mutex_unlock(&u->lock);
-		give_buffer(u, bi); /* wakes the loading thread to report */
-		if (reporter && (u->reported = done, u->args->progress) &&
-		    u->args->progress(u->args->progress_user, done, u->total)) {
-			pthread_mutex_lock(&u->lock);
-			u->cancelled = true;
-			pthread_cond_broadcast(&u->cond);
-			pthread_mutex_unlock(&u->lock);
-			break;
-		}
-	}
-}
-
-static void *worker_main(void *arg)
-{
-	struct upload *u = arg;
-
-	work(u, false);
-	pthread_mutex_lock(&u->lock);
-	u->running--;
-	pthread_cond_broadcast(&u->cond);
-	pthread_mutex_unlock(&u->lock);
-	return NULL;
-}
-
-/* The loading thread has no chunk left: report the others' progress as
- * they finish theirs (they broadcast as buffers come back), so that the
- * callback hears of every chunk, always on this thread. */
-static void report_until_done(struct upload *u)
-{
-	pthread_mutex_lock(&u->lock);
-	while (u->running > 0 || u->reported < u->done) {
-		if (u->reported < u->done && !u->error && !u->cancelled && u->args->progress) {
-			uint64_t done = u->done;
-
-			u->reported = done;
-			pthread_mutex_unlock(&u->lock);
-			int stop = u->args->progress(u->args->progress_user, done, u->total);
-			pthread_mutex_lock(&u->lock);
-			if (stop) {
-				u->cancelled = true;
-				pthread_cond_broadcast(&u->cond);
-			}
-			continue;
-		}
-		u->reported = u->done;
-		if (u->running > 0)
-			pthread_cond_wait(&u->cond, &u->lock);
-	}
-	pthread_mutex_unlock(&u->lock);
-}
-
-/* Lay the tensors out on the device, packed at TENSOR_ALIGN in file order,
- * and cut the file into chunks of at most one staging buffer. */
-static int plan_upload(struct upload *u, uint64_t *dev_size_p)
-{
-	devcache_model_file_t *mf = u->m->mf;
-	/* O_DIRECT needs room to align the buffer's start and both ends. */
-	uint64_t cur = 0, room = u->buf_size - (u->direct_fd >= 0 ? 3 * DIRECT_ALIGN : 0);
-
-	u->m->dev_offsets = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *u->m->dev_offsets);
-	/* A tensor that starts inside a chunk fills its rest, then whole
-	 * chunks, then a last part: at most size/room + 2 pieces. */
-	size_t max_pieces = 0;
-	for (size_t i = 0; i < mf->n_tensors; i++)
-		max_pieces += (size_t)(mf->tensors[i].size / room) + 2;
-	u->pieces = calloc(max_pieces ? max_pieces : 1, sizeof *u->pieces);
-	u->chunks = calloc(max_pieces ? max_pieces : 1, sizeof *u->chunks);
-	if (!u->m->dev_offsets || !u->pieces || !u->chunks)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	for (size_t i = 0; i < mf->n_tensors; i++) {
 		cur = (cur + TENSOR_ALIGN - 1) & ~(TENSOR_ALIGN - 1);
-		u->m->dev_offsets[i] = cur;
+		if (offsets)
+			offsets[i] = cur;
 		cur += mf->tensors[i].size;
 	}
-	*dev_size_p = cur ? cur : 1;
-	/* Pieces in file order; a chunk grows while the next piece ends within
-	 * one buffer of the chunk's start (gaps between tensors are read too:
-	 * GGUF pads to its alignment). */
-	struct chunk *ch = NULL;
-	for (size_t i = 0; i < mf->n_tensors; i++) {
-		const struct mf_tensor *t = &mf->tensors[i];
-
-		for (uint64_t off = 0; off < t->size;) {
-			uint64_t f = t->offset + off, len = t->size - off;
-
-			if (ch && f >= ch->file_off && f + 1 <= ch->file_off + room) {
-				uint64_t fit = ch->file_off + room - f;
-
-				len = len < fit ? len : fit;
-			} else {
-				ch = &u->chunks[u->n_chunks++];
-				*ch = (struct chunk){.file_off = f, .first_piece = u->n_pieces};
-				len = len < room ? len : room;
-			}
-			u->pieces[u->n_pieces++] = (struct piece){
-				.buf_off = f - ch->file_off, .len = len,
-				.dev_off = u->m->dev_offsets[i] + off};
-			ch->n_pieces++;
-			if (f + len - ch->file_off > ch->len)
-				ch->len = f + len - ch->file_off;
-			off += len;
-		}
-	}
-	for (size_t i = 0; i < u->n_chunks; i++)
-		u->total += u->chunks[i].len;
-	return 0;
+	return cur;
 }
 
 static int place_on_device(struct devcache_model *m, const devcache_load_args_t *args)
 {
 	devcache_ctx_t *ctx = m->dev->ctx;
 	devcache_model_file_t *mf = m->mf;
-	struct upload u = {.m = m, .args = args,
-			   .fd = mf->fd, .direct_fd = -1};
-	uint64_t dev_size = 0;
-	size_t n_workers = (size_t)ctx->tun.v[TUN_load_workers].u.i;
-	pthread_t *threads = NULL;
-	size_t started = 0;
+	struct stage_file file = {.path = mf->path, .fd = mf->fd};
+	struct stage_item *items = NULL;
+	struct stage_job job = {.dev = m->dev, .files = &file, .n_files = 1, .n_items = mf->n_tensors,
+				.stream = args->stream, .progress = args->progress,
+				.progress_user = args->progress_user, .name = mf->path};
+	uint64_t dev_size;
 	int rc;
 
-	u.buf_size = ctx->tun.v[TUN_staging_buffer_size].u.size;
-	u.n_ring = (size_t)ctx->tun.v[TUN_staging_buffers].u.i;
-	pthread_mutex_init(&u.lock, NULL);
-	pthread_cond_init(&u.cond, NULL);
-	if (ctx->tun.v[TUN_direct_io].u.b) {
-		u.direct_fd = open(mf->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-		if (u.direct_fd < 0)
-			log_msg(&ctx->log, DEVCACHE_LOG_DEBUG,
-				_("%s: O_DIRECT reads fail (%s); reading through the page cache"),
-				mf->path, strerror(errno));
-	}
-	if ((rc = plan_upload(&u, &dev_size)))
-		goto out;
-	if ((rc = devcache_alloc(m->dev, (size_t)dev_size, args->stream, &m->dev_base)))
-		goto out;
-	if (!(u.ring = calloc(u.n_ring, sizeof *u.ring))) {
+	m->dev_offsets = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *m->dev_offsets);
+	items = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *items);
+	if (!m->dev_offsets || !items) {
 		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
 		goto out;
 	}
-	for (size_t i = 0; i < u.n_ring; i++) {
-		if ((rc = devcache_host_alloc(m->dev, (size_t)u.buf_size, &u.ring[i].buf)) ||
-		    (rc = bk_event_create(u.m->dev, &u.ring[i].event)))
-			goto out;
-	}
-	if (n_workers > 1 && !(threads = calloc(n_workers - 1, sizeof *threads))) {
-		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	dev_size = device_layout(mf, m->dev_offsets);
+	if ((rc = devcache_alloc(m->dev, (size_t)(dev_size ? dev_size : 1), args->stream,
+				 &m->dev_base)))
 		goto out;
-	}
-	for (size_t i = 0; i + 1 < n_workers && u.n_chunks > i + 1; i++) {
-		pthread_mutex_lock(&u.lock);
-		u.running++;
-		pthread_mutex_unlock(&u.lock);
-		if (pthread_create(&threads[i], NULL, worker_main, &u) != 0) {
-			pthread_mutex_lock(&u.lock);
-			u.running--;
-			pthread_mutex_unlock(&u.lock);
-			break; /* fewer workers: slower, not wrong */
-		}
-		started++;
-	}
-	work(&u, true);
-	report_until_done(&u);
-	for (size_t i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
-	/* Every copy is queued; the load is done when the stream is. */
-	int sync = bk_stream_synchronize(u.m->dev, args->stream);
-	if (u.error) {
-		rc = err_set(u.error, "%s", u.why);
-	} else if (u.cancelled) {
-		rc = err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), mf->path);
-	} else if (sync) {
-		rc = sync;
-	} else {
-		m->read = m->uploaded = u.total;
+	for (size_t i = 0; i < mf->n_tensors; i++)
+		items[i] = (struct stage_item){.offset = mf->tensors[i].offset,
+					       .size = mf->tensors[i].size,
+					       .dst = (char *)m->dev_base + m->dev_offsets[i]};
+	job.items = items;
+	if ((rc = stage_upload(&job)) == 0) {
+		m->read = m->uploaded = job.bytes_read;
 		if (ctx->tun.v[TUN_evict_page_cache].u.b)
 			posix_fadvise(mf->fd, 0, 0, POSIX_FADV_DONTNEED);
 	}
 out:
-	for (size_t i = 0; u.ring && i < u.n_ring; i++) {
-		if (u.ring[i].event)
-			bk_event_destroy(u.m->dev, u.ring[i].event);
-		devcache_host_free(m->dev, u.ring[i].buf);
-	}
-	free(u.ring);
-	free(threads);
-	free(u.pieces);
-	free(u.chunks);
-	if (u.direct_fd >= 0)
-		close(u.direct_fd);
-	pthread_cond_destroy(&u.cond);
-	pthread_mutex_destroy(&u.lock);
+	free(items);
 	/* A failure of the driver or the allocator names the device, not the
 	 * file being loaded: say which file it was. */
 	if (rc && rc != DEVCACHE_ECANCELED &&
@@ -881,12 +529,7 @@ static struct devcache_model *find(struct model_cache *c, const devcache_model_f
 /* What a model takes where it is placed. */
 static uint64_t footprint(const devcache_model_file_t *mf, const devcache_device_t *dev)
 {
-	if (is_host(dev))
-		return mf->size;
-	uint64_t cur = 0;
-	for (size_t i = 0; i < mf->n_tensors; i++)
-		cur = ((cur + TENSOR_ALIGN - 1) & ~(TENSOR_ALIGN - 1)) + mf->tensors[i].size;
-	return cur;
+	return is_host(dev) ? mf->size : device_layout(mf, NULL);
 }
 
 static int get_cache(devcache_ctx_t *ctx, struct model_cache **c_p)
