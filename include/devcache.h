@@ -329,12 +329,27 @@ typedef int (*devcache_progress_fn)(void *user, uint64_t bytes_done, uint64_t by
  * patched in place (LoRA merges) without touching the file. */
 #define DEVCACHE_LOAD_WRITABLE 0x1u
 
+/* What one load did: filled in when devcache_load_args_t.result is set. */
+typedef struct devcache_load_result {
+	int hit;                 /* 1: served from the cache */
+	int from_ram;            /* 1: a hit served from a RAM copy (a copy, no disk read) */
+	uint64_t bytes_read;     /* from the model's files by this load */
+	uint64_t bytes_uploaded; /* to the device by this load */
+	double seconds;          /* the whole call */
+	uint64_t device_bytes;   /* the model's tensor bytes on the device */
+	uint64_t host_bytes;     /* and on the host (a partial load: the rest) */
+	uint64_t reserved[8];
+} devcache_load_result_t;
+
 typedef struct devcache_load_args {
-	size_t struct_size;        /* sizeof(devcache_load_args_t) */
+	size_t struct_size;        /* sizeof(devcache_load_args_t); smaller sizes of
+				    * older programs are accepted */
 	unsigned flags;            /* DEVCACHE_LOAD_* */
 	devcache_progress_fn progress;
 	void *progress_user;
 	devcache_stream_t stream;  /* uploads are queued on it; done when the load returns */
+	devcache_load_result_t *result; /* NULL, or filled in when the load succeeds */
+	void *reserved[8];
 } devcache_load_args_t;
 
 /* args may be NULL for the defaults. */

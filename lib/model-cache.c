@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,88 +552,89 @@ static int get_cache(devcache_ctx_t *ctx, struct model_cache **c_p)
 	return rc;
 }
 
-int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev,
-			const devcache_load_args_t *args, devcache_model_t **model_p)
+/* The tensor bytes of a model, all on its device or all on the host. */
+static uint64_t tensor_bytes(const devcache_model_file_t *mf)
 {
-	devcache_load_args_t defaults = {.struct_size = sizeof defaults};
-	devcache_model_file_t *mf = NULL;
-	struct model_cache *c;
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < mf->n_tensors; i++)
+		n += mf->tensors[i].size;
+	return n;
+}
+
+/* Find mf on dev, waiting while another thread loads it.  A hit is locked
+ * for the caller (a RAM copy is first copied back); a miss returns 0 with
+ * *m_p NULL.  Called and returns with the cache locked. */
+static int lookup(struct model_cache *c, const devcache_model_file_t *mf, devcache_device_t *dev,
+		  bool writable, const devcache_load_args_t *args, struct devcache_model **m_p,
+		  devcache_load_result_t *res)
+{
 	struct devcache_model *m;
 	int rc;
 
-	if (!ctx || !path || !dev || !model_p)
-		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: NULL argument"));
-	*model_p = NULL;
-	if (!args)
-		args = &defaults;
-	if (args->struct_size < sizeof *args)
-		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: struct_size %zu is too small"),
-			       args->struct_size);
-	if (dev->ctx != ctx)
-		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: %s belongs to another context"),
-			       dev->id);
-	if ((rc = get_cache(ctx, &c)))
-		return rc;
-	if ((rc = devcache_model_file_open(path, &mf))) {
-		pthread_mutex_lock(&c->lock);
-		c->stats.failed_loads++;
-		pthread_mutex_unlock(&c->lock);
-		return rc;
-	}
-	bool writable = is_host(dev) && (args->flags & DEVCACHE_LOAD_WRITABLE);
-	uint64_t need = footprint(mf, dev);
-
-	pthread_mutex_lock(&c->lock);
+	*m_p = NULL;
 	for (;;) {
 		m = find(c, mf, dev, writable);
 		if (!m || m->state == ENTRY_READY)
 			break;
 		pthread_cond_wait(&c->ready, &c->lock); /* another thread is loading it */
 	}
-	if (m && m->ram_copy) {
-		rc = reload_from_ram(c, m, args);
-		pthread_mutex_unlock(&c->lock);
-		devcache_model_file_close(mf);
-		if (rc)
-			return rc;
-		*model_p = m;
+	if (!m)
 		return 0;
-	}
-	if (m) {
+	if (m->ram_copy) {
+		if ((rc = reload_from_ram(c, m, args)))
+			return rc;
+		res->from_ram = 1;
+		res->bytes_uploaded = m->bytes;
+	} else {
 		m->locks++;
 		c->stats.hits++;
 		c->stats.locked_models += m->locks == 1;
 		lru_unlink(c, m);
 		lru_push_front(c, m);
-		pthread_mutex_unlock(&c->lock);
-		devcache_model_file_close(mf);
-		*model_p = m;
-		return 0;
 	}
+	res->hit = 1;
+	*m_p = m;
+	return 0;
+}
+
+/* A miss: make room within the budget, then list and charge a new entry in
+ * the loading state, so that concurrent loads of the file wait for it.
+ * Takes mf over on success.  Called with the cache locked. */
+static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_device_t *dev,
+		  bool writable, struct devcache_model **m_p)
+{
+	uint64_t need = footprint(mf, dev);
+	struct devcache_model *m;
+	int rc;
+
 	c->stats.misses++;
-	if ((rc = make_room(c, dev, need, path))) {
-		pthread_mutex_unlock(&c->lock);
-		devcache_model_file_close(mf);
+	if ((rc = make_room(c, dev, need, mf->path)))
 		return rc;
-	}
 	if (!(m = calloc(1, sizeof *m))) {
 		c->stats.failed_loads++;
-		pthread_mutex_unlock(&c->lock);
-		devcache_model_file_close(mf);
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	}
 	*m = (struct devcache_model){.cache = c, .fdev = mf->dev, .ino = mf->ino, .fsize = mf->size,
 				     .mtime = mf->mtime, .dev = dev, .writable = writable, .mf = mf,
 				     .bytes = need, .locks = 1, .state = ENTRY_LOADING};
-	/* Charged and listed while it loads, so concurrent loads see it. */
 	*used_of(c, dev) += need;
 	lru_push_front(c, m);
 	c->stats.models++;
 	c->stats.locked_models++;
-	pthread_mutex_unlock(&c->lock);
+	*m_p = m;
+	return 0;
+}
 
+/* Place a new entry's tensors, unlocked: the slow part of a miss. */
+static int place(struct devcache_model *m, const devcache_load_args_t *args)
+{
+	struct model_cache *c = m->cache;
+	devcache_ctx_t *ctx = c->ctx;
 	struct mem_use before;
 	bool log_use = ctx->tun.v[TUN_log_memory_usage].u.b;
+	int rc;
+
 	if (log_use) {
 		pthread_mutex_lock(&c->lock);
 		mem_use(c, &before);
@@ -640,17 +642,26 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 	}
 	double t0 = now_seconds();
 	if (ctx->tun.v[TUN_fadvise_sequential].u.b)
-		posix_fadvise(mf->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	rc = is_host(dev) ? place_on_host(m, args) : place_on_device(m, args);
-
+		posix_fadvise(m->mf->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	rc = is_host(m->dev) ? place_on_host(m, args) : place_on_device(m, args);
 	pthread_mutex_lock(&c->lock);
 	if (log_use && rc == 0)
-		log_mem_use(c, _("loaded"), path, &before);
+		log_mem_use(c, _("loaded"), m->mf->path, &before);
 	c->stats.load_seconds += now_seconds() - t0;
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+/* Make a placed entry ready, or take a failed one out: nothing of a failed
+ * load stays (memory, charge, entry).  Wakes the loads waiting for it. */
+static int commit(struct devcache_model *m, int rc)
+{
+	struct model_cache *c = m->cache;
+
+	pthread_mutex_lock(&c->lock);
 	if (rc) {
-		/* Nothing of a failed load stays: memory, charge, entry. */
 		lru_unlink(c, m);
-		*used_of(c, dev) -= m->bytes;
+		*used_of(c, m->dev) -= m->bytes;
 		c->stats.models--;
 		c->stats.locked_models--;
 		if (rc == DEVCACHE_ECANCELED)
@@ -672,6 +683,82 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 		snprintf(why, sizeof why, "%s", devcache_last_error());
 		entry_free(m);
 		return err_set(rc, "%s", why);
+	}
+	return 0;
+}
+
+/* The caller's arguments in a zeroed local: a program built against an
+ * older, smaller devcache_load_args_t gets the defaults for the rest. */
+static int load_args(const devcache_load_args_t *in, devcache_load_args_t *a)
+{
+	memset(a, 0, sizeof *a);
+	a->struct_size = sizeof *a;
+	if (!in)
+		return 0;
+	if (in->struct_size < offsetof(devcache_load_args_t, result) || in->struct_size > sizeof *a)
+		return err_set(DEVCACHE_EINVAL,
+			       _("devcache_model_load: struct_size %zu is not that of any known "
+				 "devcache_load_args_t"),
+			       in->struct_size);
+	memcpy(a, in, in->struct_size);
+	if (a->flags & ~DEVCACHE_LOAD_WRITABLE)
+		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: unknown flags 0x%x"), a->flags);
+	return 0;
+}
+
+int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev,
+			const devcache_load_args_t *args_in, devcache_model_t **model_p)
+{
+	double t0 = now_seconds();
+	devcache_load_result_t res = {0};
+	devcache_load_args_t args;
+	devcache_model_file_t *mf = NULL;
+	struct model_cache *c;
+	struct devcache_model *m;
+	int rc;
+
+	if (!ctx || !path || !dev || !model_p)
+		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: NULL argument"));
+	*model_p = NULL;
+	if ((rc = load_args(args_in, &args)))
+		return rc;
+	if (dev->ctx != ctx)
+		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: %s belongs to another context"),
+			       dev->id);
+	if ((rc = get_cache(ctx, &c)))
+		return rc;
+	if ((rc = devcache_model_file_open(path, &mf))) {
+		pthread_mutex_lock(&c->lock);
+		c->stats.failed_loads++;
+		pthread_mutex_unlock(&c->lock);
+		return rc;
+	}
+	bool writable = is_host(dev) && (args.flags & DEVCACHE_LOAD_WRITABLE);
+
+	pthread_mutex_lock(&c->lock);
+	rc = lookup(c, mf, dev, writable, &args, &m, &res);
+	if (rc || m) {
+		pthread_mutex_unlock(&c->lock);
+		devcache_model_file_close(mf);
+	} else {
+		rc = insert(c, mf, dev, writable, &m);
+		pthread_mutex_unlock(&c->lock);
+		if (rc)
+			devcache_model_file_close(mf);
+		else if ((rc = commit(m, place(m, &args))) == 0) {
+			res.bytes_read = m->read;
+			res.bytes_uploaded = m->uploaded;
+		}
+	}
+	if (rc)
+		return rc;
+	if (args.result) {
+		uint64_t bytes = tensor_bytes(m->mf);
+
+		res.seconds = now_seconds() - t0;
+		res.device_bytes = is_host(dev) ? 0 : bytes;
+		res.host_bytes = is_host(dev) ? bytes : 0;
+		*args.result = res;
 	}
 	*model_p = m;
 	return 0;

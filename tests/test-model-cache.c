@@ -640,6 +640,85 @@ static void threads_loading_one_file_share_one_model(void **state)
 	devcache_close(ctx);
 }
 
+/* What the first release's programs pass: the struct without result and
+ * reserved room. */
+struct load_args_v0 {
+	size_t struct_size;
+	unsigned flags;
+	devcache_progress_fn progress;
+	void *progress_user;
+	devcache_stream_t stream;
+};
+
+static void each_load_says_what_it_did(void **state)
+{
+	static const size_t sizes[] = {70000, 3, 5000};
+	char path[512];
+	devcache_model_t *m, *m2;
+	devcache_load_result_t r;
+	devcache_load_args_t args = {.struct_size = sizeof args, .result = &r};
+	struct load_args_v0 old = {.struct_size = sizeof old};
+
+	(void)state;
+	path_of(path, sizeof path, "r.safetensors");
+	make_model(path, 3, sizes, 9);
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:100K");
+	devcache_device_t *dev = device(ctx, "good:0"), *host = device(ctx, "host");
+	/* A miss reads and uploads the tensors. */
+	memset(&r, 0xff, sizeof r);
+	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m), 0);
+	assert_int_equal(r.hit, 0);
+	assert_int_equal(r.from_ram, 0);
+	assert_int_equal(r.bytes_read, 75003);
+	assert_int_equal(r.bytes_uploaded, 75003);
+	assert_int_equal(r.device_bytes, 75003);
+	assert_int_equal(r.host_bytes, 0);
+	assert_true(r.seconds >= 0 && r.seconds < 60);
+	/* A hit reads nothing. */
+	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m2), 0);
+	assert_ptr_equal(m, m2);
+	assert_int_equal(r.hit, 1);
+	assert_int_equal(r.bytes_read, 0);
+	assert_int_equal(r.bytes_uploaded, 0);
+	devcache_model_release(m2);
+	devcache_model_release(m);
+	/* Pushed into RAM by another model, then a hit from RAM: uploaded,
+	 * not read. */
+	char other[512];
+	path_of(other, sizeof other, "r2.safetensors");
+	make_model(other, 3, sizes, 10);
+	assert_int_equal(devcache_model_load(ctx, other, dev, NULL, &m2), 0);
+	devcache_model_release(m2);
+	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m), 0);
+	assert_int_equal(r.hit, 1);
+	assert_int_equal(r.from_ram, 1);
+	assert_int_equal(r.bytes_read, 0);
+	/* The whole allocation, padding included, goes back. */
+	assert_true(r.bytes_uploaded >= 75003 && r.bytes_uploaded < 75003 + 3 * 256);
+	check_tensors(m, 3, sizes, 9);
+	devcache_model_release(m);
+	/* A program built against the first header: its smaller struct is
+	 * taken, the rest defaults. */
+	assert_int_equal(devcache_model_load(ctx, path, host, (devcache_load_args_t *)&old, &m), 0);
+	check_tensors(m, 3, sizes, 9);
+	devcache_model_release(m);
+	/* On the host nothing is read now: the file is mapped. */
+	assert_int_equal(devcache_model_load(ctx, path, host, &args, &m), 0);
+	assert_int_equal(r.hit, 1);
+	assert_int_equal(r.host_bytes, 75003);
+	assert_int_equal(r.device_bytes, 0);
+	devcache_model_release(m);
+	/* Sizes no header ever had, and flags no release knows. */
+	args.struct_size = sizeof args + 8;
+	assert_int_equal(devcache_model_load(ctx, path, host, &args, &m), DEVCACHE_EINVAL);
+	assert_contains(devcache_last_error(), "not that of any known devcache_load_args_t");
+	args.struct_size = sizeof args;
+	args.flags = 0x80;
+	assert_int_equal(devcache_model_load(ctx, path, host, &args, &m), DEVCACHE_EINVAL);
+	assert_contains(devcache_last_error(), "unknown flags 0x80");
+	devcache_close(ctx);
+}
+
 static void bad_arguments_fail_cleanly(void **state)
 {
 	devcache_model_t *m;
@@ -684,6 +763,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(driver_faults_mid_load_leave_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(threads_loading_one_file_share_one_model, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(each_load_says_what_it_did, setup, teardown),
 		cmocka_unit_test(bad_arguments_fail_cleanly),
 	};
 

@@ -166,22 +166,19 @@ static int load_once(devcache_ctx_t *ctx, devcache_device_t *dev, const char *de
 		     const char *path, const struct load_opts *o)
 {
 	struct progress p = {.label = path};
+	devcache_load_result_t r;
 	devcache_load_args_t args = {
 		.struct_size = sizeof args,
 		.flags = o->writable ? DEVCACHE_LOAD_WRITABLE : 0,
 		.progress = isatty(STDERR_FILENO) ? on_progress : NULL,
 		.progress_user = &p,
+		.result = &r,
 	};
-	devcache_cache_stats_t before, after;
 	devcache_model_t *model;
 	int64_t t0;
 	double secs;
 	int rc;
 
-	if (devcache_cache_stats(ctx, &before)) {
-		tool_error("%s", devcache_last_error());
-		return EXIT_RUNTIME;
-	}
 	t0 = p.last_ns = now_ns();
 	rc = devcache_model_load(ctx, path, dev, &args, &model);
 	secs = (double)(now_ns() - t0) / 1e9;
@@ -191,8 +188,7 @@ static int load_once(devcache_ctx_t *ctx, devcache_device_t *dev, const char *de
 		tool_error("%s", devcache_last_error());
 		return EXIT_RUNTIME;
 	}
-	/* Another thread's load could blur this; the tool has none. */
-	bool hit = devcache_cache_stats(ctx, &after) == 0 && after.hits > before.hits;
+	bool hit = r.hit;
 	uint64_t bytes = tensor_bytes(model);
 	char rate[32];
 
