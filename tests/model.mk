@@ -11,13 +11,16 @@ tests_test_safetensors_LDADD = $(test_ldadd)
 tests_test_gguf_SOURCES = tests/test-gguf.c tests/tap.h
 tests_test_gguf_CFLAGS = $(test_cflags)
 tests_test_gguf_LDADD = $(test_ldadd)
-tests_test_inspect_SOURCES = tests/test-inspect.c tests/tap.h tests/spawn.c tests/spawn.h
+tests_test_inspect_SOURCES = tests/test-inspect.c tests/tap.h tests/spawn.c tests/spawn.h \
+	tests/model-writer.c tests/model-writer.h
 tests_test_inspect_CFLAGS = $(test_cflags)
 tests_test_inspect_LDADD = $(test_ldadd)
-tests_test_model_cache_SOURCES = tests/test-model-cache.c tests/tap.h
+tests_test_model_cache_SOURCES = tests/test-model-cache.c tests/tap.h \
+	tests/model-writer.c tests/model-writer.h
 tests_test_model_cache_CFLAGS = $(test_cflags)
 tests_test_model_cache_LDADD = $(test_ldadd)
-tests_test_load_tool_SOURCES = tests/test-load-tool.c tests/tap.h tests/spawn.c tests/spawn.h
+tests_test_load_tool_SOURCES = tests/test-load-tool.c tests/tap.h tests/spawn.c tests/spawn.h \
+	tests/model-writer.c tests/model-writer.h
 tests_test_load_tool_CFLAGS = $(test_cflags)
 tests_test_load_tool_LDADD = $(test_ldadd)
 endif
