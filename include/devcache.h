@@ -285,17 +285,30 @@ typedef struct devcache_tensor_info {
 	unsigned n_dims;   /* 0 for a scalar */
 	uint64_t shape[DEVCACHE_MAX_DIMS]; /* in the file's order: safetensors outermost
 					     * first, GGUF innermost first (ne[0]) */
-	uint64_t offset;   /* of its first byte, from the start of the file */
+	uint64_t offset;   /* of its first byte, from the start of its file */
 	uint64_t size;     /* bytes */
-	uint64_t reserved[4];
+	uint32_t shard;    /* the file of a set that holds it (0 for one file) */
+	uint32_t place;    /* devcache_model_tensor*(): enum devcache_place; 0 otherwise */
+	uint64_t reserved[3];
 } devcache_tensor_info_t;
 
+/* path is a safetensors file, a GGUF file, a *.safetensors.index.json
+ * (Hugging Face shards), any shard of a GGUF split (the others are found
+ * from its name and split.count), or a directory holding exactly one of
+ * these.  A set of several files is checked as a whole and reads as one
+ * model: its tensors in shard order, then file order within each shard. */
 DEVCACHE_API int devcache_model_file_open(const char *path, devcache_model_file_t **mf_p);
 DEVCACHE_API void devcache_model_file_close(devcache_model_file_t *mf);
 /* A devcache_model_format value; *version_p (if not NULL) gets the GGUF
  * version, or 0 for safetensors. */
 DEVCACHE_API int devcache_model_file_format(const devcache_model_file_t *mf, unsigned *version_p);
-/* Bytes in the file, and where its data section starts. */
+/* The files of a set, in shard order (one for a single file): the path
+ * (valid until the file is closed) and size of each. */
+DEVCACHE_API size_t devcache_model_file_shard_count(const devcache_model_file_t *mf);
+DEVCACHE_API int devcache_model_file_shard(const devcache_model_file_t *mf, size_t index,
+					  const char **path_p, uint64_t *size_p);
+/* Bytes in the file (a set: in all its files), and where the (first)
+ * file's data section starts. */
 DEVCACHE_API uint64_t devcache_model_file_size(const devcache_model_file_t *mf);
 DEVCACHE_API uint64_t devcache_model_file_data_offset(const devcache_model_file_t *mf);
 /* Tensors in file order. */
@@ -311,6 +324,29 @@ DEVCACHE_API int devcache_model_file_find(const devcache_model_file_t *mf, const
 DEVCACHE_API size_t devcache_model_file_metadata_count(const devcache_model_file_t *mf);
 DEVCACHE_API int devcache_model_file_metadata(const devcache_model_file_t *mf, size_t index,
 					     const char **key_p, const char **value_json_p);
+
+/* ---- Pipelines -------------------------------------------------------------
+ * A diffusers pipeline folder (it has model_index.json) is not one model
+ * but several, each in a folder of its own: devcache_model_file_open() and
+ * devcache_model_load() refuse it and name its components; these list them. */
+typedef struct devcache_pipeline devcache_pipeline_t;
+
+typedef struct devcache_component {
+	const char *name;       /* "unet", "vae", "text_encoder" */
+	const char *path;       /* its folder: DIR/unet */
+	const char *library;    /* from model_index.json: "diffusers"; "" when absent */
+	const char *class_name; /* "UNet2DConditionModel"; "" when absent */
+	uint64_t size;          /* bytes in its weight files; 0 when it has none */
+	size_t shards;          /* its weight files; 0 for a scheduler, a tokenizer */
+	uint64_t reserved[4];
+} devcache_component_t;
+
+DEVCACHE_API int devcache_pipeline_open(const char *dir, devcache_pipeline_t **pl_p);
+DEVCACHE_API void devcache_pipeline_close(devcache_pipeline_t *pl);
+/* Components in model_index.json's order. */
+DEVCACHE_API size_t devcache_pipeline_component_count(const devcache_pipeline_t *pl);
+DEVCACHE_API int devcache_pipeline_component(const devcache_pipeline_t *pl, size_t index,
+					    devcache_component_t *comp);
 
 /* ---- The model cache -------------------------------------------------------
  * devcache_model_load() places a model file's tensors on a device (on the
@@ -356,6 +392,37 @@ typedef struct devcache_load_args {
 DEVCACHE_API int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev,
 				    const devcache_load_args_t *args, devcache_model_t **model_p);
 DEVCACHE_API void devcache_model_release(devcache_model_t *model);
+
+/* Where a tensor is: devcache_tensor_info_t.place. */
+enum devcache_place {
+	DEVCACHE_PLACE_DEVICE = 1, /* in the model's device's memory */
+	DEVCACHE_PLACE_HOST = 2    /* in host memory: the file's mapping or its copy */
+};
+
+/* A model as it stands: where it is and how much of it is on the device. */
+typedef struct devcache_model_info {
+	devcache_device_t *device;
+	uint64_t device_bytes;   /* its tensors' bytes on the device */
+	uint64_t host_bytes;     /* and on the host */
+	size_t tensors;
+	size_t device_tensors;   /* how many are on the device */
+	int partial;             /* 1: loaded with partial_loading, some on the host */
+	int locks;
+	uint64_t reserved[8];
+} devcache_model_info_t;
+
+DEVCACHE_API int devcache_model_info(const devcache_model_t *model, devcache_model_info_t *info);
+/* A partially loaded model: make the named tensors (names NULL: all)
+ * resident on the device, copying them through the staging ring, and
+ * evicting first the least recently used tensors of partially loaded models
+ * (unlocked ones, or this one's outside the list), then whole unlocked
+ * models.  DEVCACHE_ENOMEM when the list does not fit the budget. */
+DEVCACHE_API int devcache_model_make_resident(devcache_model_t *model, const char *const *names,
+					     size_t n, devcache_stream_t stream);
+/* Move the named tensors (names NULL: all) of a partially loaded model back
+ * to the host, giving their device memory back. */
+DEVCACHE_API int devcache_model_move_to_host(devcache_model_t *model, const char *const *names,
+					    size_t n);
 /* The parsed file (metadata, tensors), valid while the model is locked. */
 DEVCACHE_API const devcache_model_file_t *devcache_model_file(const devcache_model_t *model);
 /* Where a tensor's bytes are on the model's device. */

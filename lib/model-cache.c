@@ -20,20 +20,21 @@
 
 enum entry_state { ENTRY_LOADING, ENTRY_READY };
 
-/* One cached model: a file placed on one device, writable or not. */
+/* A file of a model in host memory: its mapping, or a copy of it. */
+struct host_map {
+	void *p;
+	size_t len;
+};
+
+/* One cached model: a file or a set placed on one device, writable or not.
+ * Its key is the device, the flag and every file's identity (mf's). */
 struct devcache_model {
 	struct model_cache *cache;
-	/* the key */
-	dev_t fdev;
-	ino_t ino;
-	uint64_t fsize;
-	struct timespec mtime;
 	devcache_device_t *dev;
 	bool writable;
 
 	devcache_model_file_t *mf;
-	void *map;             /* host placement: the file's mapping (or a copy) */
-	size_t map_len;
+	struct host_map *maps; /* host placement: one per file, NULL otherwise */
 	void *dev_base;        /* device placement: one allocation */
 	void *ram_copy;        /* evicted from its device, kept in RAM (keep_ram_copy) */
 	uint64_t *dev_offsets; /* each tensor's offset in it */
@@ -180,7 +181,8 @@ static void mem_use(struct model_cache *c, struct mem_use *u)
 	u->heap = memdiag_heap();
 	u->cached = 0;
 	for (struct devcache_model *m = c->head; m; m = m->next)
-		u->cached += memdiag_cached(m->mf->fd, m->mf->size);
+		for (size_t i = 0; i < mf_part_count(m->mf); i++)
+			u->cached += memdiag_cached(mf_part(m->mf, i)->fd, mf_part(m->mf, i)->size);
 }
 
 static void log_mem_use(struct model_cache *c, const char *what, const char *path,
@@ -210,8 +212,10 @@ static uint64_t budget_of(struct model_cache *c, const devcache_device_t *dev)
 /* Give back what an entry holds; the caller has unlinked and uncharged it. */
 static void entry_free(struct devcache_model *m)
 {
-	if (m->map)
-		munmap(m->map, m->map_len);
+	for (size_t i = 0; m->maps && i < mf_part_count(m->mf); i++)
+		if (m->maps[i].p)
+			munmap(m->maps[i].p, m->maps[i].len);
+	free(m->maps);
 	if (m->ram_copy)
 		munmap(m->ram_copy, m->bytes);
 	if (m->dev_base && devcache_free(m->dev, m->dev_base))
@@ -328,54 +332,78 @@ static size_t cache_pressure(void *user, devcache_device_t *dev, size_t need)
 
 /* ---- host placement: the file in place ---------------------------------------- */
 
+/* A copy of a file in anonymous memory: it survives the file being
+ * replaced.  done and total count the whole model, for progress. */
+static int copy_file(struct devcache_model *m, size_t part, const devcache_load_args_t *args,
+		     uint64_t *done, uint64_t total)
+{
+	const devcache_model_file_t *f = mf_part(m->mf, part);
+	struct host_map *hm = &m->maps[part];
+	void *p;
+
+	hm->len = f->size ? (size_t)f->size : 1;
+	p = mmap(NULL, hm->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes: %s"), f->path,
+			       hm->len, strerror(errno));
+	hm->p = p;
+	for (uint64_t off = 0; off < f->size;) {
+		size_t chunk = f->size - off > (64u << 20) ? (64u << 20) : (size_t)(f->size - off);
+		int rc = mf_read(f, (char *)p + off, chunk, off, _("tensor data"));
+
+		if (rc)
+			return rc;
+		off += chunk;
+		*done += chunk;
+		m->read += chunk;
+		if (args->progress && args->progress(args->progress_user, *done, total))
+			return err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), m->mf->path);
+	}
+	if (!(args->flags & DEVCACHE_LOAD_WRITABLE))
+		mprotect(p, hm->len, PROT_READ);
+	return 0;
+}
+
+/* Zero-copy.  Pages come from the page cache as they are touched, so the
+ * file must keep its size while it is mapped: a file truncated under a
+ * mapping raises SIGBUS on access (devcache.conf(5), mmap).  Its size is
+ * checked here, once the mapping exists. */
+static int map_file(struct devcache_model *m, size_t part, bool writable)
+{
+	const devcache_model_file_t *f = mf_part(m->mf, part);
+	struct host_map *hm = &m->maps[part];
+	struct stat st;
+	void *p;
+
+	hm->len = f->size ? (size_t)f->size : 1;
+	p = writable ? mmap(NULL, hm->len, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, 0)
+		     : mmap(NULL, hm->len, PROT_READ, MAP_SHARED, f->fd, 0);
+	if (p == MAP_FAILED)
+		return err_set(DEVCACHE_EIO, _("%s: cannot map: %s"), f->path, strerror(errno));
+	hm->p = p;
+	if (fstat(f->fd, &st) != 0 || (uint64_t)st.st_size != f->size)
+		return mf_error(f, _("the file changed size while it was being opened"));
+	return 0;
+}
+
+/* Every file of the model in host memory, mapped in place or copied. */
 static int place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
 {
 	devcache_ctx_t *ctx = m->dev->ctx;
-	devcache_model_file_t *mf = m->mf;
-	size_t len = mf->size ? (size_t)mf->size : 1;
-	struct stat st;
+	size_t n = mf_part_count(m->mf);
+	uint64_t done = 0, total = m->mf->size;
+	int rc = 0;
 
-	if (!ctx->tun.v[TUN_mmap].u.b) {
-		/* A copy in anonymous memory: it survives the file being replaced. */
-		void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		uint64_t done = 0;
-
-		if (p == MAP_FAILED)
-			return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes: %s"), mf->path,
-				       len, strerror(errno));
-		m->map = p;
-		m->map_len = len;
-		while (done < mf->size) {
-			size_t chunk = mf->size - done > (64u << 20) ? (64u << 20) : (size_t)(mf->size - done);
-			int rc = mf_read(mf, (char *)p + done, chunk, done, _("tensor data"));
-
-			if (rc)
-				return rc;
-			done += chunk;
-			m->read += chunk;
-			if (args->progress && args->progress(args->progress_user, done, mf->size))
-				return err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), mf->path);
-		}
-		if (!(args->flags & DEVCACHE_LOAD_WRITABLE))
-			mprotect(p, len, PROT_READ);
-		return 0;
-	}
-	/* Zero-copy.  Pages come from the page cache as they are touched, so
-	 * the file must keep its size while it is mapped: a file truncated
-	 * under a mapping raises SIGBUS on access (devcache.conf(5), mmap).
-	 * Its size is checked here, once the mapping exists. */
-	void *p = args->flags & DEVCACHE_LOAD_WRITABLE
-			  ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, mf->fd, 0)
-			  : mmap(NULL, len, PROT_READ, MAP_SHARED, mf->fd, 0);
-	if (p == MAP_FAILED)
-		return err_set(DEVCACHE_EIO, _("%s: cannot map: %s"), mf->path, strerror(errno));
-	m->map = p;
-	m->map_len = len;
-	if (fstat(mf->fd, &st) != 0 || (uint64_t)st.st_size != mf->size)
-		return mf_error(mf, _("the file changed size while it was being opened"));
-	if (args->progress && args->progress(args->progress_user, mf->size, mf->size))
-		return err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), mf->path);
-	return 0;
+	if (!(m->maps = calloc(n, sizeof *m->maps)))
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = ctx->tun.v[TUN_mmap].u.b
+			     ? map_file(m, i, args->flags & DEVCACHE_LOAD_WRITABLE)
+			     : copy_file(m, i, args, &done, total);
+	if (rc == 0 && ctx->tun.v[TUN_mmap].u.b && args->progress &&
+	    args->progress(args->progress_user, total, total))
+		rc = err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), m->mf->path);
+	return rc;
 }
 
 /* ---- device placement: the staging ring ------------------------------------------ */
@@ -399,17 +427,21 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 {
 	devcache_ctx_t *ctx = m->dev->ctx;
 	devcache_model_file_t *mf = m->mf;
-	struct stage_file file = {.path = mf->path, .fd = mf->fd};
+	size_t n_files = mf_part_count(mf);
+	struct stage_file *files = calloc(n_files, sizeof *files);
 	struct stage_item *items = NULL;
-	struct stage_job job = {.dev = m->dev, .files = &file, .n_files = 1, .n_items = mf->n_tensors,
-				.stream = args->stream, .progress = args->progress,
-				.progress_user = args->progress_user, .name = mf->path};
+	struct stage_job job = {.dev = m->dev, .files = files, .n_files = n_files,
+				.n_items = mf->n_tensors, .stream = args->stream,
+				.progress = args->progress, .progress_user = args->progress_user,
+				.name = mf->path};
 	uint64_t dev_size;
 	int rc;
 
+	for (size_t i = 0; files && i < n_files; i++)
+		files[i] = (struct stage_file){.path = mf_part(mf, i)->path, .fd = mf_part(mf, i)->fd};
 	m->dev_offsets = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *m->dev_offsets);
 	items = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *items);
-	if (!m->dev_offsets || !items) {
+	if (!files || !m->dev_offsets || !items) {
 		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
 		goto out;
 	}
@@ -418,17 +450,19 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 				 &m->dev_base)))
 		goto out;
 	for (size_t i = 0; i < mf->n_tensors; i++)
-		items[i] = (struct stage_item){.offset = mf->tensors[i].offset,
+		items[i] = (struct stage_item){.file = mf->tensors[i].part,
+					       .offset = mf->tensors[i].offset,
 					       .size = mf->tensors[i].size,
 					       .dst = (char *)m->dev_base + m->dev_offsets[i]};
 	job.items = items;
 	if ((rc = stage_upload(&job)) == 0) {
 		m->read = m->uploaded = job.bytes_read;
-		if (ctx->tun.v[TUN_evict_page_cache].u.b)
-			posix_fadvise(mf->fd, 0, 0, POSIX_FADV_DONTNEED);
+		for (size_t i = 0; ctx->tun.v[TUN_evict_page_cache].u.b && i < n_files; i++)
+			posix_fadvise(files[i].fd, 0, 0, POSIX_FADV_DONTNEED);
 	}
 out:
 	free(items);
+	free(files);
 	/* A failure of the driver or the allocator names the device, not the
 	 * file being loaded: say which file it was. */
 	if (rc && rc != DEVCACHE_ECANCELED &&
@@ -516,13 +550,26 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 	return rc;
 }
 
+/* The same files: each one's device, inode, size and modification time. */
+static bool same_files(const devcache_model_file_t *a, const devcache_model_file_t *b)
+{
+	if (mf_part_count(a) != mf_part_count(b))
+		return false;
+	for (size_t i = 0; i < mf_part_count(a); i++) {
+		const devcache_model_file_t *x = mf_part(a, i), *y = mf_part(b, i);
+
+		if (x->ino != y->ino || x->dev != y->dev || x->size != y->size ||
+		    x->mtime.tv_sec != y->mtime.tv_sec || x->mtime.tv_nsec != y->mtime.tv_nsec)
+			return false;
+	}
+	return true;
+}
+
 static struct devcache_model *find(struct model_cache *c, const devcache_model_file_t *mf,
 				   devcache_device_t *dev, bool writable)
 {
 	for (struct devcache_model *m = c->head; m; m = m->next)
-		if (m->ino == mf->ino && m->fdev == mf->dev && m->fsize == mf->size &&
-		    m->mtime.tv_sec == mf->mtime.tv_sec && m->mtime.tv_nsec == mf->mtime.tv_nsec &&
-		    m->dev == dev && m->writable == writable)
+		if (m->dev == dev && m->writable == writable && same_files(m->mf, mf))
 			return m;
 	return NULL;
 }
@@ -615,8 +662,7 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 		c->stats.failed_loads++;
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	}
-	*m = (struct devcache_model){.cache = c, .fdev = mf->dev, .ino = mf->ino, .fsize = mf->size,
-				     .mtime = mf->mtime, .dev = dev, .writable = writable, .mf = mf,
+	*m = (struct devcache_model){.cache = c, .dev = dev, .writable = writable, .mf = mf,
 				     .bytes = need, .locks = 1, .state = ENTRY_LOADING};
 	*used_of(c, dev) += need;
 	lru_push_front(c, m);
@@ -641,8 +687,8 @@ static int place(struct devcache_model *m, const devcache_load_args_t *args)
 		pthread_mutex_unlock(&c->lock);
 	}
 	double t0 = now_seconds();
-	if (ctx->tun.v[TUN_fadvise_sequential].u.b)
-		posix_fadvise(m->mf->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	for (size_t i = 0; ctx->tun.v[TUN_fadvise_sequential].u.b && i < mf_part_count(m->mf); i++)
+		posix_fadvise(mf_part(m->mf, i)->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	rc = is_host(m->dev) ? place_on_host(m, args) : place_on_device(m, args);
 	pthread_mutex_lock(&c->lock);
 	if (log_use && rc == 0)
@@ -788,7 +834,8 @@ int devcache_model_tensor_at(const devcache_model_t *m, size_t index, devcache_t
 		return err_set(DEVCACHE_EINVAL, _("devcache_model_tensor_at: NULL argument"));
 	if (devcache_model_file_tensor(m->mf, index, info))
 		return DEVCACHE_ENOENT;
-	*data_p = m->map ? (char *)m->map + info->offset : (char *)m->dev_base + m->dev_offsets[index];
+	*data_p = m->maps ? (char *)m->maps[info->shard].p + info->offset
+			  : (char *)m->dev_base + m->dev_offsets[index];
 	return 0;
 }
 

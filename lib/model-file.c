@@ -155,8 +155,11 @@ void devcache_model_file_close(devcache_model_file_t *mf)
 {
 	if (!mf)
 		return;
-	for (size_t i = 0; i < mf->n_tensors; i++)
+	for (size_t i = 0; !mf->parts && i < mf->n_tensors; i++)
 		free(mf->tensors[i].name);
+	for (size_t i = 0; i < mf->n_parts; i++)
+		devcache_model_file_close(mf->parts[i]);
+	free(mf->parts);
 	for (size_t i = 0; i < mf->n_meta; i++) {
 		free(mf->meta[i].key);
 		free(mf->meta[i].value);
@@ -170,15 +173,13 @@ void devcache_model_file_close(devcache_model_file_t *mf)
 	free(mf);
 }
 
-int devcache_model_file_open(const char *path, devcache_model_file_t **mf_p)
+int mf_open_file(const char *path, struct devcache_model_file **mf_p)
 {
 	struct devcache_model_file *mf;
 	unsigned char magic[9];
 	struct stat st;
 	int rc;
 
-	if (!path || !mf_p)
-		return err_set(DEVCACHE_EINVAL, _("devcache_model_file_open: NULL argument"));
 	*mf_p = NULL;
 	if (!(mf = calloc(1, sizeof *mf)) || !(mf->path = strdup(path))) {
 		free(mf);
@@ -236,6 +237,24 @@ int devcache_model_file_format(const devcache_model_file_t *mf, unsigned *versio
 	return mf->format;
 }
 
+size_t devcache_model_file_shard_count(const devcache_model_file_t *mf)
+{
+	return mf ? mf_part_count(mf) : 0;
+}
+
+int devcache_model_file_shard(const devcache_model_file_t *mf, size_t index, const char **path_p,
+			      uint64_t *size_p)
+{
+	if (!mf || !path_p || !size_p)
+		return err_set(DEVCACHE_EINVAL, _("devcache_model_file_shard: NULL argument"));
+	if (index >= mf_part_count(mf))
+		return err_set(DEVCACHE_ENOENT, _("%s: no shard %zu (the model has %zu)"), mf->path,
+			       index, mf_part_count(mf));
+	*path_p = mf_part(mf, index)->path;
+	*size_p = mf_part(mf, index)->size;
+	return 0;
+}
+
 uint64_t devcache_model_file_size(const devcache_model_file_t *mf)
 {
 	return mf ? mf->size : 0;
@@ -260,6 +279,7 @@ void mf_tensor_info(const struct mf_tensor *t, devcache_tensor_info_t *info)
 	memcpy(info->shape, t->shape, sizeof info->shape);
 	info->offset = t->offset;
 	info->size = t->size;
+	info->shard = t->part;
 }
 
 int devcache_model_file_tensor(const devcache_model_file_t *mf, size_t index,

@@ -25,6 +25,7 @@ struct mf_tensor {
 	uint64_t shape[DEVCACHE_MAX_DIMS];
 	uint64_t offset;     /* absolute, from the start of the file */
 	uint64_t size;       /* bytes */
+	uint32_t part;       /* a set's: the index of the file that holds it */
 };
 
 struct mf_meta {
@@ -48,7 +49,32 @@ struct devcache_model_file {
 	struct mf_meta *meta;
 	size_t n_meta, meta_cap;
 	struct mf_tensor **by_name; /* sorted, for lookups; built after parsing */
+	/* A set (model-set.c): its files, each parsed alone, in shard order;
+	 * the tensors above are theirs, merged (names owned by the parts).
+	 * NULL for a single file, which is its own only part. */
+	struct devcache_model_file **parts;
+	size_t n_parts;
 };
+
+struct devcache_pipeline {
+	devcache_component_t *comps;
+	size_t n;
+};
+
+/* The files of a model: a set's parts, or the file itself. */
+static inline size_t mf_part_count(const struct devcache_model_file *mf)
+{
+	return mf->parts ? mf->n_parts : 1;
+}
+
+static inline struct devcache_model_file *mf_part(const struct devcache_model_file *mf, size_t i)
+{
+	return mf->parts ? mf->parts[i] : (struct devcache_model_file *)mf;
+}
+
+/* Open and check one file (devcache_model_file_open, in model-set.c, opens
+ * sets and folders through it). */
+int mf_open_file(const char *path, struct devcache_model_file **mf_p);
 
 /* model-file.c: for the parsers. */
 
