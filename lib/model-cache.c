@@ -14,53 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Tensors on a device are packed at this alignment: what GPU kernels and
- * vectorised loads expect of a tensor's first byte. */
-#define TENSOR_ALIGN ((uint64_t)256)
-
-enum entry_state { ENTRY_LOADING, ENTRY_READY };
-
-/* A file of a model in host memory: its mapping, or a copy of it. */
-struct host_map {
-	void *p;
-	size_t len;
-};
-
-/* One cached model: a file or a set placed on one device, writable or not.
- * Its key is the device, the flag and every file's identity (mf's). */
-struct devcache_model {
-	struct model_cache *cache;
-	devcache_device_t *dev;
-	bool writable;
-
-	devcache_model_file_t *mf;
-	struct host_map *maps; /* host placement: one per file, NULL otherwise */
-	void *dev_base;        /* device placement: one allocation */
-	void *ram_copy;        /* evicted from its device, kept in RAM (keep_ram_copy) */
-	uint64_t *dev_offsets; /* each tensor's offset in it */
-	uint64_t bytes;        /* charged against the budget */
-	uint64_t read, uploaded; /* by its load, for the statistics */
-	int locks;             /* loads not yet released */
-	enum entry_state state;
-	struct devcache_model *prev, *next; /* most recently used first */
-};
-
-struct model_cache {
-	devcache_ctx_t *ctx;
-	pthread_mutex_t lock;
-	pthread_cond_t ready; /* an entry left the loading state */
-	struct devcache_model *head, *tail;
-	uint64_t ram_used, ram_budget;
-	uint64_t *vram_used, *vram_budget; /* by device index */
-	devcache_cache_stats_t stats;
-};
-
-static bool is_host(const devcache_device_t *dev)
+bool mc_is_host(const devcache_device_t *dev)
 {
 	return dev->info.caps & DEVCACHE_CAP_HOST_MEMORY;
 }
 
-static size_t dev_index(const struct model_cache *c, const devcache_device_t *dev)
+size_t mc_dev_index(const struct model_cache *c, const devcache_device_t *dev)
 {
 	return (size_t)(dev - c->ctx->devices);
 }
@@ -148,24 +107,39 @@ static void lru_push_front(struct model_cache *c, struct devcache_model *m)
 		c->tail = m;
 }
 
-static uint64_t *used_of(struct model_cache *c, const devcache_device_t *dev)
+uint64_t *mc_used_of(struct model_cache *c, const devcache_device_t *dev)
 {
-	return is_host(dev) ? &c->ram_used : &c->vram_used[dev_index(c, dev)];
+	return mc_is_host(dev) ? &c->ram_used : &c->vram_used[mc_dev_index(c, dev)];
 }
 
 /* What an entry is charged to: RAM for host placements and RAM copies,
  * its device's budget otherwise. */
 static uint64_t *charge_of(struct model_cache *c, const struct devcache_model *m)
 {
-	return m->ram_copy ? &c->ram_used : used_of(c, m->dev);
+	return m->ram_copy ? &c->ram_used : mc_used_of(c, m->dev);
+}
+
+/* Charge m where it counts (a partial model: its host side to RAM too),
+ * or take the charge back. */
+static void charge(struct model_cache *c, const struct devcache_model *m)
+{
+	*charge_of(c, m) += m->bytes;
+	c->ram_used += m->host_charge;
+}
+
+static void uncharge(struct model_cache *c, const struct devcache_model *m)
+{
+	*charge_of(c, m) -= m->bytes;
+	c->ram_used -= m->host_charge;
 }
 
 /* Whether evicting m makes room where dev's budget counts. */
 static bool charged_to(const struct devcache_model *m, const devcache_device_t *dev)
 {
-	if (is_host(dev))
-		return m->ram_copy || is_host(m->dev);
-	return !m->ram_copy && m->dev == dev;
+	if (mc_is_host(dev))
+		return m->ram_copy || mc_is_host(m->dev) || m->host_charge;
+	/* A partial model with nothing on the device frees nothing there. */
+	return !m->ram_copy && m->dev == dev && (!m->partial || m->bytes);
 }
 
 /* ---- memory use, for log_memory_usage ---------------------------------------------- */
@@ -204,9 +178,9 @@ static void log_mem_use(struct model_cache *c, const char *what, const char *pat
 		what, path, b[0], a[0], b[1], a[1], b[2], a[2]);
 }
 
-static uint64_t budget_of(struct model_cache *c, const devcache_device_t *dev)
+uint64_t mc_budget_of(struct model_cache *c, const devcache_device_t *dev)
 {
-	return is_host(dev) ? c->ram_budget : c->vram_budget[dev_index(c, dev)];
+	return mc_is_host(dev) ? c->ram_budget : c->vram_budget[mc_dev_index(c, dev)];
 }
 
 /* Give back what an entry holds; the caller has unlinked and uncharged it. */
@@ -220,6 +194,7 @@ static void entry_free(struct devcache_model *m)
 		munmap(m->ram_copy, m->bytes);
 	if (m->dev_base && devcache_free(m->dev, m->dev_base))
 		log_msg(&m->dev->ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
+	partial_free(m);
 	free(m->dev_offsets);
 	devcache_model_file_close(m->mf);
 	free(m);
@@ -231,7 +206,7 @@ static bool keep_in_ram(struct model_cache *c, struct devcache_model *m)
 {
 	void *copy;
 
-	if (is_host(m->dev) || !c->ctx->tun.v[TUN_keep_ram_copy].u.b ||
+	if (mc_is_host(m->dev) || m->partial || !c->ctx->tun.v[TUN_keep_ram_copy].u.b ||
 	    c->ram_used + m->bytes > c->ram_budget)
 		return false;
 	/* Anonymous memory, never the malloc heap: it goes back to the
@@ -249,7 +224,7 @@ static bool keep_in_ram(struct model_cache *c, struct devcache_model *m)
 	if (devcache_free(m->dev, m->dev_base))
 		log_msg(&c->ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
 	m->dev_base = NULL;
-	c->vram_used[dev_index(c, m->dev)] -= m->bytes;
+	c->vram_used[mc_dev_index(c, m->dev)] -= m->bytes;
 	m->ram_copy = copy;
 	c->ram_used += m->bytes;
 	c->stats.ram_copies++;
@@ -268,7 +243,7 @@ static void drop(struct model_cache *c, struct devcache_model *m)
 		path = strdup(m->mf->path);
 	}
 	lru_unlink(c, m);
-	*charge_of(c, m) -= m->bytes;
+	uncharge(c, m);
 	c->stats.models--;
 	if (m->ram_copy)
 		c->stats.ram_copies--;
@@ -298,17 +273,17 @@ static void evict(struct model_cache *c, struct devcache_model *m)
 /* Evict unlocked models on dev, least recently used first, until need
  * bytes fit its budget or, with need 0, until want bytes are freed.
  * Called with the cache locked.  Returns the bytes freed. */
-static uint64_t evict_for(struct model_cache *c, devcache_device_t *dev, uint64_t need,
-			  uint64_t want)
+uint64_t mc_evict_for(struct model_cache *c, devcache_device_t *dev, uint64_t need,
+		      uint64_t want)
 {
-	uint64_t *used = used_of(c, dev), budget = budget_of(c, dev), freed = 0;
+	uint64_t *used = mc_used_of(c, dev), budget = mc_budget_of(c, dev), freed = 0;
 	struct devcache_model *m = c->tail;
 
 	while (m && (need ? *used + need > budget : freed < want)) {
 		struct devcache_model *prev = m->prev;
 
 		if (charged_to(m, dev) && m->locks == 0 && m->state == ENTRY_READY) {
-			freed += m->bytes;
+			freed += mc_is_host(dev) && m->partial ? m->host_charge : m->bytes;
 			evict(c, m);
 		}
 		m = prev;
@@ -322,10 +297,10 @@ static size_t cache_pressure(void *user, devcache_device_t *dev, size_t need)
 	struct model_cache *c = user;
 	uint64_t freed;
 
-	if (is_host(dev))
+	if (mc_is_host(dev))
 		return 0; /* host placements are mappings, not allocator memory */
 	pthread_mutex_lock(&c->lock);
-	freed = evict_for(c, dev, 0, need ? need : 1);
+	freed = mc_evict_for(c, dev, 0, need ? need : 1);
 	pthread_mutex_unlock(&c->lock);
 	return (size_t)freed;
 }
@@ -387,7 +362,7 @@ static int map_file(struct devcache_model *m, size_t part, bool writable)
 }
 
 /* Every file of the model in host memory, mapped in place or copied. */
-static int place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
+int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
 {
 	devcache_ctx_t *ctx = m->dev->ctx;
 	size_t n = mf_part_count(m->mf);
@@ -423,12 +398,21 @@ static uint64_t device_layout(const devcache_model_file_t *mf, uint64_t *offsets
 	return cur;
 }
 
+struct stage_file *mc_stage_files(const devcache_model_file_t *mf)
+{
+	struct stage_file *files = calloc(mf_part_count(mf), sizeof *files);
+
+	for (size_t i = 0; files && i < mf_part_count(mf); i++)
+		files[i] = (struct stage_file){.path = mf_part(mf, i)->path, .fd = mf_part(mf, i)->fd};
+	return files;
+}
+
 static int place_on_device(struct devcache_model *m, const devcache_load_args_t *args)
 {
 	devcache_ctx_t *ctx = m->dev->ctx;
 	devcache_model_file_t *mf = m->mf;
 	size_t n_files = mf_part_count(mf);
-	struct stage_file *files = calloc(n_files, sizeof *files);
+	struct stage_file *files = mc_stage_files(mf);
 	struct stage_item *items = NULL;
 	struct stage_job job = {.dev = m->dev, .files = files, .n_files = n_files,
 				.n_items = mf->n_tensors, .stream = args->stream,
@@ -437,8 +421,6 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 	uint64_t dev_size;
 	int rc;
 
-	for (size_t i = 0; files && i < n_files; i++)
-		files[i] = (struct stage_file){.path = mf_part(mf, i)->path, .fd = mf_part(mf, i)->fd};
 	m->dev_offsets = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *m->dev_offsets);
 	items = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *items);
 	if (!files || !m->dev_offsets || !items) {
@@ -463,14 +445,21 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 out:
 	free(items);
 	free(files);
+	return mc_upload_failed(m, rc);
+}
+
+int mc_upload_failed(const struct devcache_model *m, int rc)
+{
+	const char *path = m->mf->path;
+
 	/* A failure of the driver or the allocator names the device, not the
 	 * file being loaded: say which file it was. */
 	if (rc && rc != DEVCACHE_ECANCELED &&
-	    strncmp(devcache_last_error(), mf->path, strlen(mf->path)) != 0) {
+	    strncmp(devcache_last_error(), path, strlen(path)) != 0) {
 		char why[1024];
 
 		snprintf(why, sizeof why, "%s", devcache_last_error());
-		rc = err_set(rc, _("%s: cannot upload it to %s: %s"), mf->path, m->dev->id, why);
+		rc = err_set(rc, _("%s: cannot upload it to %s: %s"), path, m->dev->id, why);
 	}
 	return rc;
 }
@@ -484,17 +473,24 @@ static int make_room(struct model_cache *c, devcache_device_t *dev, uint64_t nee
 {
 	char need_s[32], budget_s[32];
 
-	evict_for(c, dev, need, 0);
-	if (*used_of(c, dev) + need <= budget_of(c, dev))
+	mc_evict_for(c, dev, need, 0);
+	if (*mc_used_of(c, dev) + need <= mc_budget_of(c, dev))
 		return 0;
 	c->stats.failed_loads++;
 	format_bytes(need, need_s, sizeof need_s);
-	format_bytes(budget_of(c, dev), budget_s, sizeof budget_s);
+	format_bytes(mc_budget_of(c, dev), budget_s, sizeof budget_s);
+	if (!mc_is_host(dev) && need > mc_budget_of(c, dev))
+		return err_set(DEVCACHE_ENOMEM,
+			       _("%s: the model needs %s on %s, more than the cache's budget there "
+				 "(max_cache_vram, %s); partial_loading would load what fits and "
+				 "keep the rest on the host"),
+			       path, need_s, dev->id, budget_s);
 	return err_set(DEVCACHE_ENOMEM,
 		       _("%s: the model needs %s on %s, but the cache's budget there (%s) is "
-			 "%s and locked models hold %llu bytes of it"),
-		       path, need_s, dev->id, is_host(dev) ? "max_cache_ram" : "max_cache_vram",
-		       budget_s, (unsigned long long)*used_of(c, dev));
+			 "%s and locked models hold %llu bytes of it%s"),
+		       path, need_s, dev->id, mc_is_host(dev) ? "max_cache_ram" : "max_cache_vram",
+		       budget_s, (unsigned long long)*mc_used_of(c, dev),
+		       mc_is_host(dev) ? "" : _("; partial_loading would load what fits"));
 }
 
 /* A hit on a model kept in RAM after its eviction from the device: copy it
@@ -505,7 +501,7 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 			   const devcache_load_args_t *args)
 {
 	devcache_device_t *dev = m->dev;
-	uint64_t *vram = &c->vram_used[dev_index(c, dev)];
+	uint64_t *vram = &c->vram_used[mc_dev_index(c, dev)];
 	void *base = NULL;
 	int rc;
 
@@ -577,7 +573,7 @@ static struct devcache_model *find(struct model_cache *c, const devcache_model_f
 /* What a model takes where it is placed. */
 static uint64_t footprint(const devcache_model_file_t *mf, const devcache_device_t *dev)
 {
-	return is_host(dev) ? mf->size : device_layout(mf, NULL);
+	return mc_is_host(dev) ? mf->size : device_layout(mf, NULL);
 }
 
 static int get_cache(devcache_ctx_t *ctx, struct model_cache **c_p)
@@ -645,6 +641,15 @@ static int lookup(struct model_cache *c, const devcache_model_file_t *mf, devcac
 	return 0;
 }
 
+/* The host device: where a partial model's files are charged. */
+static devcache_device_t *host_device(struct model_cache *c)
+{
+	for (size_t i = 0; i < c->ctx->n_devices; i++)
+		if (mc_is_host(&c->ctx->devices[i]))
+			return &c->ctx->devices[i];
+	return NULL;
+}
+
 /* A miss: make room within the budget, then list and charge a new entry in
  * the loading state, so that concurrent loads of the file wait for it.
  * Takes mf over on success.  Called with the cache locked. */
@@ -655,8 +660,16 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 	struct devcache_model *m;
 	int rc;
 
+	bool partial = false;
+
 	c->stats.misses++;
-	if ((rc = make_room(c, dev, need, mf->path)))
+	if (!mc_is_host(dev) && c->ctx->tun.v[TUN_partial_loading].u.b) {
+		mc_evict_for(c, dev, need, 0);
+		partial = *mc_used_of(c, dev) + need > mc_budget_of(c, dev);
+	}
+	/* A partial load keeps its files on the host: RAM's budget counts them. */
+	if ((rc = partial ? make_room(c, host_device(c), mf->size, mf->path)
+			  : make_room(c, dev, need, mf->path)))
 		return rc;
 	if (!(m = calloc(1, sizeof *m))) {
 		c->stats.failed_loads++;
@@ -664,7 +677,19 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 	}
 	*m = (struct devcache_model){.cache = c, .dev = dev, .writable = writable, .mf = mf,
 				     .bytes = need, .locks = 1, .state = ENTRY_LOADING};
-	*used_of(c, dev) += need;
+	if (partial) {
+		uint64_t used = *mc_used_of(c, dev), budget = mc_budget_of(c, dev);
+
+		m->host_charge = mf->size;
+		if ((rc = partial_plan(c, m, used < budget ? budget - used : 0))) {
+			c->stats.failed_loads++;
+			free(m->dev_ptr);
+			free(m->stamp);
+			free(m);
+			return rc;
+		}
+	}
+	charge(c, m);
 	lru_push_front(c, m);
 	c->stats.models++;
 	c->stats.locked_models++;
@@ -689,7 +714,9 @@ static int place(struct devcache_model *m, const devcache_load_args_t *args)
 	double t0 = now_seconds();
 	for (size_t i = 0; ctx->tun.v[TUN_fadvise_sequential].u.b && i < mf_part_count(m->mf); i++)
 		posix_fadvise(mf_part(m->mf, i)->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	rc = is_host(m->dev) ? place_on_host(m, args) : place_on_device(m, args);
+	rc = mc_is_host(m->dev) ? mc_place_on_host(m, args)
+	     : m->partial     ? partial_place(m, args)
+			      : place_on_device(m, args);
 	pthread_mutex_lock(&c->lock);
 	if (log_use && rc == 0)
 		log_mem_use(c, _("loaded"), m->mf->path, &before);
@@ -707,7 +734,7 @@ static int commit(struct devcache_model *m, int rc)
 	pthread_mutex_lock(&c->lock);
 	if (rc) {
 		lru_unlink(c, m);
-		*used_of(c, m->dev) -= m->bytes;
+		uncharge(c, m);
 		c->stats.models--;
 		c->stats.locked_models--;
 		if (rc == DEVCACHE_ECANCELED)
@@ -779,7 +806,7 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 		pthread_mutex_unlock(&c->lock);
 		return rc;
 	}
-	bool writable = is_host(dev) && (args.flags & DEVCACHE_LOAD_WRITABLE);
+	bool writable = mc_is_host(dev) && (args.flags & DEVCACHE_LOAD_WRITABLE);
 
 	pthread_mutex_lock(&c->lock);
 	rc = lookup(c, mf, dev, writable, &args, &m, &res);
@@ -799,11 +826,12 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 	if (rc)
 		return rc;
 	if (args.result) {
-		uint64_t bytes = tensor_bytes(m->mf);
+		devcache_model_info_t info;
 
+		devcache_model_info(m, &info);
 		res.seconds = now_seconds() - t0;
-		res.device_bytes = is_host(dev) ? 0 : bytes;
-		res.host_bytes = is_host(dev) ? bytes : 0;
+		res.device_bytes = info.device_bytes;
+		res.host_bytes = info.host_bytes;
 		*args.result = res;
 	}
 	*model_p = m;
@@ -822,6 +850,42 @@ void devcache_model_release(devcache_model_t *m)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* Where the bytes are: a partial model's split, all on the device, or all
+ * on the host (the host device's too). */
+static void shares(const struct devcache_model *m, uint64_t *dev_p, uint64_t *host_p,
+		   size_t *dev_tensors_p)
+{
+	uint64_t all = tensor_bytes(m->mf);
+
+	if (m->partial) {
+		*dev_p = partial_device_bytes(m, dev_tensors_p);
+	} else if (mc_is_host(m->dev) || m->ram_copy) {
+		*dev_p = 0;
+		*dev_tensors_p = 0;
+	} else {
+		*dev_p = all;
+		*dev_tensors_p = m->mf->n_tensors;
+	}
+	*host_p = all - *dev_p;
+}
+
+int devcache_model_info(const devcache_model_t *m, devcache_model_info_t *info)
+{
+	if (!m || !info)
+		return err_set(DEVCACHE_EINVAL, _("devcache_model_info: NULL argument"));
+	struct model_cache *c = m->cache;
+
+	memset(info, 0, sizeof *info);
+	pthread_mutex_lock(&c->lock);
+	info->device = m->dev;
+	info->tensors = m->mf->n_tensors;
+	info->partial = m->partial;
+	info->locks = m->locks;
+	shares(m, &info->device_bytes, &info->host_bytes, &info->device_tensors);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
 const devcache_model_file_t *devcache_model_file(const devcache_model_t *m)
 {
 	return m ? m->mf : NULL;
@@ -834,8 +898,15 @@ int devcache_model_tensor_at(const devcache_model_t *m, size_t index, devcache_t
 		return err_set(DEVCACHE_EINVAL, _("devcache_model_tensor_at: NULL argument"));
 	if (devcache_model_file_tensor(m->mf, index, info))
 		return DEVCACHE_ENOENT;
-	*data_p = m->maps ? (char *)m->maps[info->shard].p + info->offset
-			  : (char *)m->dev_base + m->dev_offsets[index];
+	if (m->partial) {
+		*data_p = partial_tensor(m, index, &info->place);
+	} else if (m->maps) {
+		*data_p = (char *)m->maps[info->shard].p + info->offset;
+		info->place = DEVCACHE_PLACE_HOST;
+	} else {
+		*data_p = (char *)m->dev_base + m->dev_offsets[index];
+		info->place = DEVCACHE_PLACE_DEVICE;
+	}
 	return 0;
 }
 
@@ -878,8 +949,8 @@ int devcache_cache_device_usage(devcache_ctx_t *ctx, devcache_device_t *dev, uin
 	if ((rc = get_cache(ctx, &c)))
 		return rc;
 	pthread_mutex_lock(&c->lock);
-	*used_p = *used_of(c, dev);
-	*budget_p = budget_of(c, dev);
+	*used_p = *mc_used_of(c, dev);
+	*budget_p = mc_budget_of(c, dev);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -911,7 +982,7 @@ int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out)
 	format_bytes(c->ram_budget, b, sizeof b);
 	fprintf(out, _("  %-10s %s of %s (max_cache_ram)\n"), "RAM", a, b);
 	for (size_t i = 0; i < ctx->n_devices; i++) {
-		if (is_host(&ctx->devices[i]))
+		if (mc_is_host(&ctx->devices[i]))
 			continue;
 		format_bytes(c->vram_used[i], a, sizeof a);
 		format_bytes(c->vram_budget[i], b, sizeof b);
@@ -921,9 +992,20 @@ int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out)
 		fprintf(out, "  %-10s %10s %5s  %s\n", _("device"), _("size"), _("locks"), _("file"));
 	/* Most recently used first: the last lines go first when room is needed. */
 	for (struct devcache_model *m = c->head; m; m = m->next) {
+		char share[128] = "";
+
 		format_bytes(m->bytes, d, sizeof d);
-		fprintf(out, "  %-10s %10s %5d  %s%s%s\n", m->ram_copy ? "RAM" : m->dev->id, d,
-			m->locks, m->mf->path, m->writable ? _(" (writable)") : "",
+		if (m->partial) {
+			uint64_t on_dev, on_host;
+			size_t n;
+
+			shares(m, &on_dev, &on_host, &n);
+			format_bytes(on_dev, a, sizeof a);
+			format_bytes(on_dev + on_host, b, sizeof b);
+			snprintf(share, sizeof share, _(" (partial: %s of %s on %s)"), a, b, m->dev->id);
+		}
+		fprintf(out, "  %-10s %10s %5d  %s%s%s%s\n", m->ram_copy ? "RAM" : m->dev->id, d,
+			m->locks, m->mf->path, share, m->writable ? _(" (writable)") : "",
 			m->state == ENTRY_LOADING ? _(" (loading)") : "");
 	}
 	pthread_mutex_unlock(&c->lock);

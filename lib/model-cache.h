@@ -5,6 +5,96 @@
 
 #include "internal.h"
 
+/* ---- model-cache.c: the cache and its entries ------------------------------------ */
+
+/* Tensors on a device are packed at this alignment: what GPU kernels and
+ * vectorised loads expect of a tensor's first byte. */
+#define TENSOR_ALIGN ((uint64_t)256)
+
+enum entry_state { ENTRY_LOADING, ENTRY_READY };
+
+/* A file of a model in host memory: its mapping, or a copy of it. */
+struct host_map {
+	void *p;
+	size_t len;
+};
+
+/* One cached model: a file or a set placed on one device, writable or not.
+ * Its key is the device, the flag and every file's identity (mf's). */
+struct devcache_model {
+	struct model_cache *cache;
+	devcache_device_t *dev;
+	bool writable;
+
+	devcache_model_file_t *mf;
+	struct host_map *maps; /* host placement: one per file, NULL otherwise */
+	void *dev_base;        /* device placement: one allocation */
+	void *ram_copy;        /* evicted from its device, kept in RAM (keep_ram_copy) */
+	uint64_t *dev_offsets; /* each tensor's offset in it */
+	uint64_t bytes;        /* charged against the budget (a partial load: its device's) */
+	/* Partial residency (model-partial.c), only with partial: each tensor
+	 * in an allocation of its own or on the host, where maps has every
+	 * file; host_charge is the files' size, charged to RAM. */
+	bool partial;
+	void **dev_ptr;        /* each tensor's allocation, NULL while on the host */
+	uint64_t *stamp;       /* each device tensor's last use, by the cache's clock */
+	uint64_t host_charge;
+	uint64_t read, uploaded; /* by its load, for the statistics */
+	int locks;             /* loads not yet released */
+	enum entry_state state;
+	struct devcache_model *prev, *next; /* most recently used first */
+};
+
+struct model_cache {
+	devcache_ctx_t *ctx;
+	pthread_mutex_t lock;
+	pthread_cond_t ready; /* an entry left the loading state */
+	struct devcache_model *head, *tail;
+	uint64_t ram_used, ram_budget;
+	uint64_t *vram_used, *vram_budget; /* by device index */
+	devcache_cache_stats_t stats;
+	uint64_t clock;       /* ticks at each use of a partial model's tensors */
+};
+
+bool mc_is_host(const devcache_device_t *dev);
+size_t mc_dev_index(const struct model_cache *c, const devcache_device_t *dev);
+/* What a device's budget counts (RAM for the host), and the budget. */
+uint64_t *mc_used_of(struct model_cache *c, const devcache_device_t *dev);
+uint64_t mc_budget_of(struct model_cache *c, const devcache_device_t *dev);
+/* Evict unlocked models charged to dev, least recently used first, until
+ * need bytes fit its budget or, with need 0, until want bytes are freed.
+ * Called with the cache locked; returns the bytes freed. */
+uint64_t mc_evict_for(struct model_cache *c, devcache_device_t *dev, uint64_t need,
+		      uint64_t want);
+/* Every file of m in host memory: mapped in place, or copied (mmap false). */
+int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args);
+/* The stage_file of each of mf's files, to free; NULL without memory. */
+struct stage_file *mc_stage_files(const devcache_model_file_t *mf);
+/* A failed upload's message names the file as well as the device. */
+int mc_upload_failed(const struct devcache_model *m, int rc);
+
+/* ---- model-partial.c: models larger than the device's budget ------------------------ */
+
+/* What a tensor of size bytes is charged on a device. */
+static inline uint64_t tensor_charge(uint64_t size)
+{
+	return (size + TENSOR_ALIGN - 1) & ~(TENSOR_ALIGN - 1);
+}
+
+/* Choose the tensors that fit in avail bytes, in tensor order, skipping
+ * those that do not; sets m->partial, its arrays and m->bytes.  Called
+ * with the cache locked. */
+int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail);
+/* Place a planned partial load: the files on the host, the chosen
+ * tensors uploaded.  Unlocked. */
+int partial_place(struct devcache_model *m, const devcache_load_args_t *args);
+/* Give back the device allocations of a partial model. */
+void partial_free(struct devcache_model *m);
+/* Where tensor i is, for devcache_model_tensor_at(). */
+void *partial_tensor(const struct devcache_model *m, size_t i, uint32_t *place_p);
+/* The model's tensor bytes on its device. */
+uint64_t partial_device_bytes(const struct devcache_model *m, size_t *count_p);
+
 /* ---- staging.c: streaming file ranges to a device through pinned buffers ---- */
 
 /* A file to read from. */

@@ -19,8 +19,21 @@ tests_test_model_cache_SOURCES = tests/test-model-cache.c tests/tap.h \
 	tests/model-writer.c tests/model-writer.h
 tests_test_model_cache_CFLAGS = $(test_cflags)
 tests_test_model_cache_LDADD = $(test_ldadd)
+tests_test_model_set_SOURCES = tests/test-model-set.c tests/tap.h \
+	tests/model-writer.c tests/model-writer.h
+tests_test_model_set_CFLAGS = $(test_cflags)
+tests_test_model_set_LDADD = $(test_ldadd)
 tests_test_load_tool_SOURCES = tests/test-load-tool.c tests/tap.h tests/spawn.c tests/spawn.h \
 	tests/model-writer.c tests/model-writer.h
 tests_test_load_tool_CFLAGS = $(test_cflags)
 tests_test_load_tool_LDADD = $(test_ldadd)
+endif
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/test-model-partial
+TESTS += tests/test-model-partial
+tests_test_model_partial_SOURCES = tests/test-model-partial.c tests/tap.h \
+	tests/model-writer.c tests/model-writer.h
+tests_test_model_partial_CFLAGS = $(test_cflags)
+tests_test_model_partial_LDADD = $(test_ldadd)
 endif

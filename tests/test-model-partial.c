@@ -1,0 +1,434 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* test-model-partial.c - models larger than the device's budget: what fits on the device, the rest on the host, tensors moved in and out. */
+#include "tap.h"
+#include "model-writer.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <devcache.h>
+
+static char dir[256];
+
+/* Four tensors of 100000 bytes: each charged 100096 on a device (256-byte
+ * rounding), so a budget of 300K (307200) holds three. */
+static const struct mw_tensor four[] = {
+	{"t0", 100000, 0}, {"t1", 100000, 1}, {"t2", 100000, 1}, {"t3", 100000, 2}};
+#define CHARGE 100096u
+
+static devcache_ctx_t *open_ctx(const char *options)
+{
+	char opts[1024];
+	devcache_ctx_t *ctx;
+	devcache_open_args_t args = {.struct_size = sizeof args,
+				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV,
+				     .options = opts};
+
+	snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:good,%s",
+		 test_env("TEST_MODULES"), options);
+	if (devcache_open_ex(&ctx, &args))
+		fail_msg("devcache_open_ex(%s): %s", opts, devcache_last_error());
+	return ctx;
+}
+
+static devcache_device_t *device(devcache_ctx_t *ctx, const char *name)
+{
+	devcache_device_t *dev;
+
+	assert_int_equal(devcache_device_get(ctx, name, &dev), 0);
+	return dev;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	return test_tmpdir_make(dir, sizeof dir, "model-partial");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return test_tmpdir_remove(dir);
+}
+
+/* A three-shard set of four, by its index, in path. */
+static void write_set(char *path, size_t size, const char *stem, unsigned seed)
+{
+	mw_sharded(dir, stem, four, 4, 3, seed, 0, path, size);
+}
+
+/* Every tensor byte-exact wherever it is; returns a bit mask of those on
+ * the device. */
+static unsigned check_all(devcache_model_t *m, unsigned seed)
+{
+	devcache_device_info_t di;
+	devcache_model_info_t mi;
+	unsigned on_dev = 0;
+
+	assert_int_equal(devcache_model_info(m, &mi), 0);
+	assert_int_equal(devcache_device_info(mi.device, &di), 0);
+	for (size_t i = 0; i < mi.tensors; i++) {
+		devcache_tensor_info_t t;
+		void *data;
+
+		assert_int_equal(devcache_model_tensor_at(m, i, &t, &data), 0);
+		if (t.place == DEVCACHE_PLACE_DEVICE) {
+			unsigned char *copy = malloc(t.size);
+
+			assert_non_null(copy);
+			assert_int_equal(devcache_copy_to_host(mi.device, copy, data, t.size, NULL), 0);
+			mw_check(t.name, copy, t.size, seed);
+			free(copy);
+			on_dev |= 1u << i;
+		} else {
+			assert_int_equal(t.place, DEVCACHE_PLACE_HOST);
+			mw_check(t.name, data, t.size, seed);
+		}
+	}
+	return on_dev;
+}
+
+/* The cache never holds more than its budget on dev. */
+static void within_budget(devcache_ctx_t *ctx, devcache_device_t *dev)
+{
+	uint64_t used, budget;
+
+	assert_int_equal(devcache_cache_device_usage(ctx, dev, &used, &budget), 0);
+	if (used > budget)
+		fail_msg("the cache holds %llu bytes on the device, over its budget of %llu",
+			 (unsigned long long)used, (unsigned long long)budget);
+}
+
+static void without_the_tunable_the_error_says_so(void **state)
+{
+	char path[512];
+	devcache_model_t *m;
+
+	(void)state;
+	write_set(path, sizeof path, "big", 1);
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K");
+	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "good:0"), NULL, &m),
+			 DEVCACHE_ENOMEM);
+	assert_contains(devcache_last_error(), path);
+	assert_contains(devcache_last_error(), "max_cache_vram");
+	assert_contains(devcache_last_error(), "partial_loading would load what fits");
+	devcache_close(ctx);
+}
+
+static void what_fits_goes_to_the_device_in_order(void **state)
+{
+	char path[512];
+	devcache_model_t *m;
+	devcache_load_result_t r;
+	devcache_load_args_t args = {.struct_size = sizeof args, .result = &r};
+	devcache_model_info_t mi;
+
+	(void)state;
+	write_set(path, sizeof path, "big", 2);
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true");
+	devcache_device_t *dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m), 0);
+	within_budget(ctx, dev);
+	assert_int_equal(check_all(m, 2), 0x7); /* t0, t1, t2 */
+	assert_int_equal(r.hit, 0);
+	assert_int_equal(r.device_bytes, 300000);
+	assert_int_equal(r.host_bytes, 100000);
+	assert_int_equal(r.bytes_uploaded, 300000);
+	assert_int_equal(devcache_model_info(m, &mi), 0);
+	assert_int_equal(mi.partial, 1);
+	assert_int_equal(mi.tensors, 4);
+	assert_int_equal(mi.device_tensors, 3);
+	assert_int_equal(mi.device_bytes, 300000);
+	assert_int_equal(mi.host_bytes, 100000);
+	assert_ptr_equal(mi.device, dev);
+	assert_int_equal(mi.locks, 1);
+	/* The host side is the files, charged to RAM. */
+	devcache_cache_stats_t s;
+	devcache_cache_stats(ctx, &s);
+	assert_true(s.ram_used > 400000);
+	/* One entry: a second load is a hit on it. */
+	devcache_model_t *again;
+	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &again), 0);
+	assert_ptr_equal(again, m);
+	assert_int_equal(r.hit, 1);
+	assert_int_equal(r.device_bytes, 300000);
+	devcache_model_release(again);
+	/* The summary shows the device share. */
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	assert_int_equal(devcache_cache_summary(ctx, f), 0);
+	fclose(f);
+	assert_contains(text, "(partial: 293.0 KiB of 390.6 KiB on good:0)");
+	free(text);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
+static void tensors_move_in_and_out_byte_exact(void **state)
+{
+	char path[512];
+	devcache_model_t *m;
+	devcache_model_info_t mi;
+	const char *t3[] = {"t3"}, *t1[] = {"t1"}, *t0_t3[] = {"t0", "t3"};
+
+	(void)state;
+	write_set(path, sizeof path, "big", 3);
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true,"
+				       "staging_buffer_size:64K,load_workers:2");
+	devcache_device_t *dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+	assert_int_equal(check_all(m, 3), 0x7);
+	/* t3 in: t0, the least recently used, goes back to the host. */
+	assert_int_equal(devcache_model_make_resident(m, t3, 1, NULL), 0);
+	within_budget(ctx, dev);
+	assert_int_equal(check_all(m, 3), 0xe);
+	/* t1 out, then t0 and t3 in: room without moving anything else. */
+	assert_int_equal(devcache_model_move_to_host(m, t1, 1), 0);
+	within_budget(ctx, dev);
+	assert_int_equal(check_all(m, 3), 0xc);
+	assert_int_equal(devcache_model_make_resident(m, t0_t3, 2, NULL), 0);
+	within_budget(ctx, dev);
+	assert_int_equal(check_all(m, 3), 0xd);
+	/* Already there: nothing moves, and it counts as a use. */
+	assert_int_equal(devcache_model_make_resident(m, t3, 1, NULL), 0);
+	assert_int_equal(check_all(m, 3), 0xd);
+	/* All four cannot fit: an error, and nothing moved. */
+	assert_int_equal(devcache_model_make_resident(m, NULL, 0, NULL), DEVCACHE_ENOMEM);
+	assert_contains(devcache_last_error(), path);
+	assert_contains(devcache_last_error(), "max_cache_vram");
+	assert_int_equal(check_all(m, 3), 0xd);
+	/* An unknown name: nothing moved either. */
+	const char *bad[] = {"t1", "nope"};
+	assert_int_equal(devcache_model_make_resident(m, bad, 2, NULL), DEVCACHE_ENOENT);
+	assert_contains(devcache_last_error(), "no tensor named 'nope'");
+	assert_int_equal(check_all(m, 3), 0xd);
+	/* Everything back to the host. */
+	assert_int_equal(devcache_model_move_to_host(m, NULL, 0), 0);
+	assert_int_equal(check_all(m, 3), 0);
+	assert_int_equal(devcache_model_info(m, &mi), 0);
+	assert_int_equal(mi.device_bytes, 0);
+	uint64_t used, budget;
+	devcache_cache_device_usage(ctx, dev, &used, &budget);
+	assert_int_equal(used, 0);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
+static void other_models_make_room_in_order(void **state)
+{
+	char a[512], b[512], small[512];
+	devcache_model_t *ma, *mb, *ms;
+	devcache_model_info_t mi;
+	const char *a_first[] = {"t0", "t1", "t2"}, *t2[] = {"t2"}, *t3[] = {"t3"};
+
+	(void)state;
+	write_set(a, sizeof a, "a", 4);
+	write_set(b, sizeof b, "b", 5);
+	snprintf(small, sizeof small, "%s/small.safetensors", dir);
+	static const struct mw_tensor one[] = {{"s", 50000, 0}};
+	mw_safetensors(small, one, 1, 6, NULL);
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true");
+	devcache_device_t *dev = device(ctx, "good:0");
+	/* b takes three tensors' room; a, loaded while b is locked, gets
+	 * none of it. */
+	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0);
+	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), 0);
+	assert_int_equal(check_all(mb, 5), 0x7);
+	assert_int_equal(check_all(ma, 4), 0);
+	/* b gives one back, and a small whole model takes the room. */
+	assert_int_equal(devcache_model_move_to_host(mb, t2, 1), 0);
+	assert_int_equal(devcache_model_load(ctx, small, dev, NULL, &ms), 0);
+	devcache_model_release(ms);
+	devcache_model_release(mb);
+	within_budget(ctx, dev);
+	/* a wants three: b's tensors (unlocked now) go back to the host
+	 * first, then the small model is evicted whole. */
+	assert_int_equal(devcache_model_make_resident(ma, a_first, 3, NULL), 0);
+	within_budget(ctx, dev);
+	assert_int_equal(check_all(ma, 4), 0x7);
+	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0);
+	assert_int_equal(devcache_model_info(mb, &mi), 0);
+	assert_int_equal(mi.device_tensors, 0);
+	assert_int_equal(check_all(mb, 5), 0);
+	devcache_cache_stats_t s;
+	devcache_cache_stats(ctx, &s);
+	/* b, holding nothing on the device, was not evicted for it; the small
+	 * model was, into a RAM copy. */
+	assert_int_equal(s.models, 3);
+	assert_int_equal(s.ram_copies, 1);
+	assert_int_equal(s.evictions, 1);
+	assert_int_equal(s.misses, 3);
+	/* A locked partial model's tensors are not taken for another model's
+	 * request: b finds no room while a, locked, holds the device. */
+	assert_int_equal(devcache_model_make_resident(mb, t3, 1, NULL), DEVCACHE_ENOMEM);
+	assert_int_equal(check_all(ma, 4), 0x7);
+	/* Released, a gives way: its least recently used tensor goes. */
+	devcache_model_release(ma);
+	assert_int_equal(devcache_model_make_resident(mb, t3, 1, NULL), 0);
+	within_budget(ctx, dev);
+	assert_int_equal(check_all(mb, 5), 0x8);
+	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), 0);
+	assert_int_equal(check_all(ma, 4), 0x6);
+	devcache_model_release(ma);
+	devcache_model_release(mb);
+	devcache_close(ctx);
+}
+
+static void without_mmap_the_host_side_is_a_copy(void **state)
+{
+	char path[512];
+	devcache_model_t *m;
+	uint64_t calls[3] = {0, 0, 0};
+
+	(void)state;
+	write_set(path, sizeof path, "big", 7);
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true,mmap:false");
+	devcache_device_t *dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+	assert_int_equal(check_all(m, 7), 0x7);
+	const char *t3[] = {"t3"};
+	assert_int_equal(devcache_model_make_resident(m, t3, 1, NULL), 0);
+	assert_int_equal(check_all(m, 7), 0xe);
+	(void)calls;
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
+static int record(void *user, uint64_t done, uint64_t total)
+{
+	uint64_t *p = user;
+
+	if (done < p[0] || done > total)
+		p[2] = 1; /* went backwards, or past the whole */
+	p[0] = done;
+	p[1] = total;
+	return 0;
+}
+
+static void progress_runs_once_to_the_whole(void **state)
+{
+	char path[512];
+	devcache_model_t *m;
+	uint64_t p[3] = {0, 0, 0};
+	devcache_load_args_t args = {.struct_size = sizeof args, .progress = record,
+				     .progress_user = p};
+
+	(void)state;
+	write_set(path, sizeof path, "big", 8);
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true,mmap:false,"
+				       "staging_buffer_size:64K");
+	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "good:0"), &args, &m), 0);
+	assert_int_equal(p[2], 0);
+	assert_int_equal(p[0], p[1]);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
+static void the_calls_refuse_what_they_cannot_do(void **state)
+{
+	char path[512], small[512];
+	devcache_model_t *m, *ms;
+	const char *t0[] = {"t0"};
+
+	(void)state;
+	write_set(path, sizeof path, "big", 9);
+	snprintf(small, sizeof small, "%s/small.safetensors", dir);
+	static const struct mw_tensor one[] = {{"s", 5000, 0}};
+	mw_safetensors(small, one, 1, 6, NULL);
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true");
+	devcache_device_t *dev = device(ctx, "good:0");
+	assert_int_equal(devcache_model_make_resident(NULL, t0, 1, NULL), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_model_move_to_host(NULL, t0, 1), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_model_info(NULL, NULL), DEVCACHE_EINVAL);
+	/* A model that fits is not partial. */
+	assert_int_equal(devcache_model_load(ctx, small, dev, NULL, &ms), 0);
+	assert_int_equal(devcache_model_make_resident(ms, t0, 1, NULL), DEVCACHE_EINVAL);
+	assert_contains(devcache_last_error(), "was not loaded partially");
+	devcache_model_release(ms);
+	/* A released model is not the caller's to move. */
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+	devcache_model_release(m);
+	assert_int_equal(devcache_model_move_to_host(m, t0, 1), DEVCACHE_EINVAL);
+	assert_contains(devcache_last_error(), "is not locked");
+	/* A NULL name in the list. */
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+	const char *null_name[] = {NULL};
+	assert_int_equal(devcache_model_make_resident(m, null_name, 1, NULL), DEVCACHE_EINVAL);
+	devcache_model_release(m);
+	/* On the host there is nothing to be partial about. */
+	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "host"), NULL, &m), 0);
+	devcache_model_info_t mi;
+	assert_int_equal(devcache_model_info(m, &mi), 0);
+	assert_int_equal(mi.partial, 0);
+	assert_int_equal(mi.host_bytes, 400000);
+	assert_int_equal(devcache_model_make_resident(m, t0, 1, NULL), DEVCACHE_EINVAL);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
+struct loader {
+	devcache_ctx_t *ctx;
+	devcache_device_t *dev;
+	const char *path;
+	devcache_model_t *m;
+	int rc;
+};
+
+static void *load_thread(void *arg)
+{
+	struct loader *l = arg;
+
+	l->rc = devcache_model_load(l->ctx, l->path, l->dev, NULL, &l->m);
+	return NULL;
+}
+
+static void two_threads_share_one_partial_load(void **state)
+{
+	char path[512];
+	pthread_t th[2];
+	struct loader l[2];
+
+	(void)state;
+	write_set(path, sizeof path, "big", 10);
+	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true,"
+				       "staging_buffer_size:64K");
+	devcache_device_t *dev = device(ctx, "good:0");
+	for (int i = 0; i < 2; i++) {
+		l[i] = (struct loader){.ctx = ctx, .dev = dev, .path = path};
+		assert_int_equal(pthread_create(&th[i], NULL, load_thread, &l[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(l[0].rc, 0);
+	assert_int_equal(l[1].rc, 0);
+	assert_ptr_equal(l[0].m, l[1].m);
+	devcache_cache_stats_t s;
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.misses, 1);
+	assert_int_equal(s.hits, 1);
+	assert_int_equal(s.models, 1);
+	within_budget(ctx, dev);
+	assert_int_equal(check_all(l[0].m, 10), 0x7);
+	devcache_model_release(l[0].m);
+	devcache_model_release(l[1].m);
+	devcache_close(ctx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(without_the_tunable_the_error_says_so, setup, teardown),
+		cmocka_unit_test_setup_teardown(what_fits_goes_to_the_device_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(tensors_move_in_and_out_byte_exact, setup, teardown),
+		cmocka_unit_test_setup_teardown(other_models_make_room_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(without_mmap_the_host_side_is_a_copy, setup, teardown),
+		cmocka_unit_test_setup_teardown(progress_runs_once_to_the_whole, setup, teardown),
+		cmocka_unit_test_setup_teardown(the_calls_refuse_what_they_cannot_do, setup, teardown),
+		cmocka_unit_test_setup_teardown(two_threads_share_one_partial_load, setup, teardown),
+	};
+
+	return RUN_TAP(tests);
+}
