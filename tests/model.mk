@@ -13,8 +13,8 @@ tests_test_gguf_CFLAGS = $(test_cflags)
 tests_test_gguf_LDADD = $(test_ldadd)
 tests_test_inspect_SOURCES = tests/test-inspect.c tests/tap.h tests/spawn.c tests/spawn.h \
 	tests/model-writer.c tests/model-writer.h
-tests_test_inspect_CFLAGS = $(test_cflags)
-tests_test_inspect_LDADD = $(test_ldadd)
+tests_test_inspect_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_inspect_LDADD = $(test_ldadd) $(JSONC_LIBS)
 tests_test_model_cache_SOURCES = tests/test-model-cache.c tests/tap.h \
 	tests/model-writer.c tests/model-writer.h
 tests_test_model_cache_CFLAGS = $(test_cflags)
@@ -25,8 +25,8 @@ tests_test_model_set_CFLAGS = $(test_cflags)
 tests_test_model_set_LDADD = $(test_ldadd)
 tests_test_load_tool_SOURCES = tests/test-load-tool.c tests/tap.h tests/spawn.c tests/spawn.h \
 	tests/model-writer.c tests/model-writer.h
-tests_test_load_tool_CFLAGS = $(test_cflags)
-tests_test_load_tool_LDADD = $(test_ldadd)
+tests_test_load_tool_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_load_tool_LDADD = $(test_ldadd) $(JSONC_LIBS)
 endif
 
 if HAVE_CMOCKA

@@ -8,6 +8,10 @@
 #include <devcache.h>
 
 #include "spawn.h"
+#include "model-writer.h"
+
+#include <json-c/json.h>
+#include <sys/stat.h>
 
 static struct result r;
 static char dir[256];
@@ -138,7 +142,7 @@ static void lists_a_gguf_file_as_json(void **state)
 	assert_contains(r.out, "\"metadata\":{\"general.architecture\":\"llama\"}");
 	assert_contains(r.out, "{\"name\":\"token_embd.weight\",\"dtype\":\"F32\",\"shape\":[4],"
 			       "\"offset\":");
-	assert_contains(r.out, "\"size\":16}");
+	assert_contains(r.out, "\"size\":16,\"shard\":0}");
 	RUN("inspect", path);
 	assert_int_equal(r.status, 0);
 	assert_contains(r.out, "model.gguf: GGUF v3, ");
@@ -182,6 +186,88 @@ static void a_bad_file_is_named_and_exits_1(void **state)
 	assert_contains(r.err, "missing.safetensors: cannot open: No such file or directory");
 }
 
+static void several_models_as_one_json_array(void **state)
+{
+	char a[512], b[512], bad[512];
+
+	(void)state;
+	path_of(a, sizeof a, "a.gguf");
+	write_gguf(a);
+	path_of(b, sizeof b, "b.gguf");
+	write_gguf(b);
+	path_of(bad, sizeof bad, "bad.bin");
+	write_file(bad, "not a model at all", 18);
+	RUN("inspect", "--json", a, bad, b);
+	assert_int_equal(r.status, 1);
+	assert_contains(r.err, "bad.bin: neither a safetensors nor a GGUF file");
+	struct json_object *doc = json_tokener_parse(r.out);
+	assert_non_null(doc);
+	assert_true(json_object_is_type(doc, json_type_array));
+	assert_int_equal(json_object_array_length(doc), 2);
+	struct json_object *file;
+	assert_true(json_object_object_get_ex(json_object_array_get_idx(doc, 1), "file", &file));
+	assert_string_equal(json_object_get_string(file), b);
+	json_object_put(doc);
+	/* One model: one object, as before. */
+	RUN("inspect", "--json", a);
+	doc = json_tokener_parse(r.out);
+	assert_non_null(doc);
+	assert_true(json_object_is_type(doc, json_type_object));
+	json_object_put(doc);
+}
+
+static const struct mw_tensor three[] = {{"w.a", 10, 0}, {"w.b", 20, 1}, {"w.c", 30, 1}};
+
+static void lists_a_set_with_its_shards(void **state)
+{
+	char index[512];
+
+	(void)state;
+	mw_sharded(dir, "model", three, 3, 2, 1, 0, index, sizeof index);
+	RUN("inspect", index);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "Shards:\n");
+	assert_contains(r.out, "model-00001-of-00002.safetensors\n");
+	assert_contains(r.out, "model-00002-of-00002.safetensors\n");
+	assert_contains(r.out, "  shard\n");
+	assert_contains(r.out, "3 tensors, 60 B of data");
+	assert_contains(r.out, "  total_size = 60\n");
+	RUN("inspect", "--json", dir);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "\"shards\":[{\"file\":\"");
+	assert_contains(r.out, "\"name\":\"w.c\",\"dtype\":\"U8\",\"shape\":[30]");
+	assert_contains(r.out, "\"shard\":1}");
+}
+
+static void lists_a_pipeline_s_components(void **state)
+{
+	char sub[512], path[600];
+
+	(void)state;
+	path_of(path, sizeof path, "model_index.json");
+	mw_text(path, "{\"_class_name\":\"StableDiffusionPipeline\","
+		      "\"unet\":[\"diffusers\",\"UNet2DConditionModel\"],"
+		      "\"scheduler\":[\"diffusers\",\"PNDMScheduler\"]}");
+	path_of(sub, sizeof sub, "unet");
+	assert_int_equal(mkdir(sub, 0755), 0);
+	mw_sharded(sub, "diffusion_pytorch_model", three, 3, 2, 1, 0, NULL, 0);
+	path_of(sub, sizeof sub, "scheduler");
+	assert_int_equal(mkdir(sub, 0755), 0);
+	RUN("inspect", dir);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "a diffusers pipeline of 2 components");
+	assert_contains(r.out, "  unet       UNet2DConditionModel");
+	assert_contains(r.out, "  scheduler  PNDMScheduler");
+	RUN("inspect", "--json", dir);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "\"name\":\"unet\"");
+	assert_contains(r.out, "\"files\":2");
+	/* A load of the folder names what can be loaded. */
+	RUN("load", dir);
+	assert_int_equal(r.status, 1);
+	assert_contains(r.err, "a diffusers pipeline, not one model: load one of: unet\n");
+}
+
 static void usage_errors_exit_2(void **state)
 {
 	(void)state;
@@ -193,7 +279,7 @@ static void usage_errors_exit_2(void **state)
 	assert_contains(r.err, "Try 'devcache inspect --help'");
 	RUN("inspect", "--help");
 	assert_int_equal(r.status, 0);
-	assert_contains(r.out, "Usage: devcache inspect [--json] [--full] FILE...");
+	assert_contains(r.out, "Usage: devcache inspect [--json] [--full] MODEL...");
 }
 
 int main(void)
@@ -203,6 +289,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(lists_a_gguf_file_as_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(cuts_long_values_unless_full, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_bad_file_is_named_and_exits_1, setup, teardown),
+		cmocka_unit_test_setup_teardown(several_models_as_one_json_array, setup, teardown),
+		cmocka_unit_test_setup_teardown(lists_a_set_with_its_shards, setup, teardown),
+		cmocka_unit_test_setup_teardown(lists_a_pipeline_s_components, setup, teardown),
 		cmocka_unit_test(usage_errors_exit_2),
 	};
 

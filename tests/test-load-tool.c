@@ -11,6 +11,9 @@
 #include <devcache.h>
 
 #include "spawn.h"
+#include "model-writer.h"
+
+#include <json-c/json.h>
 
 #define TENSOR "model.layers.0.mlp.up_proj.weight"
 #define TENSOR_SIZE 256 /* F16 [8, 16] */
@@ -117,7 +120,8 @@ static void help_lists_the_commands(void **state)
 	assert_contains(r.out, "  demo  ");
 	RUN(plain, "load", "--help");
 	assert_int_equal(r.status, 0);
-	assert_contains(r.out, "Usage: devcache load [--device D] [--repeat N] [--writable] FILE...");
+	assert_contains(r.out,
+			"Usage: devcache load [--device D] [--repeat N] [--writable] [--json] MODEL...");
 	RUN(plain, "dump", "--help");
 	assert_int_equal(r.status, 0);
 	assert_contains(r.out, "devcache -o KEY:VALUE dump FILE TENSOR -o OUT");
@@ -137,7 +141,10 @@ static void load_on_the_host(void **state)
 	assert_string_equal(r.err, "");
 	snprintf(line, sizeof line, "%s on host: ", model);
 	assert_contains(r.out, line);
-	assert_contains(r.out, " GB/s, miss\n");
+	/* Mapped in place: nothing read, so no throughput to speak of. */
+	assert_contains(r.out, ": miss in ");
+	assert_contains(r.out, " ms: mapped in place, nothing read\n");
+	assert_null(strstr(r.out, "/s"));
 	assert_contains(r.out, "Peak RSS: ");
 	assert_contains(r.out, "Model cache\n");
 	/* The allocator has no part in a host load. */
@@ -147,8 +154,8 @@ static void load_on_the_host(void **state)
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.err, "");
 	assert_int_equal(count(r.out, line), 3);
-	assert_int_equal(count(r.out, ", miss\n"), 1);
-	assert_int_equal(count(r.out, ", hit\n"), 2);
+	assert_int_equal(count(r.out, ": miss in "), 1);
+	assert_int_equal(count(r.out, ": hit in "), 2);
 	assert_contains(r.out, "2 hit(s)");
 }
 
@@ -162,8 +169,10 @@ static void load_on_a_device(void **state)
 	assert_string_equal(r.err, "");
 	snprintf(line, sizeof line, "%s on good:0: ", model);
 	assert_int_equal(count(r.out, line), 2);
-	assert_int_equal(count(r.out, ", miss\n"), 1);
-	assert_int_equal(count(r.out, ", hit\n"), 1);
+	assert_int_equal(count(r.out, ": miss in "), 1);
+	/* 272 bytes read and uploaded, in B: sizes are given in units that fit. */
+	assert_contains(r.out, ": read 272 B, uploaded 272 B (");
+	assert_int_equal(count(r.out, ": hit in "), 1);
 	assert_contains(r.out, "Peak RSS: ");
 	assert_contains(r.out, "good:0     ");
 	assert_contains(r.out, "libdevcache memory summary, device ID good:0");
@@ -176,7 +185,7 @@ static void load_writable(void **state)
 	RUN(plain, "load", "--writable", model);
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.err, "");
-	assert_contains(r.out, ", miss\n");
+	assert_contains(r.out, ": miss in ");
 	assert_contains(r.out, " (writable)");
 }
 
@@ -190,6 +199,8 @@ static void load_failures_exit_1(void **state)
 	RUN(plain, "load", bad);
 	assert_int_equal(r.status, 1);
 	assert_contains(r.err, "bad.safetensors: neither a safetensors nor a GGUF file");
+	/* Its error and nothing after it: no summary of an empty cache. */
+	assert_string_equal(r.out, "");
 	path_of(missing, sizeof missing, "missing.safetensors");
 	RUN(plain, "load", missing);
 	assert_int_equal(r.status, 1);
@@ -197,7 +208,7 @@ static void load_failures_exit_1(void **state)
 	/* The good file is still loaded; the status says one failed. */
 	RUN(plain, "load", missing, model);
 	assert_int_equal(r.status, 1);
-	assert_contains(r.out, ", miss\n");
+	assert_contains(r.out, ": miss in ");
 }
 
 static void load_usage_errors_exit_2(void **state)
@@ -224,6 +235,103 @@ static void load_usage_errors_exit_2(void **state)
 	RUN(good, "load", "--device", "good:7", model);
 	assert_int_equal(r.status, 1);
 	assert_contains(r.err, "good:7");
+}
+
+/* The one JSON document devcache load --json prints. */
+static struct json_object *parse_doc(const char *text)
+{
+	struct json_tokener *tok = json_tokener_new();
+	struct json_object *doc;
+
+	assert_non_null(tok);
+	doc = json_tokener_parse_ex(tok, text, (int)strlen(text));
+	if (!doc || json_tokener_get_parse_end(tok) + 1 < strlen(text))
+		fail_msg("not one JSON document: %s", text);
+	json_tokener_free(tok);
+	return doc;
+}
+
+static struct json_object *member(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	if (!json_object_object_get_ex(o, key, &v))
+		fail_msg("no \"%s\" in %s", key, json_object_to_json_string(o));
+	return v;
+}
+
+static void load_as_json(void **state)
+{
+	char missing[512];
+
+	(void)state;
+	path_of(missing, sizeof missing, "missing.safetensors");
+	RUN(good, "load", "--json", "--device", "good:0", "-n", "2", model, missing);
+	assert_int_equal(r.status, 1);
+	assert_contains(r.err, "missing.safetensors: cannot open");
+	struct json_object *doc = parse_doc(r.out), *loads = member(doc, "loads");
+	assert_string_equal(json_object_get_string(member(doc, "device")), "good:0");
+	assert_int_equal(json_object_array_length(loads), 2);
+	struct json_object *miss = json_object_array_get_idx(loads, 0),
+			   *hit = json_object_array_get_idx(loads, 1);
+	assert_false(json_object_get_boolean(member(miss, "hit")));
+	assert_int_equal(json_object_get_uint64(member(miss, "bytes_read")), 272);
+	assert_int_equal(json_object_get_uint64(member(miss, "bytes_uploaded")), 272);
+	assert_int_equal(json_object_get_uint64(member(miss, "device_bytes")), 272);
+	assert_int_equal(json_object_get_uint64(member(miss, "host_bytes")), 0);
+	assert_true(json_object_get_double(member(miss, "seconds")) >= 0);
+	assert_true(json_object_get_boolean(member(hit, "hit")));
+	assert_int_equal(json_object_get_uint64(member(hit, "bytes_read")), 0);
+	struct json_object *fails = member(doc, "failures");
+	assert_int_equal(json_object_array_length(fails), 1);
+	assert_contains(json_object_get_string(member(json_object_array_get_idx(fails, 0), "error")),
+			"cannot open");
+	assert_int_equal(json_object_get_uint64(member(member(doc, "cache"), "misses")), 1);
+	assert_true(json_object_get_uint64(member(doc, "peak_rss")) > 0);
+	json_object_put(doc);
+}
+
+static const struct mw_tensor four[] = {
+	{"t0", 100000, 0}, {"t1", 100000, 1}, {"t2", 100000, 1}, {"t3", 100000, 2}};
+
+static void load_a_set_partially(void **state)
+{
+	char sub[512], index[512], opts[4400], line[600], out[512];
+
+	(void)state;
+	path_of(sub, sizeof sub, "set");
+	assert_int_equal(mkdir(sub, 0755), 0);
+	mw_sharded(sub, "big", four, 4, 3, 1, 0, index, sizeof index);
+	/* Too big for a 300K budget: an error that says what would do. */
+	snprintf(opts, sizeof opts, "DEVCACHE_OPTIONS=%s,max_cache_vram:300K", good_options);
+	const char *const tight[] = {"LANGUAGE=C", "LC_ALL=C", opts, NULL};
+	RUN(tight, "load", "--device", "good:0", index);
+	assert_int_equal(r.status, 1);
+	assert_contains(r.err, "partial_loading would load what fits");
+	assert_string_equal(r.out, "");
+	snprintf(opts, sizeof opts, "DEVCACHE_OPTIONS=%s,max_cache_vram:300K,partial_loading:true",
+		 good_options);
+	RUN(tight, "load", "--device", "good:0", index);
+	assert_int_equal(r.status, 0);
+	snprintf(line, sizeof line, "%s on good:0: miss in ", index);
+	assert_contains(r.out, line);
+	assert_contains(r.out, "\n  293.0 KiB of 390.6 KiB on good:0, the rest on the host\n");
+	assert_contains(r.out, "(partial: 293.0 KiB of 390.6 KiB on good:0)");
+	/* dump gives the bytes of a tensor wherever it is. */
+	for (int i = 0; i < 4; i++) {
+		char name[8];
+		snprintf(name, sizeof name, "t%d", i);
+		path_of(out, sizeof out, "t.bin");
+		RUN(tight, "dump", "--device", "good:0", index, name, "-o", out);
+		assert_int_equal(r.status, 0);
+		unsigned char *bytes = (unsigned char *)test_slurp_must(out);
+		mw_check(name, bytes, 100000, 1);
+		free(bytes);
+	}
+	/* The folder holding the set loads the same. */
+	RUN(tight, "load", "--device", "good:0", sub);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "  293.0 KiB of 390.6 KiB on good:0, the rest on the host\n");
 }
 
 static void dump_to_a_file(void **state)
@@ -405,6 +513,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(load_on_a_device, setup, teardown),
 		cmocka_unit_test_setup_teardown(load_writable, setup, teardown),
 		cmocka_unit_test_setup_teardown(load_failures_exit_1, setup, teardown),
+		cmocka_unit_test_setup_teardown(load_as_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(load_a_set_partially, setup, teardown),
 		cmocka_unit_test_setup_teardown(load_usage_errors_exit_2, setup, teardown),
 		cmocka_unit_test_setup_teardown(dump_to_a_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(dump_to_standard_output, setup, teardown),

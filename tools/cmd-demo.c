@@ -270,46 +270,32 @@ static int inspect(const struct demo *d)
 	return EXIT_OK;
 }
 
-/* One load, timed; *ns_p gets the time and *hit_p whether the cache had it. */
-static int load(struct demo *d, devcache_model_t **model_p, int64_t *ns_p, bool *hit_p,
-		devcache_cache_stats_t *delta)
+/* One load, timed; *ns_p gets the time and *r what the load did. */
+static int load(struct demo *d, devcache_model_t **model_p, int64_t *ns_p,
+		devcache_load_result_t *r)
 {
-	devcache_cache_stats_t before, after;
-	int64_t t0;
+	devcache_load_args_t args = {.struct_size = sizeof args, .result = r};
+	int64_t t0 = now_ns();
 
-	if (devcache_cache_stats(d->ctx, &before)) {
-		tool_error("%s", devcache_last_error());
-		return EXIT_RUNTIME;
-	}
-	t0 = now_ns();
-	if (devcache_model_load(d->ctx, d->path, d->dev, NULL, model_p)) {
+	if (devcache_model_load(d->ctx, d->path, d->dev, &args, model_p)) {
 		tool_error("%s", devcache_last_error());
 		return EXIT_RUNTIME;
 	}
 	*ns_p = now_ns() - t0;
-	if (devcache_cache_stats(d->ctx, &after)) {
-		tool_error("%s", devcache_last_error());
-		devcache_model_release(*model_p);
-		return EXIT_RUNTIME;
-	}
-	*hit_p = after.hits > before.hits;
-	delta->bytes_read = after.bytes_read - before.bytes_read;
-	delta->bytes_uploaded = after.bytes_uploaded - before.bytes_uploaded;
 	return EXIT_OK;
 }
 
 static int first_load(struct demo *d, int64_t *ns_p)
 {
-	devcache_cache_stats_t delta;
+	devcache_load_result_t delta;
 	devcache_model_t *model;
 	char a[32], b[32];
-	bool hit;
 
-	if (load(d, &model, ns_p, &hit, &delta))
+	if (load(d, &model, ns_p, &delta))
 		return EXIT_RUNTIME;
 	devcache_model_release(model);
 	printf(_("First load on %s: %.3f ms (%s).\n"), d->info.id, (double)*ns_p / 1e6,
-	       hit ? _("hit") : _("miss"));
+	       delta.hit ? _("hit") : _("miss"));
 	if (d->host) {
 		printf("%s", _("  The file is mapped in place: no copy, nothing read until used.\n"));
 	} else {
@@ -325,15 +311,14 @@ static int first_load(struct demo *d, int64_t *ns_p)
 
 static int second_load(struct demo *d, int64_t first_ns, devcache_model_t **model_p)
 {
-	devcache_cache_stats_t delta;
+	devcache_load_result_t r;
 	int64_t ns;
-	bool hit;
 
-	if (load(d, model_p, &ns, &hit, &delta))
+	if (load(d, model_p, &ns, &r))
 		return EXIT_RUNTIME;
 	printf(_("Second load on %s: %.3f ms (%s).\n"), d->info.id, (double)ns / 1e6,
-	       hit ? _("hit") : _("miss"));
-	if (hit)
+	       r.hit ? _("hit") : _("miss"));
+	if (r.hit)
 		printf(_("  The cache still held it: %.3f ms instead of %.3f ms, nothing read again.\n"),
 		       (double)ns / 1e6, (double)first_ns / 1e6);
 	return EXIT_OK;

@@ -117,7 +117,7 @@ static int write_out(const char *path, const unsigned char *buf, size_t len)
 	return EXIT_OK;
 }
 
-/* The tensor, copied from the device into a buffer of its own and written. */
+/* The tensor, copied from where it is into a buffer of its own and written. */
 static int dump_tensor(devcache_device_t *dev, const devcache_model_t *model, const char *name,
 		       const char *output)
 {
@@ -136,7 +136,10 @@ static int dump_tensor(devcache_device_t *dev, const devcache_model_t *model, co
 			   (unsigned long long)info.size, devcache_strerror(DEVCACHE_ENOMEM));
 		return EXIT_RUNTIME;
 	}
-	if (devcache_copy_to_host(dev, buf, data, (size_t)info.size, NULL)) {
+	/* A partially loaded model's tensor may be on the host already. */
+	if (info.place == DEVCACHE_PLACE_HOST)
+		memcpy(buf, data, (size_t)info.size);
+	else if (devcache_copy_to_host(dev, buf, data, (size_t)info.size, NULL)) {
 		tool_error(_("dump: %s: cannot copy it from the device: %s"), name,
 			   devcache_last_error());
 		free(buf);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <json-c/json.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,6 +20,9 @@ struct load_opts {
 	const char *device;
 	unsigned long repeat;
 	bool writable;
+	bool json;
+	struct json_object *loads;    /* --json: what each load did */
+	struct json_object *failures; /* --json: each failed load's error */
 };
 
 struct progress {
@@ -29,18 +33,20 @@ struct progress {
 
 static void help(void)
 {
-	printf(_("Usage: devcache load [--device D] [--repeat N] [--writable] FILE...\n"));
-	fputs(_("Load safetensors or GGUF files through the model cache, as a program\n"
-		"serving them would, and print for each load the time, the throughput\n"
-		"and whether the cache already held the file; then the peak resident\n"
-		"memory, the cache and, for a device other than the host, its memory\n"
-		"summary.\n"),
+	printf(_("Usage: devcache load [--device D] [--repeat N] [--writable] [--json] MODEL...\n"));
+	fputs(_("Load safetensors or GGUF models (a file, a *.safetensors.index.json, any\n"
+		"shard of a GGUF split, or a folder holding one of these) through the model\n"
+		"cache, as a program serving them would, and print for each load whether the\n"
+		"cache already held it, its time, and what it read and uploaded; then the\n"
+		"peak resident memory, the cache and, for a device other than the host, its\n"
+		"memory summary.\n"),
 	      stdout);
 	fputs("\n", stdout);
 	fputs(_("  -d, --device=D   load onto device D (default: host)\n"
 		"  -n, --repeat=N   load each file N times, releasing it in between\n"
 		"                   (default: 1; every load after the first is a hit)\n"
 		"  -w, --writable   map host placements copy-on-write\n"
+		"  -j, --json       print one JSON document instead\n"
 		"  -h, --help       show this help and exit\n"),
 	      stdout);
 }
@@ -102,6 +108,7 @@ static int parse_args(struct load_opts *o, int argc, char **argv)
 		{"device", required_argument, NULL, 'd'},
 		{"repeat", required_argument, NULL, 'n'},
 		{"writable", no_argument, NULL, 'w'},
+		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -110,7 +117,7 @@ static int parse_args(struct load_opts *o, int argc, char **argv)
 
 	/* 0: getopt starts afresh, so options may follow the files. */
 	optind = 0;
-	while ((c = getopt_long(argc, argv, "d:n:wh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:n:wjh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd':
 			o->device = optarg;
@@ -130,6 +137,9 @@ static int parse_args(struct load_opts *o, int argc, char **argv)
 		case 'w':
 			o->writable = true;
 			break;
+		case 'j':
+			o->json = true;
+			break;
 		case 'h':
 			help();
 			return EXIT_OK;
@@ -146,23 +156,70 @@ static int parse_args(struct load_opts *o, int argc, char **argv)
 	return -1;
 }
 
-static uint64_t tensor_bytes(const devcache_model_t *model)
+/* A time as fits it: milliseconds below a second, seconds above. */
+static void format_time(double secs, char *buf, size_t size)
 {
-	const devcache_model_file_t *mf = devcache_model_file(model);
-	size_t n = devcache_model_file_tensor_count(mf);
-	uint64_t bytes = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		devcache_tensor_info_t t;
-
-		if (devcache_model_file_tensor(mf, i, &t) == 0)
-			bytes += t.size;
-	}
-	return bytes;
+	if (secs >= 1)
+		snprintf(buf, size, "%.2f s", secs);
+	else if (secs >= 0.01)
+		snprintf(buf, size, "%.1f ms", secs * 1e3);
+	else
+		snprintf(buf, size, "%.3f ms", secs * 1e3);
 }
 
-/* One load, timed, reported and released. */
-static int load_once(devcache_ctx_t *ctx, devcache_device_t *dev, const char *dev_id,
+/* The line of one load: hit or miss, its time and, when it moved bytes,
+ * how many and how fast. */
+static void print_load(const char *path, const char *dev_id, bool host,
+		       const devcache_load_result_t *r)
+{
+	uint64_t moved = r->bytes_read > r->bytes_uploaded ? r->bytes_read : r->bytes_uploaded;
+	char t[32], a[32], b[32], rate[32];
+
+	format_time(r->seconds, t, sizeof t);
+	printf(_("%s on %s: %s in %s"), path, dev_id,
+	       !r->hit ? _("miss") : r->from_ram ? _("hit from RAM") : _("hit"), t);
+	if (moved && r->seconds > 0) {
+		tool_format_bytes((uint64_t)((double)moved / r->seconds), rate, sizeof rate);
+		tool_format_bytes(r->bytes_read, a, sizeof a);
+		tool_format_bytes(r->bytes_uploaded, b, sizeof b);
+		if (r->bytes_read && r->bytes_uploaded)
+			printf(_(": read %s, uploaded %s (%s/s)"), a, b, rate);
+		else if (r->bytes_read)
+			printf(_(": read %s (%s/s)"), a, rate);
+		else
+			printf(_(": uploaded %s (%s/s)"), b, rate);
+	} else if (!r->hit && host) {
+		printf("%s", _(": mapped in place, nothing read"));
+	}
+	putchar('\n');
+	if (r->device_bytes && r->host_bytes) {
+		tool_format_bytes(r->device_bytes, a, sizeof a);
+		tool_format_bytes(r->device_bytes + r->host_bytes, b, sizeof b);
+		printf(_("  %s of %s on %s, the rest on the host\n"), a, b, dev_id);
+	}
+}
+
+static struct json_object *load_json(const char *path, const devcache_load_result_t *r)
+{
+	struct json_object *o = json_object_new_object();
+
+	if (!o)
+		return NULL;
+	json_object_object_add(o, "model", json_object_new_string(path));
+	json_object_object_add(o, "hit", json_object_new_boolean(r->hit));
+	json_object_object_add(o, "from_ram", json_object_new_boolean(r->from_ram));
+	json_object_object_add(o, "bytes_read", json_object_new_uint64(r->bytes_read));
+	json_object_object_add(o, "bytes_uploaded", json_object_new_uint64(r->bytes_uploaded));
+	json_object_object_add(o, "seconds", json_object_new_double(r->seconds));
+	json_object_object_add(o, "device_bytes", json_object_new_uint64(r->device_bytes));
+	json_object_object_add(o, "host_bytes", json_object_new_uint64(r->host_bytes));
+	json_object_object_add(o, "partial",
+			       json_object_new_boolean(r->device_bytes && r->host_bytes));
+	return o;
+}
+
+/* One load, reported and released. */
+static int load_once(devcache_ctx_t *ctx, devcache_device_t *dev, const char *dev_id, bool host,
 		     const char *path, const struct load_opts *o)
 {
 	struct progress p = {.label = path};
@@ -175,30 +232,38 @@ static int load_once(devcache_ctx_t *ctx, devcache_device_t *dev, const char *de
 		.result = &r,
 	};
 	devcache_model_t *model;
-	int64_t t0;
-	double secs;
 	int rc;
 
-	t0 = p.last_ns = now_ns();
+	p.last_ns = now_ns();
 	rc = devcache_model_load(ctx, path, dev, &args, &model);
-	secs = (double)(now_ns() - t0) / 1e9;
 	erase_bar(&p);
 	if (rc) {
 		/* The message names the file and the fault. */
 		tool_error("%s", devcache_last_error());
+		if (o->json) {
+			struct json_object *f = json_object_new_object();
+
+			if (f) {
+				json_object_object_add(f, "model", json_object_new_string(path));
+				json_object_object_add(f, "error",
+						       json_object_new_string(devcache_last_error()));
+				json_object_array_add(o->failures, f);
+			}
+		}
 		return EXIT_RUNTIME;
 	}
-	bool hit = r.hit;
-	uint64_t bytes = tensor_bytes(model);
-	char rate[32];
-
 	devcache_model_release(model);
-	if (secs > 0)
-		snprintf(rate, sizeof rate, "%.2f", (double)bytes / secs / 1e9);
-	else
-		snprintf(rate, sizeof rate, "-");
-	printf(_("%s on %s: %.3f ms, %s GB/s, %s\n"), path, dev_id, secs * 1e3, rate,
-	       hit ? _("hit") : _("miss"));
+	if (o->json) {
+		struct json_object *l = load_json(path, &r);
+
+		if (!l) {
+			tool_error("load: %s", devcache_strerror(DEVCACHE_ENOMEM));
+			return EXIT_RUNTIME;
+		}
+		json_object_array_add(o->loads, l);
+	} else {
+		print_load(path, dev_id, host, &r);
+	}
 	return EXIT_OK;
 }
 
@@ -216,6 +281,38 @@ static uint64_t peak_rss(void)
 			break;
 	fclose(f);
 	return (uint64_t)kib * 1024;
+}
+
+/* --json: the whole run as one document. */
+static int report_json(devcache_ctx_t *ctx, const char *dev_id, struct load_opts *o)
+{
+	struct json_object *doc = json_object_new_object(), *cache = json_object_new_object();
+	devcache_cache_stats_t s;
+
+	if (!doc || !cache || devcache_cache_stats(ctx, &s)) {
+		json_object_put(doc);
+		json_object_put(cache);
+		tool_error("load: %s", doc && cache ? devcache_last_error()
+						   : devcache_strerror(DEVCACHE_ENOMEM));
+		return EXIT_RUNTIME;
+	}
+	json_object_object_add(cache, "models", json_object_new_uint64(s.models));
+	json_object_object_add(cache, "hits", json_object_new_uint64(s.hits));
+	json_object_object_add(cache, "misses", json_object_new_uint64(s.misses));
+	json_object_object_add(cache, "evictions", json_object_new_uint64(s.evictions));
+	json_object_object_add(cache, "bytes_read", json_object_new_uint64(s.bytes_read));
+	json_object_object_add(cache, "bytes_uploaded", json_object_new_uint64(s.bytes_uploaded));
+	json_object_object_add(cache, "ram_used", json_object_new_uint64(s.ram_used));
+	json_object_object_add(cache, "ram_budget", json_object_new_uint64(s.ram_budget));
+	json_object_object_add(doc, "device", json_object_new_string(dev_id));
+	json_object_object_add(doc, "loads", json_object_get(o->loads));
+	json_object_object_add(doc, "failures", json_object_get(o->failures));
+	json_object_object_add(doc, "peak_rss", json_object_new_uint64(peak_rss()));
+	json_object_object_add(doc, "cache", cache);
+	puts(json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN |
+						 JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(doc);
+	return EXIT_OK;
 }
 
 static int report(devcache_ctx_t *ctx, devcache_device_t *dev, bool host)
@@ -266,15 +363,34 @@ int cmd_load(const struct tool *t, int argc, char **argv)
 		devcache_close(ctx);
 		return EXIT_RUNTIME;
 	}
+	bool host = info.caps & DEVCACHE_CAP_HOST_MEMORY, loaded = false;
+
+	if (o.json && (!(o.loads = json_object_new_array()) ||
+		       !(o.failures = json_object_new_array()))) {
+		tool_error("load: %s", devcache_strerror(DEVCACHE_ENOMEM));
+		status = EXIT_RUNTIME;
+		goto out;
+	}
 	for (int i = optind; i < argc; i++)
-		for (unsigned long n = 0; n < o.repeat; n++)
-			if (load_once(ctx, dev, info.id, argv[i], &o)) {
+		for (unsigned long n = 0; n < o.repeat; n++) {
+			if (load_once(ctx, dev, info.id, host, argv[i], &o)) {
 				status = EXIT_RUNTIME;
 				break; /* its repeats would fail the same way */
 			}
-	putchar('\n');
-	if (report(ctx, dev, info.caps & DEVCACHE_CAP_HOST_MEMORY) != EXIT_OK)
-		status = EXIT_RUNTIME;
+			loaded = true;
+		}
+	/* After a failure, nothing but its error: no summary of an empty cache. */
+	if (o.json) {
+		if (report_json(ctx, info.id, &o) != EXIT_OK)
+			status = EXIT_RUNTIME;
+	} else if (loaded) {
+		putchar('\n');
+		if (report(ctx, dev, host) != EXIT_OK)
+			status = EXIT_RUNTIME;
+	}
+out:
+	json_object_put(o.loads);
+	json_object_put(o.failures);
 	devcache_close(ctx);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		tool_error("%s", _("load: write error on standard output"));
