@@ -438,7 +438,8 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 					       .dst = (char *)m->dev_base + m->dev_offsets[i]};
 	job.items = items;
 	if ((rc = stage_upload(&job)) == 0) {
-		m->read = m->uploaded = job.bytes_read;
+		m->read = job.bytes_read;
+		m->uploaded = job.bytes_uploaded;
 		for (size_t i = 0; ctx->tun.v[TUN_evict_page_cache].u.b && i < n_files; i++)
 			posix_fadvise(files[i].fd, 0, 0, POSIX_FADV_DONTNEED);
 	}

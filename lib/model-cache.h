@@ -122,7 +122,8 @@ struct stage_job {
 	devcache_progress_fn progress; /* called on the calling thread only */
 	void *progress_user;
 	const char *name;              /* the model, for messages */
-	uint64_t bytes_read;           /* out: read from the files */
+	uint64_t bytes_read;           /* out: read from the files (with any gaps) */
+	uint64_t bytes_uploaded;       /* out: the items' bytes copied to the device */
 };
 
 /* Read the items' bytes into a ring of staging_buffers pinned buffers of

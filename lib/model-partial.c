@@ -50,7 +50,8 @@ int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail
 /* Allocate and upload the tensors of m marked in want.  Unlocked; on
  * failure the allocations made are given back. */
 static int upload(struct devcache_model *m, const bool *want, devcache_stream_t stream,
-		  devcache_progress_fn progress, void *progress_user, uint64_t *read_p)
+		  devcache_progress_fn progress, void *progress_user, uint64_t *read_p,
+		  uint64_t *uploaded_p)
 {
 	const devcache_model_file_t *mf = m->mf;
 	size_t n_files = mf_part_count(mf), n = 0;
@@ -80,6 +81,7 @@ static int upload(struct devcache_model *m, const bool *want, devcache_stream_t 
 
 		rc = stage_upload(&job);
 		*read_p = job.bytes_read;
+		*uploaded_p = job.bytes_uploaded;
 	}
 	for (size_t i = 0; i < mf->n_tensors; i++)
 		if (rc == 0 && want[i])
@@ -112,7 +114,7 @@ int partial_place(struct devcache_model *m, const devcache_load_args_t *args)
 	const devcache_model_file_t *mf = m->mf;
 	bool copy = !m->dev->ctx->tun.v[TUN_mmap].u.b;
 	bool *want = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *want);
-	uint64_t dev_total = 0, read = 0;
+	uint64_t dev_total = 0, read = 0, uploaded = 0;
 	int rc;
 
 	if (!want)
@@ -131,9 +133,9 @@ int partial_place(struct devcache_model *m, const devcache_load_args_t *args)
 	steps.base = copy ? mf->size : 0;
 	if (rc == 0)
 		rc = upload(m, want, args->stream, args->progress ? step_progress : NULL, &steps,
-			    &read);
+			    &read, &uploaded);
 	m->read += read;
-	m->uploaded += read;
+	m->uploaded += uploaded;
 	free(want);
 	return rc;
 }
@@ -333,7 +335,7 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 {
 	size_t count = m && m->mf->n_tensors ? m->mf->n_tensors : 1;
 	bool *want = NULL, *fetch = NULL;
-	uint64_t need = 0, read = 0;
+	uint64_t need = 0, read = 0, uploaded = 0;
 	struct model_cache *c;
 	int rc;
 
@@ -363,7 +365,7 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 	*mc_used_of(c, m->dev) += need;
 	m->state = ENTRY_LOADING;
 	pthread_mutex_unlock(&c->lock);
-	rc = upload(m, fetch, stream, NULL, NULL, &read);
+	rc = upload(m, fetch, stream, NULL, NULL, &read, &uploaded);
 	pthread_mutex_lock(&c->lock);
 	if (rc) {
 		m->bytes -= need;
@@ -373,7 +375,7 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 			if (fetch[i])
 				m->stamp[i] = ++c->clock;
 		c->stats.bytes_read += read;
-		c->stats.bytes_uploaded += read;
+		c->stats.bytes_uploaded += uploaded;
 	}
 	m->state = ENTRY_READY;
 	pthread_cond_broadcast(&c->ready);

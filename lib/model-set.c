@@ -200,10 +200,14 @@ static int read_index(const char *path, struct json_object **root_p)
 	else if ((rc = mf_read(&probe, text, (size_t)probe.size, 0, _("the index"))) == 0) {
 		json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
 		root = json_tokener_parse_ex(tok, text, (int)probe.size);
+		enum json_tokener_error jerr = json_tokener_get_error(tok);
+		/* At the end of the text json-c is still waiting for the rest
+		 * ("continue"): for a whole file, the text ended early. */
 		if (!root)
 			rc = mf_error(&probe, _("neither a safetensors nor a GGUF file, nor a "
 						"safetensors index (JSON: %s)"),
-				      json_tokener_error_desc(json_tokener_get_error(tok)));
+				      jerr == json_tokener_continue ? _("unexpected end of data")
+								    : json_tokener_error_desc(jerr));
 		else if (!json_object_is_type(root, json_type_object))
 			rc = mf_error(&probe, _("a safetensors index is a JSON object"));
 	}
@@ -278,10 +282,12 @@ static int open_shard(const char *index, const char *dir, const char *name,
 	if (!path)
 		return oom();
 	rc = mf_open_file(path, mf_p);
-	if (rc == DEVCACHE_ENOENT)
-		rc = err_set(DEVCACHE_ENOENT, _("%s: shard %s is missing: %s"), index, name,
-			     devcache_last_error());
-	else if (rc == 0 && (*mf_p)->format != DEVCACHE_FORMAT_SAFETENSORS) {
+	if (rc == DEVCACHE_ENOENT) {
+		char why[1024]; /* err_set() overwrites the last error */
+
+		snprintf(why, sizeof why, "%s", devcache_last_error());
+		rc = err_set(DEVCACHE_ENOENT, _("%s: shard %s is missing: %s"), index, name, why);
+	} else if (rc == 0 && (*mf_p)->format != DEVCACHE_FORMAT_SAFETENSORS) {
 		devcache_model_file_close(*mf_p);
 		*mf_p = NULL;
 		rc = err_set(DEVCACHE_EFORMAT, _("%s: named as a shard by %s, but it is not a "
@@ -300,16 +306,6 @@ static int check_index(struct devcache_model_file *set, struct json_object *root
 	struct json_object *meta, *total;
 	uint64_t sum = 0;
 
-	json_object_object_foreach(map, name, v) {
-		const char *file = json_object_get_string(v);
-		size_t p = 0;
-
-		while (strcmp(names[p], file) != 0)
-			p++;
-		if (mf_index(set->parts[p], name) < 0)
-			return mf_error(set, _("tensor '%s' is not in %s, where the weight_map puts it"),
-					name, set->parts[p]->path);
-	}
 	for (size_t i = 0; i < set->n_tensors; i++) {
 		const struct mf_tensor *t = &set->tensors[i];
 		struct json_object *where;
@@ -323,6 +319,19 @@ static int check_index(struct devcache_model_file *set, struct json_object *root
 					_("holds tensor '%s', which the weight_map of %s puts in %s"),
 					t->name, set->path, json_object_get_string(where));
 		sum += t->size;
+	}
+	/* Then the map against the shards: in this order, a tensor that one
+	 * shard holds and the map puts in another is told as that, naming the
+	 * shard that holds it, and not as missing from the map's. */
+	json_object_object_foreach(map, name, v) {
+		const char *file = json_object_get_string(v);
+		size_t p = 0;
+
+		while (strcmp(names[p], file) != 0)
+			p++;
+		if (mf_index(set->parts[p], name) < 0)
+			return mf_error(set, _("tensor '%s' is not in %s, where the weight_map puts it"),
+					name, set->parts[p]->path);
 	}
 	if (json_object_object_get_ex(root, "metadata", &meta) &&
 	    json_object_is_type(meta, json_type_object) &&
@@ -348,8 +357,11 @@ static int index_meta(struct devcache_model_file *set, struct json_object *root)
 	if (json_object_object_get_ex(root, "metadata", &meta) &&
 	    json_object_is_type(meta, json_type_object)) {
 		json_object_object_foreach(meta, key, v) {
+			/* As the shards' __metadata__ reads: "org/model", not "org\/model". */
 			if ((rc = copy_meta(set, key,
-					    json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN))))
+					    json_object_to_json_string_ext(
+						    v, JSON_C_TO_STRING_PLAIN |
+							       JSON_C_TO_STRING_NOSLASHESCAPE))))
 				return rc;
 		}
 	}
@@ -434,10 +446,10 @@ static bool split_name(const char *path, size_t *prefix_len_p, unsigned *no_p, u
 	return true;
 }
 
-/* A shard's split keys against its name and the first shard's. */
+/* A shard's split keys against its name and those of the file the split
+ * was opened by (opened: its path), which gave count and tensors. */
 static int check_split_keys(const struct devcache_model_file *part, unsigned k,
-			    unsigned long long count, unsigned long long tensors,
-			    const struct devcache_model_file *first)
+			    unsigned long long count, unsigned long long tensors, const char *opened)
 {
 	unsigned long long no, c, t;
 
@@ -449,11 +461,11 @@ static int check_split_keys(const struct devcache_model_file *part, unsigned k,
 	if (c != count)
 		return mf_error(part, _("split.count is %llu, but %s says %llu: is it a shard of "
 					"another model?"),
-				c, first->path, count);
+				c, opened, count);
 	if (t != tensors)
 		return mf_error(part, _("split.tensors.count is %llu, but %s says %llu: is it a shard "
 					"of another model?"),
-				t, first->path, tensors);
+				t, opened, tensors);
 	if (no != k)
 		return mf_error(part, _("split.no is %llu, but its name makes it shard %u (split.no "
 					"%u)"),
@@ -495,15 +507,20 @@ static int open_split(struct devcache_model_file *mf, unsigned long long count,
 	for (unsigned k = 0; k < count; k++) {
 		struct devcache_model_file *part = NULL;
 
-		sprintf(path, "%.*s-%05u-of-%05llu.gguf", (int)prefix, mf->path, k + 1, count);
+		/* set->path: mf's, which the set takes over at its place. */
+		sprintf(path, "%.*s-%05u-of-%05llu.gguf", (int)prefix, set->path, k + 1, count);
 		if (k + 1 == no) {
 			part = mf;
 			mf = NULL;
 		} else if ((rc = mf_open_file(path, &part))) {
-			if (rc == DEVCACHE_ENOENT)
-				rc = err_set(DEVCACHE_ENOENT, _("%s: shard %u of %llu of the GGUF split is "
-								"missing: %s"),
-					     set->path, k + 1, count, devcache_last_error());
+			if (rc == DEVCACHE_ENOENT) {
+				char why[1024]; /* err_set() overwrites the last error */
+
+				snprintf(why, sizeof why, "%s", devcache_last_error());
+				rc = err_set(DEVCACHE_ENOENT, _("%s: shard %u of %llu of the GGUF split "
+								"is missing: %s"),
+					     set->path, k + 1, count, why);
+			}
 			goto out;
 		}
 		if ((rc = add_part(set, part)))
@@ -514,8 +531,7 @@ static int open_split(struct devcache_model_file *mf, unsigned long long count,
 				      k + 1, set->path);
 			goto out;
 		}
-		if ((rc = check_split_keys(part, k, count, tensors,
-					   set->parts[0] != part ? set->parts[0] : part)))
+		if ((rc = check_split_keys(part, k, count, tensors, set->path)))
 			goto out;
 	}
 	sum_parts(set);
@@ -557,12 +573,16 @@ static int maybe_split(struct devcache_model_file *mf, struct devcache_model_fil
 		*out_p = NULL;
 		return open_split(mf, count, out_p);
 	}
-	if (split_name(mf->path, &prefix, &no, &name_count) && name_count > 1 &&
-	    !meta_uint(mf, "split.count", &count)) {
+	if (split_name(mf->path, &prefix, &no, &name_count) && name_count > 1) {
+		bool has = meta_uint(mf, "split.count", &count);
+		int rc = has ? mf_error(mf, _("its name says shard %u of %u of a GGUF split, but its "
+					      "split.count is %llu"),
+					no, name_count, count)
+			     : mf_error(mf, _("its name says shard %u of %u of a GGUF split, but it "
+					      "has no split.count"),
+					no, name_count);
+
 		*out_p = NULL;
-		int rc = mf_error(mf, _("its name says shard %u of %u of a GGUF split, but it has no "
-					"split.count"),
-				  no, name_count);
 		devcache_model_file_close(mf);
 		return rc;
 	}
@@ -795,7 +815,8 @@ static int component_weights(devcache_component_t *comp)
 		free(path);
 	}
 	free_candidates(&c);
-	err_clear();
+	if (rc == 0)
+		err_clear(); /* a variant that does not open is not the listing's fault */
 	return rc;
 }
 
@@ -844,6 +865,14 @@ int devcache_pipeline_open(const char *dir, devcache_pipeline_t **pl_p)
 		if (key[0] == '_' || !json_object_is_type(v, json_type_array) ||
 		    json_object_array_length(v) != 2)
 			continue;
+		/* A component is a folder of the pipeline's, never a path out of it. */
+		if (!key[0] || strchr(key, '/') || strcmp(key, "..") == 0 || strcmp(key, ".") == 0) {
+			rc = err_set(DEVCACHE_EFORMAT,
+				     _("%s: component '%s' is not the name of a folder in the "
+				       "pipeline's"),
+				     index, key);
+			goto out;
+		}
 		if ((rc = add_component(pl, dir, key, v)))
 			goto out;
 	}

@@ -349,7 +349,7 @@ int stage_upload(struct stage_job *job)
 	pthread_t *threads = NULL;
 	int rc;
 
-	job->bytes_read = 0;
+	job->bytes_read = job->bytes_uploaded = 0;
 	u.buf_size = ctx->tun.v[TUN_staging_buffer_size].u.size;
 	u.n_ring = (size_t)ctx->tun.v[TUN_staging_buffers].u.i;
 	pthread_mutex_init(&u.lock, NULL);
@@ -386,8 +386,11 @@ int stage_upload(struct stage_job *job)
 		rc = err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), job->name);
 	else if (sync)
 		rc = sync;
-	else
+	else {
 		job->bytes_read = u.total;
+		for (size_t i = 0; i < job->n_items; i++)
+			job->bytes_uploaded += job->items[i].size;
+	}
 out:
 	for (size_t i = 0; u.ring && i < u.n_ring; i++) {
 		if (u.ring[i].event)

@@ -29,7 +29,8 @@ endif
 if HAVE_CMOCKA
 check_PROGRAMS += tests/test-conformance
 TESTS += tests/test-conformance
-tests_test_conformance_SOURCES = tests/test-conformance.c tests/tap.h
+tests_test_conformance_SOURCES = tests/test-conformance.c tests/tap.h \
+	tests/model-writer.c tests/model-writer.h
 tests_test_conformance_CFLAGS = $(test_cflags)
 tests_test_conformance_LDADD = $(test_ldadd) -ldl
 endif

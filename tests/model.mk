@@ -1,6 +1,6 @@
 ## tests/model.mk - model files: the safetensors and GGUF readers, devcache inspect, load, dump and demo.
 model_tests = tests/test-safetensors tests/test-gguf tests/test-inspect \
-	tests/test-model-cache tests/test-load-tool
+	tests/test-model-cache tests/test-model-set tests/test-model-partial tests/test-load-tool
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(model_tests)
@@ -27,11 +27,6 @@ tests_test_load_tool_SOURCES = tests/test-load-tool.c tests/tap.h tests/spawn.c 
 	tests/model-writer.c tests/model-writer.h
 tests_test_load_tool_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_load_tool_LDADD = $(test_ldadd) $(JSONC_LIBS)
-endif
-
-if HAVE_CMOCKA
-check_PROGRAMS += tests/test-model-partial
-TESTS += tests/test-model-partial
 tests_test_model_partial_SOURCES = tests/test-model-partial.c tests/tap.h \
 	tests/model-writer.c tests/model-writer.h
 tests_test_model_partial_CFLAGS = $(test_cflags)

@@ -11,6 +11,8 @@
 
 #include <devcache.h>
 
+#include "model-writer.h"
+
 struct target {
 	const char *label;
 	const char *device;
@@ -403,6 +405,64 @@ static void a_model_uploads_byte_exact(void **state)
 	devcache_close(ctx);
 }
 
+/* A set of several files loaded as one model: every tensor, in whichever
+ * shard, byte-exact on the device (the staging ring's chunks cut across
+ * tensors and shards). */
+static void check_set(devcache_device_t *dev, devcache_model_t *m, size_t n, unsigned seed)
+{
+	const devcache_model_file_t *mf = devcache_model_file(m);
+
+	assert_int_equal(devcache_model_file_tensor_count(mf), n);
+	assert_int_equal(devcache_model_file_shard_count(mf), 3);
+	for (size_t i = 0; i < n; i++) {
+		devcache_tensor_info_t info;
+		void *data;
+		unsigned char *got;
+
+		assert_int_equal(devcache_model_tensor_at(m, i, &info, &data), 0);
+		assert_non_null(got = malloc(info.size ? info.size : 1));
+		memset(got, 0, info.size);
+		if (info.size)
+			assert_int_equal(devcache_copy_to_host(dev, got, data, info.size, NULL), 0);
+		mw_check(info.name, got, info.size, seed);
+		free(got);
+	}
+}
+
+static void a_model_set_uploads_byte_exact(void **state)
+{
+	/* Three shards, the third holding one tensor. */
+	static const struct mw_tensor shards[] = {
+		{"model.embed_tokens.weight", 70000, 0}, {"model.layers.0.attn.q", 4097, 0},
+		{"model.layers.0.mlp.up", 200003, 1},    {"model.layers.0.mlp.down", 1, 1},
+		{"model.layers.1.attn.q", 65536, 1},     {"lm_head.weight", 100001, 2},
+	};
+	/* gguf-split --no-tensor-first-split: the first shard holds metadata only. */
+	static const struct mw_tensor split[] = {
+		{"token_embd.weight", 70000, 1}, {"blk.0.attn_q.weight", 4097, 1},
+		{"blk.0.ffn_up.weight", 100000, 2}, {"blk.0.ffn_down.weight", 1, 2},
+		{"output.weight", 33333, 2},
+	};
+	const struct target *t = *state;
+	devcache_device_t *dev;
+	devcache_ctx_t *ctx = open_target(t, "staging_buffer_size:64K,load_workers:3", &dev);
+	char idx[512], first[512];
+	devcache_model_t *m;
+
+	mw_sharded(dir, "model", shards, sizeof shards / sizeof *shards, 3, 31, 0, idx, sizeof idx);
+	mw_gguf_split(dir, "split", split, sizeof split / sizeof *split, 3, 32, 0, first,
+		      sizeof first);
+	if (devcache_model_load(ctx, idx, dev, NULL, &m))
+		fail_msg("%s: %s", idx, devcache_last_error());
+	check_set(dev, m, sizeof shards / sizeof *shards, 31);
+	devcache_model_release(m);
+	if (devcache_model_load(ctx, first, dev, NULL, &m))
+		fail_msg("%s: %s", first, devcache_last_error());
+	check_set(dev, m, sizeof split / sizeof *split, 32);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
 /* Every injected driver failure: a clean error, nothing left behind, and
  * a context that works after. */
 static void injected_faults_leave_nothing(void **state)
@@ -511,6 +571,7 @@ int main(void)
 		FOR_EACH_TARGET(record_stream_waits_for_the_other_stream),
 		FOR_EACH_TARGET(out_of_memory_is_a_clean_error),
 		FOR_EACH_TARGET(a_model_uploads_byte_exact),
+		FOR_EACH_TARGET(a_model_set_uploads_byte_exact),
 		FOR_EACH_TARGET(expandable_segments_where_the_device_maps),
 		FOR_EACH_TARGET(injected_faults_leave_nothing),
 		ON_THE_STUB(round_trips_are_byte_exact),
@@ -518,6 +579,7 @@ int main(void)
 		ON_THE_STUB(record_stream_waits_for_the_other_stream),
 		ON_THE_STUB(out_of_memory_is_a_clean_error),
 		ON_THE_STUB(a_model_uploads_byte_exact),
+		ON_THE_STUB(a_model_set_uploads_byte_exact),
 		ON_THE_STUB(expandable_segments_where_the_device_maps),
 		ON_THE_STUB(injected_faults_leave_nothing),
 	};
