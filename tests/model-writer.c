@@ -520,3 +520,26 @@ void mw_text(const char *path, const char *text)
 	write_all(f, text, strlen(text), path);
 	finish(f, path);
 }
+
+devcache_ctx_t *mw_open_ctx(const char *options)
+{
+	char opts[1024];
+	devcache_ctx_t *ctx;
+	devcache_open_args_t args = {.struct_size = sizeof args,
+				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV,
+				     .options = opts};
+
+	snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:good%s%s",
+		 test_env("TEST_MODULES"), options ? "," : "", options ? options : "");
+	if (devcache_open_ex(&ctx, &args))
+		fail_msg("devcache_open_ex(%s): %s", opts, devcache_last_error());
+	return ctx;
+}
+
+devcache_device_t *mw_device(devcache_ctx_t *ctx, const char *name)
+{
+	devcache_device_t *dev;
+
+	assert_int_equal(devcache_device_get(ctx, name, &dev), 0);
+	return dev;
+}

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include <devcache.h>
+
 /*
  * Every function fails the current test (cmocka's fail_msg) on any I/O
  * error or bad argument, naming the path; none returns an error.
@@ -98,5 +100,12 @@ void mw_gguf_split(const char *dir, const char *prefix, const struct mw_tensor *
 
 /* Write text to path (hand-made index files, model_index.json). */
 void mw_text(const char *path, const char *text);
+
+/* A context on the test backend module "good" (from TEST_MODULES), reading
+ * no configuration file or environment, with options appended (NULL: none);
+ * the test fails when it cannot be opened. */
+devcache_ctx_t *mw_open_ctx(const char *options);
+/* A device of ctx by name, or a failed test. */
+devcache_device_t *mw_device(devcache_ctx_t *ctx, const char *name);
 
 #endif

@@ -1,5 +1,6 @@
 /* test-model-cache.c - loading models on the host and through the staging ring, hits, locks, budgets, eviction, cancellation and failures. */
 #include "tap.h"
+#include "model-writer.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -59,29 +60,6 @@ static void check_tensors(devcache_model_t *m, size_t n, const size_t *sizes, un
 	}
 }
 
-static devcache_ctx_t *open_ctx(const char *options)
-{
-	char opts[1024];
-	devcache_ctx_t *ctx;
-	devcache_open_args_t args = {.struct_size = sizeof args,
-				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV,
-				     .options = opts};
-
-	snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:good%s%s",
-		 test_env("TEST_MODULES"), options ? "," : "", options ? options : "");
-	if (devcache_open_ex(&ctx, &args))
-		fail_msg("devcache_open_ex(%s): %s", opts, devcache_last_error());
-	return ctx;
-}
-
-static devcache_device_t *device(devcache_ctx_t *ctx, const char *name)
-{
-	devcache_device_t *dev;
-
-	assert_int_equal(devcache_device_get(ctx, name, &dev), 0);
-	return dev;
-}
-
 static void path_of(char *buf, size_t size, const char *name)
 {
 	snprintf(buf, size, "%s/%s", dir, name);
@@ -111,8 +89,8 @@ static void host_load_is_zero_copy(void **state)
 	(void)state;
 	path_of(path, sizeof path, "a.safetensors");
 	make_model(path, 5, small_sizes, 1);
-	devcache_ctx_t *ctx = open_ctx(NULL);
-	devcache_device_t *host = device(ctx, "host");
+	devcache_ctx_t *ctx = mw_open_ctx(NULL);
+	devcache_device_t *host = mw_device(ctx, "host");
 	assert_int_equal(devcache_model_load(ctx, path, host, NULL, &m), 0);
 	check_tensors(m, 5, small_sizes, 1);
 	/* The tensors are the file's bytes where the file is mapped: t1
@@ -151,8 +129,8 @@ static void writable_host_load_leaves_the_file_alone(void **state)
 	(void)state;
 	path_of(path, sizeof path, "w.safetensors");
 	make_model(path, 5, small_sizes, 2);
-	devcache_ctx_t *ctx = open_ctx(NULL);
-	devcache_device_t *host = device(ctx, "host");
+	devcache_ctx_t *ctx = mw_open_ctx(NULL);
+	devcache_device_t *host = mw_device(ctx, "host");
 	assert_int_equal(devcache_model_load(ctx, path, host, &args, &m), 0);
 	assert_int_equal(devcache_model_tensor(m, "t2", &info, (void **)&data), 0);
 	memset(data, 0xee, info.size); /* a LoRA merge, say */
@@ -164,8 +142,8 @@ static void writable_host_load_leaves_the_file_alone(void **state)
 	devcache_model_release(m);
 	devcache_close(ctx);
 	/* And so does a fresh context reading the file. */
-	ctx = open_ctx("mmap:false");
-	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "host"), NULL, &m), 0);
+	ctx = mw_open_ctx("mmap:false");
+	assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "host"), NULL, &m), 0);
 	check_tensors(m, 5, small_sizes, 2);
 	devcache_model_release(m);
 	devcache_close(ctx);
@@ -197,8 +175,8 @@ static void device_load_streams_through_the_ring(void **state)
 	(void)state;
 	path_of(path, sizeof path, "d.safetensors");
 	make_model(path, 7, sizes, 3);
-	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K,staging_buffers:3,load_workers:3");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("staging_buffer_size:64K,staging_buffers:3,load_workers:3");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m), 0);
 	check_tensors(m, 7, sizes, 3);
 	/* Packed at 256 bytes, in one allocation. */
@@ -230,9 +208,9 @@ static void device_load_streams_through_the_ring(void **state)
 	assert_int_equal(as.allocation[DEVCACHE_POOL_ALL].current, 0);
 	devcache_close(ctx);
 	/* One worker, the loading thread: a report after each 64 KiB chunk. */
-	ctx = open_ctx("staging_buffer_size:64K,load_workers:1");
+	ctx = mw_open_ctx("staging_buffer_size:64K,load_workers:1");
 	memset(progress, 0, sizeof progress);
-	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "good:0"), &args, &m), 0);
+	assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "good:0"), &args, &m), 0);
 	check_tensors(m, 7, sizes, 3);
 	assert_int_equal(progress[0], progress[1]);
 	assert_true(progress[2] >= 10);
@@ -250,9 +228,9 @@ static void direct_io_and_page_cache_advice_load_the_same_bytes(void **state)
 	path_of(path, sizeof path, "o.safetensors");
 	make_model(path, 3, sizes, 4);
 	/* Where the file system refuses O_DIRECT, the load falls back. */
-	devcache_ctx_t *ctx = open_ctx("direct_io:true,fadvise_sequential:true,evict_page_cache:true,"
+	devcache_ctx_t *ctx = mw_open_ctx("direct_io:true,fadvise_sequential:true,evict_page_cache:true,"
 				       "staging_buffer_size:64K");
-	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "good:0"), NULL, &m), 0);
+	assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "good:0"), NULL, &m), 0);
 	check_tensors(m, 3, sizes, 4);
 	devcache_model_release(m);
 	devcache_close(ctx);
@@ -272,8 +250,8 @@ static void budgets_evict_least_recently_used_unlocked(void **state)
 	make_model(b, 1, mib, 6);
 	make_model(c, 1, mib, 7);
 	/* Room for two models of 1 MiB. */
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:2300K");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:2300K");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), 0);
 	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0);
 	devcache_model_release(ma);
@@ -316,8 +294,8 @@ static void allocator_pressure_evicts_unlocked_models(void **state)
 	path_of(a, sizeof a, "big.st");
 	make_model(a, 1, big, 8);
 	/* A 51 MiB cap on the device. */
-	devcache_ctx_t *ctx = open_ctx("memory_fraction:0.05");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("memory_fraction:0.05");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &m), 0);
 	/* Locked, it stays: 30 MiB more does not fit beside it. */
 	assert_int_equal(devcache_alloc(dev, 30u << 20, NULL, &p), DEVCACHE_ENOMEM);
@@ -346,8 +324,8 @@ static void a_ram_copy_makes_the_reload_a_copy(void **state)
 	make_model(a, 3, sizes, 12);
 	make_model(b, 3, sizes, 13);
 	/* Room for one model on the device. */
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:400K");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:400K");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), 0);
 	devcache_model_release(ma);
 	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0);
@@ -379,8 +357,8 @@ static void a_ram_copy_makes_the_reload_a_copy(void **state)
 	devcache_model_release(ma);
 	/* Without keep_ram_copy an eviction drops the model. */
 	devcache_close(ctx);
-	ctx = open_ctx("max_cache_vram:400K,keep_ram_copy:false,malloc_trim_on_evict:true");
-	dev = device(ctx, "good:0");
+	ctx = mw_open_ctx("max_cache_vram:400K,keep_ram_copy:false,malloc_trim_on_evict:true");
+	dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, a, dev, NULL, &ma), 0);
 	devcache_model_release(ma);
 	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0);
@@ -416,10 +394,10 @@ static void memory_use_is_logged_at_each_load_and_eviction(void **state)
 	path_of(b, sizeof b, "lb.st");
 	make_model(a, 1, sizes, 14);
 	make_model(b, 1, sizes, 15);
-	devcache_ctx_t *ctx = open_ctx("log_memory_usage:true,log_level:info,max_cache_ram:150K,"
+	devcache_ctx_t *ctx = mw_open_ctx("log_memory_usage:true,log_level:info,max_cache_ram:150K,"
 				       "malloc_mmap_threshold:1M");
 	devcache_set_log_handler(ctx, capture, &log);
-	devcache_device_t *host = device(ctx, "host");
+	devcache_device_t *host = mw_device(ctx, "host");
 	assert_int_equal(devcache_model_load(ctx, a, host, NULL, &m), 0);
 	devcache_model_release(m);
 	assert_int_equal(devcache_model_load(ctx, b, host, NULL, &m), 0);
@@ -448,12 +426,12 @@ static void cancelled_and_failed_loads_leave_nothing(void **state)
 	(void)state;
 	path_of(path, sizeof path, "c.safetensors");
 	make_model(path, 2, sizes, 9);
-	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K,load_workers:2");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("staging_buffer_size:64K,load_workers:2");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m), DEVCACHE_ECANCELED);
 	assert_null(m);
 	assert_contains(devcache_last_error(), "c.safetensors: load cancelled");
-	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "host"), &args, &m),
+	assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "host"), &args, &m),
 			 DEVCACHE_ECANCELED);
 	devcache_cache_stats_t s;
 	devcache_cache_stats(ctx, &s);
@@ -470,8 +448,8 @@ static void cancelled_and_failed_loads_leave_nothing(void **state)
 	devcache_close(ctx);
 	/* The device cannot hold it (a 512 KiB cap): the allocation fails
 	 * part way in, and the load leaves no entry and no memory. */
-	ctx = open_ctx("memory_fraction:0.0005");
-	dev = device(ctx, "good:0");
+	ctx = mw_open_ctx("memory_fraction:0.0005");
+	dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), DEVCACHE_ENOMEM);
 	assert_contains(devcache_last_error(), "out of memory");
 	devcache_cache_stats(ctx, &s);
@@ -484,8 +462,8 @@ static void cancelled_and_failed_loads_leave_nothing(void **state)
 	assert_non_null(f);
 	fputs("this is not a model", f);
 	fclose(f);
-	ctx = open_ctx(NULL);
-	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "host"), NULL, &m),
+	ctx = mw_open_ctx(NULL);
+	assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "host"), NULL, &m),
 			 DEVCACHE_EFORMAT);
 	assert_contains(devcache_last_error(), "junk.safetensors");
 	devcache_close(ctx);
@@ -521,8 +499,8 @@ static void driver_faults_mid_load_leave_nothing(void **state)
 	assert_non_null(inject);
 	path_of(path, sizeof path, "f.safetensors");
 	make_model(path, 2, sizes, 16);
-	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K,load_workers:2");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("staging_buffer_size:64K,load_workers:2");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
 		devcache_model_t *m = NULL;
 		devcache_cache_stats_t s;
@@ -579,8 +557,8 @@ static void a_file_that_shrinks_while_streaming_is_an_error(void **state)
 	(void)state;
 	path_of(path, sizeof path, "shrink.safetensors");
 	make_model(path, 1, sizes, 10);
-	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K,load_workers:1,staging_buffers:2");
-	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "good:0"), &args, &m),
+	devcache_ctx_t *ctx = mw_open_ctx("staging_buffer_size:64K,load_workers:1,staging_buffers:2");
+	assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "good:0"), &args, &m),
 			 DEVCACHE_EFORMAT);
 	assert_contains(devcache_last_error(), "shrink.safetensors: the file ends at byte 100000");
 	assert_contains(devcache_last_error(), "truncated while being loaded");
@@ -621,9 +599,9 @@ static void threads_loading_one_file_share_one_model(void **state)
 	(void)state;
 	path_of(path, sizeof path, "shared.safetensors");
 	make_model(path, 2, sizes, 11);
-	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K");
+	devcache_ctx_t *ctx = mw_open_ctx("staging_buffer_size:64K");
 	for (int i = 0; i < 4; i++) {
-		l[i] = (struct loader){ctx, device(ctx, i % 2 ? "good:0" : "host"), path, NULL, 0};
+		l[i] = (struct loader){ctx, mw_device(ctx, i % 2 ? "good:0" : "host"), path, NULL, 0};
 		assert_int_equal(pthread_create(&t[i], NULL, load_thread, &l[i]), 0);
 	}
 	for (int i = 0; i < 4; i++) {
@@ -662,8 +640,8 @@ static void each_load_says_what_it_did(void **state)
 	(void)state;
 	path_of(path, sizeof path, "r.safetensors");
 	make_model(path, 3, sizes, 9);
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:100K");
-	devcache_device_t *dev = device(ctx, "good:0"), *host = device(ctx, "host");
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:100K");
+	devcache_device_t *dev = mw_device(ctx, "good:0"), *host = mw_device(ctx, "host");
 	/* A miss reads and uploads the tensors. */
 	memset(&r, 0xff, sizeof r);
 	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m), 0);
@@ -725,9 +703,9 @@ static void bad_arguments_fail_cleanly(void **state)
 	devcache_load_args_t small = {.struct_size = 4};
 
 	(void)state;
-	devcache_ctx_t *ctx = open_ctx(NULL);
-	devcache_ctx_t *other = open_ctx(NULL);
-	devcache_device_t *host = device(ctx, "host");
+	devcache_ctx_t *ctx = mw_open_ctx(NULL);
+	devcache_ctx_t *other = mw_open_ctx(NULL);
+	devcache_device_t *host = mw_device(ctx, "host");
 	assert_int_equal(devcache_model_load(NULL, "x", host, NULL, &m), DEVCACHE_EINVAL);
 	assert_int_equal(devcache_model_load(ctx, NULL, host, NULL, &m), DEVCACHE_EINVAL);
 	assert_int_equal(devcache_model_load(ctx, "x", host, &small, &m), DEVCACHE_EINVAL);

@@ -18,29 +18,6 @@ static const struct mw_tensor four[] = {
 	{"t0", 100000, 0}, {"t1", 100000, 1}, {"t2", 100000, 1}, {"t3", 100000, 2}};
 #define CHARGE 100096u
 
-static devcache_ctx_t *open_ctx(const char *options)
-{
-	char opts[1024];
-	devcache_ctx_t *ctx;
-	devcache_open_args_t args = {.struct_size = sizeof args,
-				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV,
-				     .options = opts};
-
-	snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:good,%s",
-		 test_env("TEST_MODULES"), options);
-	if (devcache_open_ex(&ctx, &args))
-		fail_msg("devcache_open_ex(%s): %s", opts, devcache_last_error());
-	return ctx;
-}
-
-static devcache_device_t *device(devcache_ctx_t *ctx, const char *name)
-{
-	devcache_device_t *dev;
-
-	assert_int_equal(devcache_device_get(ctx, name, &dev), 0);
-	return dev;
-}
-
 static int setup(void **state)
 {
 	(void)state;
@@ -108,8 +85,8 @@ static void without_the_tunable_the_error_says_so(void **state)
 
 	(void)state;
 	write_set(path, sizeof path, "big", 1);
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K");
-	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "good:0"), NULL, &m),
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K");
+	assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "good:0"), NULL, &m),
 			 DEVCACHE_ENOMEM);
 	assert_contains(devcache_last_error(), path);
 	assert_contains(devcache_last_error(), "max_cache_vram");
@@ -127,8 +104,8 @@ static void what_fits_goes_to_the_device_in_order(void **state)
 
 	(void)state;
 	write_set(path, sizeof path, "big", 2);
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m), 0);
 	within_budget(ctx, dev);
 	assert_int_equal(check_all(m, 2), 0x7); /* t0, t1, t2 */
@@ -176,9 +153,9 @@ static void tensors_move_in_and_out_byte_exact(void **state)
 
 	(void)state;
 	write_set(path, sizeof path, "big", 3);
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true,"
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true,"
 				       "staging_buffer_size:64K,load_workers:2");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
 	assert_int_equal(check_all(m, 3), 0x7);
 	/* t3 in: t0, the least recently used, goes back to the host. */
@@ -230,8 +207,8 @@ static void other_models_make_room_in_order(void **state)
 	snprintf(small, sizeof small, "%s/small.safetensors", dir);
 	static const struct mw_tensor one[] = {{"s", 50000, 0}};
 	mw_safetensors(small, one, 1, 6, NULL);
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	/* b takes three tensors' room; a, loaded while b is locked, gets
 	 * none of it. */
 	assert_int_equal(devcache_model_load(ctx, b, dev, NULL, &mb), 0);
@@ -285,8 +262,8 @@ static void without_mmap_the_host_side_is_a_copy(void **state)
 
 	(void)state;
 	write_set(path, sizeof path, "big", 7);
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true,mmap:false");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true,mmap:false");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
 	assert_int_equal(check_all(m, 7), 0x7);
 	const char *t3[] = {"t3"};
@@ -318,9 +295,9 @@ static void progress_runs_once_to_the_whole(void **state)
 
 	(void)state;
 	write_set(path, sizeof path, "big", 8);
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true,mmap:false,"
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true,mmap:false,"
 				       "staging_buffer_size:64K");
-	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "good:0"), &args, &m), 0);
+	assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "good:0"), &args, &m), 0);
 	assert_int_equal(p[2], 0);
 	assert_int_equal(p[0], p[1]);
 	devcache_model_release(m);
@@ -338,8 +315,8 @@ static void the_calls_refuse_what_they_cannot_do(void **state)
 	snprintf(small, sizeof small, "%s/small.safetensors", dir);
 	static const struct mw_tensor one[] = {{"s", 5000, 0}};
 	mw_safetensors(small, one, 1, 6, NULL);
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_make_resident(NULL, t0, 1, NULL), DEVCACHE_EINVAL);
 	assert_int_equal(devcache_model_move_to_host(NULL, t0, 1), DEVCACHE_EINVAL);
 	assert_int_equal(devcache_model_info(NULL, NULL), DEVCACHE_EINVAL);
@@ -359,7 +336,7 @@ static void the_calls_refuse_what_they_cannot_do(void **state)
 	assert_int_equal(devcache_model_make_resident(m, null_name, 1, NULL), DEVCACHE_EINVAL);
 	devcache_model_release(m);
 	/* On the host there is nothing to be partial about. */
-	assert_int_equal(devcache_model_load(ctx, path, device(ctx, "host"), NULL, &m), 0);
+	assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "host"), NULL, &m), 0);
 	devcache_model_info_t mi;
 	assert_int_equal(devcache_model_info(m, &mi), 0);
 	assert_int_equal(mi.partial, 0);
@@ -393,9 +370,9 @@ static void two_threads_share_one_partial_load(void **state)
 
 	(void)state;
 	write_set(path, sizeof path, "big", 10);
-	devcache_ctx_t *ctx = open_ctx("max_cache_vram:300K,partial_loading:true,"
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true,"
 				       "staging_buffer_size:64K");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	for (int i = 0; i < 2; i++) {
 		l[i] = (struct loader){.ctx = ctx, .dev = dev, .path = path};
 		assert_int_equal(pthread_create(&th[i], NULL, load_thread, &l[i]), 0);

@@ -263,29 +263,6 @@ static void gguf_shards(char paths[][512], const char *folder, const char *prefi
 		shard_path(paths[k], 512, folder, prefix, k, n, "gguf");
 }
 
-static devcache_ctx_t *open_ctx(const char *options)
-{
-	char opts[1024];
-	devcache_ctx_t *ctx;
-	devcache_open_args_t args = {.struct_size = sizeof args,
-				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV,
-				     .options = opts};
-
-	snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:good%s%s",
-		 test_env("TEST_MODULES"), options ? "," : "", options ? options : "");
-	if (devcache_open_ex(&ctx, &args))
-		fail_msg("devcache_open_ex(%s): %s", opts, devcache_last_error());
-	return ctx;
-}
-
-static devcache_device_t *device(devcache_ctx_t *ctx, const char *name)
-{
-	devcache_device_t *dev;
-
-	assert_int_equal(devcache_device_get(ctx, name, &dev), 0);
-	return dev;
-}
-
 /* Whether p lies in a mapping of the file at path, at offset off of it. */
 static bool mapped_at(const void *p, const char *path, uint64_t off)
 {
@@ -1091,8 +1068,8 @@ static void a_pipeline_folder_is_refused_naming_its_components(void **state)
 	make_pipeline(pipe, sizeof pipe);
 	refused(pipe, DEVCACHE_EINVAL, pipe,
 		"a diffusers pipeline, not one model: load one of: unet, vae, text_encoder", NULL);
-	devcache_ctx_t *ctx = open_ctx(NULL);
-	assert_int_equal(devcache_model_load(ctx, pipe, device(ctx, "host"), NULL, &m),
+	devcache_ctx_t *ctx = mw_open_ctx(NULL);
+	assert_int_equal(devcache_model_load(ctx, pipe, mw_device(ctx, "host"), NULL, &m),
 			 DEVCACHE_EINVAL);
 	assert_null(m);
 	assert_contains(devcache_last_error(), pipe);
@@ -1190,8 +1167,8 @@ static void a_pipeline_component_folder_loads_as_one_model(void **state)
 	expect_order(mf, unet, COUNT(unet), 4);
 	assert_int_equal(devcache_model_file_shard_count(mf), 4);
 	devcache_model_file_close(mf);
-	devcache_ctx_t *ctx = open_ctx(NULL);
-	assert_int_equal(devcache_model_load(ctx, sub, device(ctx, "host"), NULL, &m), 0);
+	devcache_ctx_t *ctx = mw_open_ctx(NULL);
+	assert_int_equal(devcache_model_load(ctx, sub, mw_device(ctx, "host"), NULL, &m), 0);
 	mf = (devcache_model_file_t *)devcache_model_file(m);
 	assert_int_equal(devcache_model_file_tensor_count(mf), COUNT(unet));
 	for (size_t i = 0; i < COUNT(unet); i++) {
@@ -1215,8 +1192,8 @@ static void a_set_loads_on_the_host_in_place(void **state)
 	(void)state;
 	mw_sharded(dir, "model", set3, COUNT(set3), 3, 1, 0, idx, sizeof idx);
 	st_shards(paths, dir, "model", 3);
-	devcache_ctx_t *ctx = open_ctx(NULL);
-	devcache_device_t *host = device(ctx, "host");
+	devcache_ctx_t *ctx = mw_open_ctx(NULL);
+	devcache_device_t *host = mw_device(ctx, "host");
 	assert_int_equal(devcache_model_load(ctx, idx, host, NULL, &m), 0);
 	const devcache_model_file_t *mf = devcache_model_file(m);
 	expect_order(mf, set3, COUNT(set3), 3);
@@ -1263,8 +1240,8 @@ static void a_set_streams_to_the_device_byte_exact(void **state)
 	mw_gguf_split(dir, "nofirst", split_nofirst, COUNT(split_nofirst), 3, 6, 0, first,
 		      sizeof first);
 	/* Chunks of 64 KiB cut across tensors and shards. */
-	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K,staging_buffers:3,load_workers:3");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("staging_buffer_size:64K,staging_buffers:3,load_workers:3");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, idx, dev, &args, &m), 0);
 	expect_order(devcache_model_file(m), set3, COUNT(set3), 3);
 	expect_device_bytes(dev, m, 1);
@@ -1285,8 +1262,8 @@ static void a_set_streams_to_the_device_byte_exact(void **state)
 	devcache_model_release(m);
 	devcache_close(ctx);
 	/* One worker: the loading thread alone. */
-	ctx = open_ctx("staging_buffer_size:64K,load_workers:1");
-	dev = device(ctx, "good:0");
+	ctx = mw_open_ctx("staging_buffer_size:64K,load_workers:1");
+	dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, idx, dev, NULL, &m), 0);
 	expect_device_bytes(dev, m, 1);
 	devcache_model_release(m);
@@ -1302,8 +1279,8 @@ static void replacing_a_shard_makes_the_next_load_a_miss(void **state)
 	(void)state;
 	mw_sharded(dir, "model", set3, COUNT(set3), 3, 1, 0, idx, sizeof idx);
 	st_shards(paths, dir, "model", 3);
-	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("staging_buffer_size:64K");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, idx, dev, NULL, &m), 0);
 	devcache_model_release(m);
 	/* The second shard rewritten with other bytes, moved into place. */
@@ -1366,8 +1343,8 @@ static void threads_loading_one_set_share_one_model(void **state)
 
 	(void)state;
 	mw_sharded(dir, "model", set3, COUNT(set3), 3, 1, 0, idx, sizeof idx);
-	devcache_ctx_t *ctx = open_ctx("staging_buffer_size:64K,load_workers:2");
-	devcache_device_t *dev = device(ctx, "good:0");
+	devcache_ctx_t *ctx = mw_open_ctx("staging_buffer_size:64K,load_workers:2");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(pthread_barrier_init(&go, NULL, 2), 0);
 	for (int i = 0; i < 2; i++) {
 		l[i] = (struct loader){ctx, dev, idx, &go, NULL, -1};
