@@ -47,20 +47,21 @@ int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail
 	return 0;
 }
 
-/* Allocate and upload the tensors of m marked in want.  Unlocked; on
- * failure the allocations made are given back. */
-static int upload(struct devcache_model *m, const bool *want, devcache_stream_t stream,
-		  devcache_progress_fn progress, void *progress_user, uint64_t *read_p,
-		  uint64_t *uploaded_p)
+/* Allocate and upload the tensors of m marked in want, their allocations
+ * in ptrs (zeroed, one per tensor), which the caller publishes in
+ * m->dev_ptr under the cache lock.  Unlocked; on failure the allocations
+ * made are given back. */
+static int upload(struct devcache_model *m, const bool *want, void **ptrs,
+		  devcache_stream_t stream, devcache_progress_fn progress, void *progress_user,
+		  uint64_t *read_p, uint64_t *uploaded_p)
 {
 	const devcache_model_file_t *mf = m->mf;
 	size_t n_files = mf_part_count(mf), n = 0;
 	struct stage_file *files = mc_stage_files(mf);
 	struct stage_item *items = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *items);
-	void **ptrs = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *ptrs);
 	int rc = 0;
 
-	if (!files || !items || !ptrs) {
+	if (!files || !items) {
 		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
 		goto out;
 	}
@@ -83,13 +84,12 @@ static int upload(struct devcache_model *m, const bool *want, devcache_stream_t 
 		*read_p = job.bytes_read;
 		*uploaded_p = job.bytes_uploaded;
 	}
-	for (size_t i = 0; i < mf->n_tensors; i++)
-		if (rc == 0 && want[i])
-			m->dev_ptr[i] = ptrs[i];
-		else if (ptrs[i])
+	for (size_t i = 0; rc && i < mf->n_tensors; i++)
+		if (ptrs[i]) {
 			devcache_free(m->dev, ptrs[i]);
+			ptrs[i] = NULL;
+		}
 out:
-	free(ptrs);
 	free(items);
 	free(files);
 	return mc_upload_failed(m, rc);
@@ -119,6 +119,7 @@ int partial_place(struct devcache_model *m, const devcache_load_args_t *args)
 
 	if (!want)
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	/* The entry is still loading: no other thread sees dev_ptr yet. */
 	for (size_t i = 0; i < mf->n_tensors; i++)
 		if ((want[i] = m->stamp[i] != 0))
 			dev_total += mf->tensors[i].size;
@@ -132,8 +133,8 @@ int partial_place(struct devcache_model *m, const devcache_load_args_t *args)
 	rc = mc_place_on_host(m, &host_args);
 	steps.base = copy ? mf->size : 0;
 	if (rc == 0)
-		rc = upload(m, want, args->stream, args->progress ? step_progress : NULL, &steps,
-			    &read, &uploaded);
+		rc = upload(m, want, m->dev_ptr, args->stream,
+			    args->progress ? step_progress : NULL, &steps, &read, &uploaded);
 	m->read += read;
 	m->uploaded += uploaded;
 	free(want);
@@ -335,6 +336,7 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 {
 	size_t count = m && m->mf->n_tensors ? m->mf->n_tensors : 1;
 	bool *want = NULL, *fetch = NULL;
+	void **ptrs = NULL;
 	uint64_t need = 0, read = 0, uploaded = 0;
 	struct model_cache *c;
 	int rc;
@@ -342,7 +344,8 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 	if ((rc = check_model(m, "devcache_model_make_resident")))
 		return rc;
 	c = m->cache;
-	if (!(want = calloc(count, sizeof *want)) || !(fetch = calloc(count, sizeof *fetch))) {
+	if (!(want = calloc(count, sizeof *want)) || !(fetch = calloc(count, sizeof *fetch)) ||
+	    !(ptrs = calloc(count, sizeof *ptrs))) {
 		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
 		goto out;
 	}
@@ -365,15 +368,17 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 	*mc_used_of(c, m->dev) += need;
 	m->state = ENTRY_LOADING;
 	pthread_mutex_unlock(&c->lock);
-	rc = upload(m, fetch, stream, NULL, NULL, &read, &uploaded);
+	rc = upload(m, fetch, ptrs, stream, NULL, NULL, &read, &uploaded);
 	pthread_mutex_lock(&c->lock);
 	if (rc) {
 		m->bytes -= need;
 		*mc_used_of(c, m->dev) -= need;
 	} else {
 		for (size_t i = 0; i < m->mf->n_tensors; i++)
-			if (fetch[i])
+			if (fetch[i]) {
+				m->dev_ptr[i] = ptrs[i];
 				m->stamp[i] = ++c->clock;
+			}
 		c->stats.bytes_read += read;
 		c->stats.bytes_uploaded += uploaded;
 	}
@@ -383,6 +388,7 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 out:
 	free(want);
 	free(fetch);
+	free(ptrs);
 	return rc;
 }
 

@@ -3,6 +3,7 @@
 #include "tap.h"
 #include "model-writer.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,6 +395,82 @@ static void two_threads_share_one_partial_load(void **state)
 	devcache_close(ctx);
 }
 
+/* A driver that fails mid-way: a partial load leaves nothing, and a
+ * make_resident that fails leaves the model as it was, charges included. */
+static void driver_faults_leave_nothing_behind(void **state)
+{
+	static const struct {
+		const char *entry;
+		unsigned nth; /* 0x80000000: every call from the nth on */
+		int rc;
+	} faults[] = {
+		{"memcpy_htod", 2, DEVCACHE_EBACKEND},
+		{"event_record", 2, DEVCACHE_EBACKEND},
+		/* Every call: the tensors share one segment of the allocator. */
+		{"mem_alloc", 1 | 0x80000000u, DEVCACHE_ENOMEM},
+	};
+	char path[512], module_path[4096];
+	void (*inject)(const char *, unsigned);
+	const char *t3[] = {"t3"};
+
+	(void)state;
+	snprintf(module_path, sizeof module_path, "%s/good.so", test_env("TEST_MODULES"));
+	void *module = dlopen(module_path, RTLD_NOW);
+	assert_non_null(module);
+	*(void **)&inject = dlsym(module, "fake_fail");
+	assert_non_null(inject);
+	write_set(path, sizeof path, "big", 11);
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true,"
+					  "staging_buffer_size:64K");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
+	for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
+		devcache_model_t *m = NULL;
+		devcache_cache_stats_t s;
+		uint64_t used, budget;
+
+		assert_int_equal(devcache_empty_cache(dev), 0);
+		inject(faults[i].entry, faults[i].nth);
+		int rc = devcache_model_load(ctx, path, dev, NULL, &m);
+		inject(faults[i].entry, 0);
+		if (rc != faults[i].rc)
+			fail_msg("load, %s: %d (%s)", faults[i].entry, rc, devcache_last_error());
+		assert_contains(devcache_last_error(), path);
+		assert_null(m);
+		devcache_cache_stats(ctx, &s);
+		assert_int_equal(s.models, 0);
+		assert_int_equal(s.ram_used, 0);
+		devcache_cache_device_usage(ctx, dev, &used, &budget);
+		assert_int_equal(used, 0);
+		/* Loaded, then a make_resident that fails; t3 reuses t0's block
+		 * from the allocator's cache, so mem_alloc is not called. */
+		assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+		if (strcmp(faults[i].entry, "mem_alloc") == 0) {
+			devcache_model_release(m);
+			assert_int_equal(devcache_cache_evict_all(ctx), 1);
+			continue;
+		}
+		devcache_cache_device_usage(ctx, dev, &used, &budget);
+		uint64_t before = used;
+		inject(faults[i].entry, 1 | (faults[i].nth & 0x80000000u));
+		rc = devcache_model_make_resident(m, t3, 1, NULL);
+		inject(faults[i].entry, 0);
+		if (rc != faults[i].rc)
+			fail_msg("make_resident, %s: %d (%s)", faults[i].entry, rc,
+				 devcache_last_error());
+		/* t0 went back to make room; t3 did not come: one fewer charged. */
+		devcache_cache_device_usage(ctx, dev, &used, &budget);
+		assert_int_equal(used, before - CHARGE);
+		assert_int_equal(check_all(m, 11), 0x6);
+		/* And the model still works. */
+		assert_int_equal(devcache_model_make_resident(m, t3, 1, NULL), 0);
+		assert_int_equal(check_all(m, 11), 0xe);
+		devcache_model_release(m);
+		assert_int_equal(devcache_cache_evict_all(ctx), 1);
+	}
+	devcache_close(ctx);
+	dlclose(module);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -405,6 +482,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(progress_runs_once_to_the_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(the_calls_refuse_what_they_cannot_do, setup, teardown),
 		cmocka_unit_test_setup_teardown(two_threads_share_one_partial_load, setup, teardown),
+		cmocka_unit_test_setup_teardown(driver_faults_leave_nothing_behind, setup, teardown),
 	};
 
 	return RUN_TAP(tests);
