@@ -319,7 +319,7 @@ static void load_a_set_partially(void **state)
 	assert_contains(r.out, "(partial: 293.0 KiB of 390.6 KiB on good:0)");
 	/* dump gives the bytes of a tensor wherever it is. */
 	for (int i = 0; i < 4; i++) {
-		char name[8];
+		char name[16];
 		snprintf(name, sizeof name, "t%d", i);
 		path_of(out, sizeof out, "t.bin");
 		RUN(tight, "dump", "--device", "good:0", index, name, "-o", out);
