@@ -258,7 +258,8 @@ static int victims(struct model_cache *c, const struct devcache_model *m, const 
 			*bytes_p += tensor_charge(e->mf->tensors[i].size);
 		}
 	}
-	qsort(v, n, sizeof *v, by_stamp);
+	if (n > 1)
+		qsort(v, n, sizeof *v, by_stamp);
 	*v_p = v;
 	*n_p = n;
 	return 0;

@@ -687,7 +687,8 @@ static int list_dir(const char *dir, char ***entries_p, size_t *n_p)
 		free(entries);
 		return oom();
 	}
-	qsort(entries, n, sizeof *entries, by_string);
+	if (n > 1) /* an empty folder has no array at all */
+		qsort(entries, n, sizeof *entries, by_string);
 	*entries_p = entries;
 	*n_p = n;
 	return 0;
