@@ -1,4 +1,4 @@
-/* loadbench.c - benchmark: loading generated safetensors models (zero-copy on the host, staged onto a device) against cat and a naive loader, and RSS while switching models. */
+/* loadbench.c - benchmark: loading generated safetensors models (zero-copy on the host, staged onto a device) against cat and a naive loader, a sharded set against one file, a partial load's RSS, and RSS while switching models. */
 #include <config.h>
 
 #include <errno.h>
@@ -51,6 +51,10 @@ static const struct layout switch_models[] = {
 };
 #define SWITCH_BUDGET "768M" /* max_cache_ram: one model fits, two do not */
 
+/* The sharded and partial figures use the 4G layout (sizes[SET_SIZE]). */
+#define SET_SIZE 1
+#define N_SHARDS 4
+
 struct tensor {
 	char name[80];
 	unsigned n_dims;
@@ -60,9 +64,11 @@ struct tensor {
 
 struct model {
 	const struct layout *l;
+	char file[256];  /* its name, under the -d directory */
 	char path[4096];
-	struct tensor *t;
+	struct tensor *t; /* a shard's point into its whole model's list */
 	size_t n;
+	size_t first;    /* the index of t[0] in the whole model: seeds its data */
 	char *header;    /* the 8-byte length and the JSON, padded to 8 bytes */
 	size_t header_len;
 	uint64_t size;   /* of the whole file */
@@ -70,11 +76,30 @@ struct model {
 	char why[256];   /* why not ready */
 };
 
+/* A model written as N_SHARDS safetensors files and a Hugging Face index:
+ * the tensors of the whole model in order, cut into runs of about equal
+ * bytes, each with the bytes the single file holds. */
+struct set {
+	struct model shard[N_SHARDS];
+	char index_file[256];
+	char index_path[4096];
+	uint64_t size;   /* of the shards and the index */
+	size_t index_len;
+	bool ready;
+	char why[300];
+};
+
 static const char *dir = ".", *module_dir;
 static const char *extra_options; /* -o: for every context, to compare settings */
 static int reps = 3;
 static int n_switches = 50;
 static bool want[N_SIZES] = { true, true };
+static bool want_sharded = true, want_partial = true;
+
+/* The first load that failed in the sharded or partial figures: those
+ * figures are then SKIP with it, and loadbench exits 2. */
+static char load_error[1200];
+static bool load_failed;
 
 static void *xcalloc(size_t n, size_t size)
 {
@@ -332,7 +357,7 @@ static int generate(struct model *m)
 		struct filler fl = { .ones = m->t[i].ones };
 		uint64_t left = tensor_bytes(&m->t[i]);
 
-		rng_seed(&fl.rng, m->l->seed * 1000003 + i);
+		rng_seed(&fl.rng, m->l->seed * 1000003 + m->first + i);
 		while (left) {
 			size_t take = IO_BUF - used < left ? IO_BUF - used : (size_t)left;
 
@@ -386,40 +411,206 @@ static double gib(uint64_t b)
 	return (double)b / (double)GIB;
 }
 
-static void prepare(struct model *m, const struct layout *l)
+static void set_name(struct model *m, const char *file)
+{
+	snprintf(m->file, sizeof m->file, "%s", file);
+	snprintf(m->path, sizeof m->path, "%s/%s", dir, file);
+}
+
+/* The file on disk: reused, or written when there is room. */
+static void materialize(struct model *m)
 {
 	struct statvfs vfs;
 	double t0;
 
-	memset(m, 0, sizeof *m);
-	m->l = l;
-	snprintf(m->path, sizeof m->path, "%s/%s", dir, l->file);
-	list_tensors(m);
 	build_header(m);
 	if (reusable(m)) {
 		m->ready = true;
-		printf("%-22s %6.2f GiB  reused  %s, %zu BF16 tensors\n", l->file, gib(m->size),
-		       l->like, m->n);
+		printf("%-36s %6.2f GiB  reused  %s, %zu BF16 tensors\n", m->file, gib(m->size),
+		       m->l->like, m->n);
 		return;
 	}
 	unlink(m->path);
 	if (statvfs(dir, &vfs) == 0 &&
 	    (uint64_t)vfs.f_bavail * vfs.f_frsize < m->size + 256 * MIB) {
 		snprintf(m->why, sizeof m->why,
-			 "not enough disk space for %s: %.2f GiB free in %s, %.2f GiB needed "
-			 "(and 256 MiB to spare)", l->file,
+			 "not enough disk space for %.60s: %.2f GiB free in %s, %.2f GiB needed "
+			 "(and 256 MiB to spare)", m->file,
 			 gib((uint64_t)vfs.f_bavail * vfs.f_frsize), dir, gib(m->size));
-		printf("%-22s %6.2f GiB  SKIP  %s\n", l->file, gib(m->size), m->why);
+		printf("%-36s %6.2f GiB  SKIP  %s\n", m->file, gib(m->size), m->why);
 		return;
 	}
 	t0 = now_seconds();
 	if (generate(m) != 0) {
-		printf("%-22s %6.2f GiB  FAILED  %s\n", l->file, gib(m->size), m->why);
+		printf("%-36s %6.2f GiB  FAILED  %s\n", m->file, gib(m->size), m->why);
 		return;
 	}
 	m->ready = true;
-	printf("%-22s %6.2f GiB  written in %.1f s  %s, %zu BF16 tensors\n", l->file, gib(m->size),
-	       now_seconds() - t0, l->like, m->n);
+	printf("%-36s %6.2f GiB  written in %.1f s  %s, %zu BF16 tensors\n", m->file, gib(m->size),
+	       now_seconds() - t0, m->l->like, m->n);
+}
+
+static void prepare(struct model *m, const struct layout *l)
+{
+	memset(m, 0, sizeof *m);
+	m->l = l;
+	set_name(m, l->file);
+	list_tensors(m);
+	materialize(m);
+}
+
+/* ---- the sharded set ------------------------------------------------------------ */
+
+/* The index as Hugging Face writes it: the tensors' bytes in all, and the
+ * shard of each tensor. */
+static char *index_json(const struct set *s, size_t *len_p)
+{
+	char *json = NULL;
+	FILE *f = open_memstream(&json, len_p);
+	uint64_t total = 0;
+	bool comma = false;
+
+	if (!f) {
+		fprintf(stderr, "loadbench: out of memory\n");
+		exit(2);
+	}
+	for (size_t k = 0; k < N_SHARDS; k++)
+		for (size_t i = 0; i < s->shard[k].n; i++)
+			total += tensor_bytes(&s->shard[k].t[i]);
+	fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
+		(unsigned long long)total);
+	for (size_t k = 0; k < N_SHARDS; k++)
+		for (size_t i = 0; i < s->shard[k].n; i++) {
+			fprintf(f, "%s\n    \"%s\": \"%s\"", comma ? "," : "", s->shard[k].t[i].name,
+				s->shard[k].file);
+			comma = true;
+		}
+	fprintf(f, "\n  }\n}\n");
+	if (fclose(f) != 0) {
+		fprintf(stderr, "loadbench: out of memory\n");
+		exit(2);
+	}
+	return json;
+}
+
+/* Writes the index unless the file holds exactly that text. */
+static int write_index(struct set *s, bool *reused_p)
+{
+	size_t len;
+	char *json = index_json(s, &len), *old = malloc(len + 1), tmp[4200];
+	int fd = open(s->index_path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+
+	*reused_p = false;
+	s->index_len = len;
+	if (fd >= 0 && old && fstat(fd, &st) == 0 && (uint64_t)st.st_size == len &&
+	    pread(fd, old, len, 0) == (ssize_t)len && memcmp(old, json, len) == 0)
+		*reused_p = true;
+	if (fd >= 0)
+		close(fd);
+	free(old);
+	if (*reused_p) {
+		free(json);
+		return 0;
+	}
+	snprintf(tmp, sizeof tmp, "%s.tmp", s->index_path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write_all(fd, json, len) || fsync(fd) || close(fd) ||
+	    rename(tmp, s->index_path)) {
+		snprintf(s->why, sizeof s->why, "cannot write %.200s: %s", tmp, strerror(errno));
+		unlink(tmp);
+		free(json);
+		return -1;
+	}
+	free(json);
+	return 0;
+}
+
+/* The whole model's tensors in order, cut where the running total of
+ * bytes passes a quarter, a half, three quarters (by each tensor's
+ * middle), and written as model-4g-0000K-of-00004.safetensors with
+ * model-4g.safetensors.index.json. */
+static void prepare_set(struct set *s, const struct model *whole)
+{
+	size_t start[N_SHARDS + 1] = { 0 }, k = 0, stem;
+	uint64_t total = 0, cum = 0;
+	char name[256];
+	bool reused;
+
+	memset(s, 0, sizeof *s);
+	for (size_t i = 0; i < whole->n; i++)
+		total += tensor_bytes(&whole->t[i]);
+	for (size_t i = 0; i < whole->n; i++) {
+		uint64_t b = tensor_bytes(&whole->t[i]);
+		size_t to = (size_t)((cum + b / 2) * N_SHARDS / total);
+
+		if (to > N_SHARDS - 1)
+			to = N_SHARDS - 1;
+		while (k < to)
+			start[++k] = i;
+		cum += b;
+	}
+	while (k < N_SHARDS)
+		start[++k] = whole->n;
+	stem = strlen(whole->l->file) - strlen(".safetensors");
+	for (k = 0; k < N_SHARDS; k++) {
+		struct model *m = &s->shard[k];
+
+		m->l = whole->l;
+		m->t = whole->t + start[k];
+		m->first = start[k];
+		m->n = start[k + 1] - start[k];
+		snprintf(name, sizeof name, "%.*s-%05zu-of-%05d.safetensors", (int)stem,
+			 whole->l->file, k + 1, N_SHARDS);
+		set_name(m, name);
+		if (m->n == 0) {
+			snprintf(s->why, sizeof s->why, "shard %s would be empty", name);
+			return;
+		}
+	}
+	snprintf(s->index_file, sizeof s->index_file, "%.*s.safetensors.index.json", (int)stem,
+		 whole->l->file);
+	snprintf(s->index_path, sizeof s->index_path, "%s/%s", dir, s->index_file);
+	for (k = 0; k < N_SHARDS; k++) {
+		materialize(&s->shard[k]);
+		if (!s->shard[k].ready) {
+			snprintf(s->why, sizeof s->why, "%s", s->shard[k].why);
+			return;
+		}
+		s->size += s->shard[k].size;
+	}
+	if (write_index(s, &reused) != 0) {
+		printf("%-36s %10s  FAILED  %s\n", s->index_file, "", s->why);
+		return;
+	}
+	s->size += s->index_len;
+	s->ready = true;
+	printf("%-36s %6.1f KiB  %s  the index of the %d shards above (%.2f GiB in all)\n",
+	       s->index_file, (double)s->index_len / 1024, reused ? "reused" : "written", N_SHARDS,
+	       gib(s->size));
+}
+
+/* The part of the file in the page cache (mincore), 0 to 1. */
+static double resident(const struct model *m)
+{
+	int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+	uint64_t in = 0, pages = (m->size + PAGE - 1) / PAGE;
+	unsigned char *vec = malloc(pages ? pages : 1);
+	void *map;
+
+	if (!vec || fd < 0) {
+		fprintf(stderr, "loadbench: %s: %s\n", m->path, strerror(errno));
+		exit(2);
+	}
+	map = mmap(NULL, m->size, PROT_READ, MAP_SHARED, fd, 0);
+	if (map != MAP_FAILED && mincore(map, m->size, vec) == 0)
+		for (uint64_t i = 0; i < pages; i++)
+			in += vec[i] & 1;
+	if (map != MAP_FAILED)
+		munmap(map, m->size);
+	close(fd);
+	free(vec);
+	return pages ? (double)in / (double)pages : 1;
 }
 
 /* Reads the file once so that the timed loads find it in the page cache,
@@ -428,26 +619,16 @@ static double warm(const struct model *m)
 {
 	char *buf = malloc(IO_BUF);
 	int fd = open(m->path, O_RDONLY | O_CLOEXEC);
-	uint64_t resident = 0, pages = (m->size + PAGE - 1) / PAGE;
-	unsigned char *vec = malloc(pages ? pages : 1);
-	void *map;
 
-	if (!buf || !vec || fd < 0) {
+	if (!buf || fd < 0) {
 		fprintf(stderr, "loadbench: %s: %s\n", m->path, strerror(errno));
 		exit(2);
 	}
 	while (read(fd, buf, IO_BUF) > 0)
 		;
-	map = mmap(NULL, m->size, PROT_READ, MAP_SHARED, fd, 0);
-	if (map != MAP_FAILED && mincore(map, m->size, vec) == 0)
-		for (uint64_t i = 0; i < pages; i++)
-			resident += vec[i] & 1;
-	if (map != MAP_FAILED)
-		munmap(map, m->size);
 	close(fd);
 	free(buf);
-	free(vec);
-	return pages ? (double)resident / (double)pages : 1;
+	return resident(m);
 }
 
 /* ---- contexts and the model cache ------------------------------------------------- */
@@ -488,6 +669,40 @@ static devcache_model_t *load(devcache_ctx_t *ctx, const char *path, devcache_de
 	return model;
 }
 
+/* A fault of a figure: kept in load_error and told on stderr; false. */
+static bool fault(const char *fmt, ...) DEVCACHE_PRINTF(1, 2);
+
+static bool fault(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(load_error, sizeof load_error, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "loadbench: %s\n", load_error);
+	load_failed = true;
+	return false;
+}
+
+/* devcache_model_load(), its failure kept in load_error. */
+static bool try_load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev,
+		     const devcache_load_args_t *args, devcache_model_t **model_p)
+{
+	devcache_device_info_t info;
+	int err = devcache_model_load(ctx, path, dev, args, model_p);
+
+	if (err) {
+		char why[1024];
+
+		snprintf(why, sizeof why, "%s", devcache_last_error());
+		if (devcache_device_info(dev, &info))
+			snprintf(info.id, sizeof info.id, "?");
+		return fault("devcache_model_load(%s onto %s) failed: %s (%s)", path, info.id,
+			     devcache_strerror(err), why);
+	}
+	return true;
+}
+
 /* Reads one byte of every page of every tensor (a host model's bytes). */
 static uint64_t touch(const devcache_model_t *model)
 {
@@ -507,33 +722,48 @@ static uint64_t touch(const devcache_model_t *model)
 }
 
 /* A staged model's tensors must hold the file's bytes: the first and last
- * 4 KiB of each are compared with the file (the emulated device's memory
- * is host memory). */
-static bool staged_matches(const devcache_model_t *model, const char *path)
+ * 4 KiB of each are compared with the file, or with its shard in a set
+ * (the emulated device's memory is host memory; a partial model's host
+ * tensors are the file's mapping). */
+static bool staged_matches(const devcache_model_t *model)
 {
 	const devcache_model_file_t *mf = devcache_model_file(model);
 	size_t n = devcache_model_file_tensor_count(mf);
+	size_t n_files = devcache_model_file_shard_count(mf);
+	int *fds = xcalloc(n_files, sizeof *fds);
 	char buf[PAGE];
 	bool ok = true;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-	for (size_t i = 0; ok && fd >= 0 && i < n; i++) {
+	for (size_t k = 0; k < n_files; k++) {
+		const char *path;
+		uint64_t size;
+
+		fds[k] = devcache_model_file_shard(mf, k, &path, &size) ? -1
+			 : open(path, O_RDONLY | O_CLOEXEC);
+		ok &= fds[k] >= 0;
+	}
+	for (size_t i = 0; ok && i < n; i++) {
 		devcache_tensor_info_t info;
 		void *data;
 
-		if (devcache_model_tensor_at(model, i, &info, &data))
-			return false;
+		if (devcache_model_tensor_at(model, i, &info, &data) || info.shard >= n_files) {
+			ok = false;
+			break;
+		}
 		size_t len = info.size < PAGE ? (size_t)info.size : PAGE;
 		uint64_t tail = info.size - len;
+		int fd = fds[info.shard];
 
 		ok = pread(fd, buf, len, (off_t)info.offset) == (ssize_t)len &&
 		     !memcmp(buf, data, len) &&
 		     pread(fd, buf, len, (off_t)(info.offset + tail)) == (ssize_t)len &&
 		     !memcmp(buf, (char *)data + tail, len);
 	}
-	if (fd >= 0)
-		close(fd);
-	return ok && fd >= 0;
+	for (size_t k = 0; k < n_files; k++)
+		if (fds[k] >= 0)
+			close(fds[k]);
+	free(fds);
+	return ok;
 }
 
 /* ---- the figures -------------------------------------------------------------------- */
@@ -637,25 +867,33 @@ static void run_naive(const struct model *m, struct figure *f)
 	free(buf);
 }
 
-/* A fresh context each run, so every load is a miss. */
-static void run_zero_copy(const struct model *m, struct figure *load_f, struct figure *touch_f)
+/* A fresh context each run, so every load is a miss.  path is a file or a
+ * set's index.  False (load_error says why) when the load fails. */
+static bool run_zero_copy(const char *path, struct figure *load_f, struct figure *touch_f)
 {
 	devcache_ctx_t *ctx = open_ctx(NULL);
 	devcache_device_t *host = device(ctx, "host");
 	devcache_cache_stats_t cs;
 	devcache_model_t *model;
 	double t0;
+	bool ok;
 
 	peak_start();
 	t0 = now_seconds();
-	model = load(ctx, m->path, host);
+	ok = try_load(ctx, path, host, NULL, &model);
 	double t = now_seconds() - t0;
+	uint64_t peak = peak_end();
 
-	record(load_f, t, peak_end());
+	if (!ok) {
+		devcache_close(ctx);
+		return false;
+	}
+	record(load_f, t, peak);
 	devcache_cache_stats(ctx, &cs);
 	if (cs.misses != 1 || cs.hits != 0) {
-		fprintf(stderr, "loadbench: zero-copy load of %s was not a miss\n", m->path);
-		exit(2);
+		devcache_model_release(model);
+		devcache_close(ctx);
+		return fault("zero-copy load of %s was not a miss", path);
 	}
 	peak_start();
 	t0 = now_seconds();
@@ -664,50 +902,51 @@ static void run_zero_copy(const struct model *m, struct figure *load_f, struct f
 	record(touch_f, t, peak_end());
 	devcache_model_release(model);
 	devcache_close(ctx);
+	return true;
 }
 
-static void staged_load(devcache_ctx_t *ctx, devcache_device_t *dev, const struct model *m,
+static bool staged_load(devcache_ctx_t *ctx, devcache_device_t *dev, const char *path,
 			struct figure *f)
 {
 	devcache_model_t *model;
 	uint64_t used, budget, peak;
 	double t0;
+	bool ok;
 
 	peak_start();
 	t0 = now_seconds();
-	model = load(ctx, m->path, dev);
+	ok = try_load(ctx, path, dev, NULL, &model);
 	double t = now_seconds() - t0;
 
 	peak = peak_end();
+	if (!ok)
+		return false;
 	record(f, t, peak);
 	if (devcache_cache_device_usage(ctx, dev, &used, &budget))
 		bench_fail("devcache_cache_device_usage", DEVCACHE_EINVAL);
 	f->dev_bytes = used;
 	if (peak > used && peak - used > f->over)
 		f->over = peak - used;
-	if (!staged_matches(model, m->path)) {
-		fprintf(stderr, "loadbench: the staged copy of %s differs from the file\n", m->path);
-		exit(2);
-	}
+	ok = staged_matches(model);
 	devcache_model_release(model);
+	return ok || fault("the staged copy of %s differs from the file", path);
 }
 
 /* The staging path onto benchdev:0: a first load into fresh device memory
  * (the emulated device's pages are faulted in by the copies), then, after
  * evicting it, a load into the block the allocator kept cached, as device
  * memory already in use is on a GPU. */
-static void run_staged(const struct model *m, struct figure *cold, struct figure *warm_f)
+static bool run_staged(const char *path, struct figure *cold, struct figure *warm_f)
 {
 	devcache_ctx_t *ctx = open_ctx(NULL);
 	devcache_device_t *dev = device(ctx, "benchdev:0");
+	bool ok = staged_load(ctx, dev, path, cold);
 
-	staged_load(ctx, dev, m, cold);
-	if (devcache_cache_evict_all(ctx) != 1) {
-		fprintf(stderr, "loadbench: %s was not evicted\n", m->path);
-		exit(2);
-	}
-	staged_load(ctx, dev, m, warm_f);
+	if (ok && devcache_cache_evict_all(ctx) != 1)
+		ok = fault("%s was not evicted", path);
+	ok = ok && staged_load(ctx, dev, path, warm_f);
 	devcache_close(ctx);
+	return ok;
 }
 
 /* ---- the report ------------------------------------------------------------------------- */
@@ -812,8 +1051,9 @@ static void measure_size(const struct model *m, struct size_result *r)
 		if (!r->cat.skipped)
 			run_cat(m, &r->cat);
 		run_naive(m, &r->naive);
-		run_zero_copy(m, &r->zc, &r->touch);
-		run_staged(m, &r->cold, &r->warm);
+		if (!run_zero_copy(m->path, &r->zc, &r->touch) ||
+		    !run_staged(m->path, &r->cold, &r->warm))
+			exit(2);
 	}
 	printf("%-46s %10s %10s %10s\n", "loader (median of runs; peak RSS: highest)", "time ms",
 	       "GB/s", "peak RSS");
@@ -860,6 +1100,268 @@ static void size_targets(const struct model *m, const struct size_result *r, uin
 			     mib(r->cold.peak > r->warm.peak ? r->cold.peak : r->warm.peak),
 			     mib(r->cold.dev_bytes), mib(over), mib(ring), mib(limit));
 	}
+}
+
+/* ---- a sharded set against the single file ------------------------------------------- */
+
+/* [0]: the single file, [1]: the set of shards through its index. */
+struct sharded_result {
+	bool measured;
+	char why[1300];
+	struct figure zc[2], touch[2], cold[2], warm[2];
+};
+
+static void measure_sharded(const struct model *one, const struct set *s, struct sharded_result *r)
+{
+	uint64_t avail = meminfo_bytes("MemAvailable:");
+	double in_one, in_set = 1, t0 = now_seconds();
+
+	memset(r, 0, sizeof *r);
+	printf("\n-- sharded %s: %s, %d shards and their index, %llu bytes (%.2f GiB) in all, "
+	       "against the single file %s\n", one->l->label, s->index_file, N_SHARDS,
+	       (unsigned long long)s->size, gib(s->size), one->file);
+	for (size_t k = 0; s->ready && k < N_SHARDS; k++)
+		printf("   %s: %zu tensors (%s .. %s), %.1f MiB\n", s->shard[k].file, s->shard[k].n,
+		       s->shard[k].t[0].name, s->shard[k].t[s->shard[k].n - 1].name,
+		       mib(s->shard[k].size));
+	if (!one->ready || !s->ready) {
+		snprintf(r->why, sizeof r->why, "%s", !one->ready ? one->why : s->why);
+		printf("SKIP  %s\n", r->why);
+		return;
+	}
+	/* Both in the page cache, and one copy of the model beside them. */
+	if (avail < one->size + s->size + one->size + GIB) {
+		snprintf(r->why, sizeof r->why,
+			 "not enough memory to keep %s and its shards in the page cache beside a "
+			 "copy: %.1f GiB available, %.1f GiB needed", one->file, gib(avail),
+			 gib(2 * one->size + s->size + GIB));
+		printf("SKIP  %s\n", r->why);
+		return;
+	}
+	warm(one);
+	for (size_t k = 0; k < N_SHARDS; k++)
+		warm(&s->shard[k]);
+	in_one = resident(one);
+	for (size_t k = 0; k < N_SHARDS; k++) {
+		double in = resident(&s->shard[k]);
+
+		if (in < in_set)
+			in_set = in;
+	}
+	printf("page cache: %.1f%% of the single file and at least %.1f%% of each shard resident "
+	       "after one read of each (mincore)\n", in_one * 100, in_set * 100);
+	if (in_one < 0.99 || in_set < 0.99) {
+		snprintf(r->why, sizeof r->why, "the page cache kept only %.1f%% of %s and %.1f%% of "
+			 "a shard", in_one * 100, one->file, in_set * 100);
+		printf("SKIP  %s\n", r->why);
+		return;
+	}
+	/* Interleaved, and which of the two goes first alternates. */
+	for (int i = 0; i < reps; i++) {
+		const char *path[2] = { one->path, s->index_path };
+		bool ok = true;
+
+		for (int j = 0; ok && j < 2; j++) {
+			int w = (i + j) % 2;
+
+			ok = run_zero_copy(path[w], &r->zc[w], &r->touch[w]);
+		}
+		for (int j = 0; ok && j < 2; j++) {
+			int w = (i + j) % 2;
+
+			ok = run_staged(path[w], &r->cold[w], &r->warm[w]);
+		}
+		if (!ok) {
+			snprintf(r->why, sizeof r->why, "%s", load_error);
+			printf("FAILED  %s\n", r->why);
+			return;
+		}
+	}
+	r->measured = true;
+	printf("%-46s %10s %10s %10s\n", "loader (median of runs; peak RSS: highest)", "time ms",
+	       "GB/s", "peak RSS");
+	printf("%-46s %10s %10s %10s\n", "", "", "(file)", "MiB");
+	print_row("zero-copy host load: the single file", &r->zc[0], one->size, NULL);
+	print_row("zero-copy host load: 4 shards + index", &r->zc[1], one->size, NULL);
+	print_row("  then 1 byte per page: the single file", &r->touch[0], one->size,
+		  "  (file pages mapped)");
+	print_row("  then 1 byte per page: 4 shards", &r->touch[1], one->size,
+		  "  (file pages mapped)");
+	print_row("staged, fresh memory: the single file", &r->cold[0], one->size, NULL);
+	print_row("staged, fresh memory: 4 shards + index", &r->cold[1], one->size, NULL);
+	print_row("staged, memory cached: the single file", &r->warm[0], one->size, NULL);
+	print_row("staged, memory cached: 4 shards + index", &r->warm[1], one->size, NULL);
+	printf("4 shards / the single file: zero-copy %.2fx, staged into fresh memory %.2fx, "
+	       "staged into cached memory %.2fx\n", median(&r->zc[1]) / median(&r->zc[0]),
+	       median(&r->cold[1]) / median(&r->cold[0]), median(&r->warm[1]) / median(&r->warm[0]));
+	printf("(these figures took %.0f s)\n", now_seconds() - t0);
+}
+
+static void sharded_targets(const struct model *one, const struct sharded_result *r)
+{
+	char id[64];
+	const char *l = one->l->label;
+
+	snprintf(id, sizeof id, "load/sharded-host-%s", l);
+	if (!r->measured) {
+		print_target(id, "SKIP", "%s", r->why);
+	} else {
+		double a = median(&r->zc[1]), b = median(&r->zc[0]);
+
+		print_target(id, a <= 1.05 * b ? "PASS" : "MISS",
+			     "zero-copy: 4 shards %.3f ms / single file %.3f ms = %.2fx (target <= 1.05x)",
+			     a * 1e3, b * 1e3, a / b);
+	}
+	snprintf(id, sizeof id, "load/sharded-staged-%s", l);
+	if (!r->measured) {
+		print_target(id, "SKIP", "%s", r->why);
+	} else {
+		double a = median(&r->warm[1]), b = median(&r->warm[0]);
+		double fa = median(&r->cold[1]), fb = median(&r->cold[0]);
+
+		print_target(id, a <= 1.05 * b ? "PASS" : "MISS",
+			     "staged (device memory cached): 4 shards %.1f ms / single file %.1f ms = "
+			     "%.2fx; into fresh memory %.1f / %.1f ms = %.2fx (target <= 1.05x)",
+			     a * 1e3, b * 1e3, a / b, fa * 1e3, fb * 1e3, fa / fb);
+	}
+}
+
+/* ---- a partial load ---------------------------------------------------------------------- */
+
+struct partial_result {
+	bool measured;
+	char why[1300];
+	uint64_t budget;               /* max_cache_vram */
+	struct figure cold, warm;      /* dev_bytes: the result's device_bytes */
+	devcache_load_result_t res;    /* of the last load */
+	devcache_model_info_t info;
+};
+
+/* One partial load onto benchdev:0: peak RSS over it, less the device
+ * bytes the load says it placed (benchdev's memory is host memory). */
+static bool partial_load(devcache_ctx_t *ctx, devcache_device_t *dev, const struct model *m,
+			 struct partial_result *r, struct figure *f)
+{
+	devcache_load_args_t args = { 0 };
+	devcache_model_t *model;
+	uint64_t peak;
+	double t0;
+	bool ok;
+
+	args.struct_size = sizeof args;
+	args.result = &r->res;
+	peak_start();
+	t0 = now_seconds();
+	ok = try_load(ctx, m->path, dev, &args, &model);
+	double t = now_seconds() - t0;
+
+	peak = peak_end();
+	if (!ok)
+		return false;
+	record(f, t, peak);
+	f->dev_bytes = r->res.device_bytes;
+	if (peak > r->res.device_bytes && peak - r->res.device_bytes > f->over)
+		f->over = peak - r->res.device_bytes;
+	if (devcache_model_info(model, &r->info))
+		ok = fault("devcache_model_info(%s) failed: %s", m->path, devcache_last_error());
+	else if (r->res.hit || !r->info.partial || !r->res.device_bytes || !r->res.host_bytes ||
+		 r->res.device_bytes > r->budget)
+		ok = fault("the load of %s with partial_loading:true and max_cache_vram:%llu is not "
+			   "a partial miss within the budget: hit %d, partial %d, device bytes %llu, "
+			   "host bytes %llu", m->path, (unsigned long long)r->budget, r->res.hit,
+			   r->info.partial, (unsigned long long)r->res.device_bytes,
+			   (unsigned long long)r->res.host_bytes);
+	else if (!staged_matches(model))
+		ok = fault("the partially loaded copy of %s differs from the file", m->path);
+	devcache_model_release(model);
+	return ok;
+}
+
+/* The whole model onto benchdev:0 with a budget of half its size, in a
+ * fresh context each run: into fresh device memory, then after evicting
+ * it into the tensors' blocks the allocator kept cached. */
+static void measure_partial(const struct model *m, struct partial_result *r)
+{
+	uint64_t avail = meminfo_bytes("MemAvailable:");
+	double t0 = now_seconds();
+	char opts[128];
+
+	memset(r, 0, sizeof *r);
+	r->budget = m->size / 2;
+	snprintf(opts, sizeof opts, "partial_loading:true,max_cache_vram:%llu",
+		 (unsigned long long)r->budget);
+	printf("\n-- partial %s: %s onto benchdev:0 with %s (half the file, %.1f MiB)\n",
+	       m->l->label, m->file, opts, mib(r->budget));
+	if (!m->ready) {
+		snprintf(r->why, sizeof r->why, "%s", m->why);
+		printf("SKIP  %s\n", r->why);
+		return;
+	}
+	if (avail < 2 * m->size + GIB) {
+		snprintf(r->why, sizeof r->why,
+			 "not enough memory to keep %s in the page cache beside a copy: "
+			 "%.1f GiB available, %.1f GiB needed", m->file, gib(avail),
+			 gib(2 * m->size + GIB));
+		printf("SKIP  %s\n", r->why);
+		return;
+	}
+	double in = warm(m);
+
+	printf("page cache: %.1f%% of the file resident after one read (mincore)\n", in * 100);
+	if (in < 0.99) {
+		snprintf(r->why, sizeof r->why, "the page cache kept only %.1f%% of %s", in * 100,
+			 m->file);
+		printf("SKIP  %s\n", r->why);
+		return;
+	}
+	for (int i = 0; i < reps; i++) {
+		devcache_ctx_t *ctx = open_ctx(opts);
+		devcache_device_t *dev = device(ctx, "benchdev:0");
+		bool ok = partial_load(ctx, dev, m, r, &r->cold);
+
+		if (ok && devcache_cache_evict_all(ctx) != 1)
+			ok = fault("%s (partial) was not evicted", m->path);
+		ok = ok && partial_load(ctx, dev, m, r, &r->warm);
+		devcache_close(ctx);
+		if (!ok) {
+			snprintf(r->why, sizeof r->why, "%s", load_error);
+			printf("FAILED  %s\n", r->why);
+			return;
+		}
+	}
+	r->measured = true;
+	printf("%-46s %10s %10s %10s\n", "loader (median of runs; peak RSS: highest)", "time ms",
+	       "GB/s", "peak RSS");
+	printf("%-46s %10s %10s %10s\n", "", "", "(upload)", "MiB");
+	print_row("partial load onto benchdev:0, fresh memory", &r->cold, r->res.device_bytes, NULL);
+	print_row("partial load onto benchdev:0, memory cached", &r->warm, r->res.device_bytes, NULL);
+	printf("placed: device bytes %.1f MiB (%zu of %zu tensors, each its own allocation), host "
+	       "bytes %.1f MiB (the file's mapping); read %.1f MiB, uploaded %.1f MiB\n",
+	       mib(r->res.device_bytes), r->info.device_tensors, r->info.tensors,
+	       mib(r->res.host_bytes), mib(r->res.bytes_read), mib(r->res.bytes_uploaded));
+	printf("partial loads: peak RSS less the device bytes (counted in RSS on benchdev): "
+	       "%.1f MiB into fresh memory, %.1f MiB into cached memory\n", mib(r->cold.over),
+	       mib(r->warm.over));
+	printf("(these figures took %.0f s)\n", now_seconds() - t0);
+}
+
+static void partial_targets(const struct model *m, const struct partial_result *r, uint64_t ring)
+{
+	char id[64];
+
+	snprintf(id, sizeof id, "load/partial-rss-%s", m->l->label);
+	if (!r->measured) {
+		print_target(id, "SKIP", "%s", r->why);
+		return;
+	}
+	uint64_t over = r->cold.over > r->warm.over ? r->cold.over : r->warm.over;
+	uint64_t limit = ring + 32 * MIB;
+
+	print_target(id, over <= limit ? "PASS" : "MISS",
+		     "peak RSS %.1f MiB - device bytes %.1f MiB = %.1f MiB (target <= ring %.0f MiB "
+		     "+ 32 MiB = %.0f MiB, as for a whole model)",
+		     mib(r->cold.peak > r->warm.peak ? r->cold.peak : r->warm.peak),
+		     mib(r->cold.dev_bytes), mib(over), mib(ring), mib(limit));
 }
 
 /* ---- model switching ------------------------------------------------------------------ */
@@ -938,18 +1440,21 @@ static void switching(const struct model *a, const struct model *b)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: loadbench [-d DIR] [-m MODULEDIR] [-o OPTIONS] [-r REPS] [-n SWITCHES]\n"
-		   "                 [-s 1G|4G]...\n"
+		   "                 [-s 1G|4G|sharded|partial]...\n"
 		   "  Generates Llama-like BF16 safetensors files in DIR (reused when present)\n"
 		   "  and times loading them: cat, a naive read() loader, devcache's zero-copy\n"
-		   "  host load and its staging path onto the bench device; then alternates two\n"
-		   "  models under a RAM budget that fits one.\n"
+		   "  host load and its staging path onto the bench device; the 4G model as 4\n"
+		   "  shards and an index against the single file; the 4G model loaded\n"
+		   "  partially onto the bench device; then alternates two models under a RAM\n"
+		   "  budget that fits one.\n"
 		   "  -d DIR        where the model files are (default .)\n"
 		   "  -m MODULEDIR  where benchdev.so is (default DIR/modules/.libs)\n"
 		   "  -o OPTIONS    tunables (\"key:value,...\") for every context, to compare\n"
 		   "                (the targets assume the defaults)\n"
 		   "  -r REPS       runs per figure, the median time reported (default 3)\n"
-		   "  -n SWITCHES   model switches (default 50)\n"
-		   "  -s SIZE       only this file size (repeatable; default 1G and 4G)\n");
+		   "  -n SWITCHES   model switches (default 50; 0: no switching figures)\n"
+		   "  -s GROUP      only these figures (repeatable; default all): a file size\n"
+		   "                (1G, 4G), sharded (4G as a set) or partial (4G, half fits)\n");
 }
 
 static void parse_args(int argc, char **argv)
@@ -965,18 +1470,33 @@ static void parse_args(int argc, char **argv)
 		case 'm': module_dir = optarg; break;
 		case 'r': reps = atoi(optarg); break;
 		case 'n': n_switches = atoi(optarg); break;
-		case 's':
-			if (!sized)
+		case 's': {
+			bool known = false;
+
+			if (!sized) {
 				memset(want, 0, sizeof want);
+				want_sharded = want_partial = false;
+			}
 			sized = true;
 			for (size_t i = 0; i < N_SIZES; i++)
-				want[i] |= strcmp(optarg, sizes[i].label) == 0;
+				if (strcmp(optarg, sizes[i].label) == 0)
+					want[i] = known = true;
+			if (strcmp(optarg, "sharded") == 0)
+				want_sharded = known = true;
+			if (strcmp(optarg, "partial") == 0)
+				want_partial = known = true;
+			if (!known) {
+				fprintf(stderr, "loadbench: -s %s: not a group of figures\n", optarg);
+				usage(stderr);
+				exit(2);
+			}
 			break;
+		}
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
 	}
-	if (optind != argc || reps < 1 || reps > MAX_REPS || n_switches < 1) {
+	if (optind != argc || reps < 1 || reps > MAX_REPS || n_switches < 0) {
 		usage(stderr);
 		exit(2);
 	}
@@ -990,6 +1510,10 @@ int main(int argc, char **argv)
 {
 	struct model files[N_SIZES], sw[2];
 	struct size_result res[N_SIZES];
+	static struct set set;
+	static struct sharded_result sharded;
+	static struct partial_result partial;
+	bool need_set_size = want_sharded || want_partial;
 	uint64_t ring;
 
 	parse_args(argc, argv);
@@ -1006,13 +1530,21 @@ int main(int argc, char **argv)
 	ring = ring_bytes();
 	printf("\n");
 	for (size_t i = 0; i < N_SIZES; i++)
-		if (want[i])
+		if (want[i] || (i == SET_SIZE && need_set_size))
 			prepare(&files[i], &sizes[i]);
-	for (size_t i = 0; i < 2; i++)
+	if (want_sharded && files[SET_SIZE].ready)
+		prepare_set(&set, &files[SET_SIZE]);
+	else if (want_sharded)
+		snprintf(set.why, sizeof set.why, "%s", files[SET_SIZE].why);
+	for (size_t i = 0; i < 2 && n_switches; i++)
 		prepare(&sw[i], &switch_models[i]);
 	for (size_t i = 0; i < N_SIZES; i++)
 		if (want[i])
 			measure_size(&files[i], &res[i]);
+	if (want_sharded)
+		measure_sharded(&files[SET_SIZE], &set, &sharded);
+	if (want_partial)
+		measure_partial(&files[SET_SIZE], &partial);
 
 	printf("\n");
 	bool zc_ok = want[1] && res[1].measured;
@@ -1032,6 +1564,15 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < N_SIZES; i++)
 		if (want[i])
 			size_targets(&files[i], &res[i], ring);
-	switching(&sw[0], &sw[1]);
-	return missed ? 1 : 0;
+	if (want_sharded)
+		sharded_targets(&files[SET_SIZE], &sharded);
+	if (want_partial)
+		partial_targets(&files[SET_SIZE], &partial, ring);
+	if (n_switches) {
+		switching(&sw[0], &sw[1]);
+	} else {
+		print_target("load/switch-rss [mmap:false]", "SKIP", "not asked for (-n 0)");
+		print_target("load/switch-rss [mmap:true]", "SKIP", "not asked for (-n 0)");
+	}
+	return load_failed ? 2 : missed ? 1 : 0;
 }

@@ -33,12 +33,14 @@ bench_modules_benchdev_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhe
 
 EXTRA_DIST += bench/README bench/run.sh
 CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/report.txt bench/report.tmp* \
-	bench/*.safetensors bench/*.safetensors.tmp
+	bench/*.safetensors bench/*.safetensors.tmp \
+	bench/*.safetensors.index.json bench/*.safetensors.index.json.tmp
 
 # Builds the programs, generates the traces, runs everything and prints the
 # report (also left in bench/report.txt).  BENCH_FLAGS go to bench/hotpath
 # ("-r 9" for more runs per figure); BENCH_STRICT=yes fails on a missed target.
-# The model files bench/loadbench generates (6 GiB) stay for the next run;
+# The model files bench/loadbench generates (10 GiB: the 4G model also as
+# shards) stay for the next run;
 # `make clean` removes them.
 bench: $(bench_programs) $(bench_modules)
 	@CC='$(CC)' CFLAGS='$(CFLAGS)' BENCH_FLAGS='$(BENCH_FLAGS)' \
