@@ -547,16 +547,22 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 	return rc;
 }
 
-/* The same files: each one's device, inode, size and modification time. */
+static bool same_id(const devcache_model_file_t *x, const devcache_model_file_t *y)
+{
+	return x->ino == y->ino && x->dev == y->dev && x->mtime.tv_sec == y->mtime.tv_sec &&
+	       x->mtime.tv_nsec == y->mtime.tv_nsec;
+}
+
+/* The same model: the same files, each one's device, inode, size and
+ * modification time, and the same index (a set's own identity). */
 static bool same_files(const devcache_model_file_t *a, const devcache_model_file_t *b)
 {
-	if (mf_part_count(a) != mf_part_count(b))
+	if (mf_part_count(a) != mf_part_count(b) || !same_id(a, b))
 		return false;
 	for (size_t i = 0; i < mf_part_count(a); i++) {
 		const devcache_model_file_t *x = mf_part(a, i), *y = mf_part(b, i);
 
-		if (x->ino != y->ino || x->dev != y->dev || x->size != y->size ||
-		    x->mtime.tv_sec != y->mtime.tv_sec || x->mtime.tv_nsec != y->mtime.tv_nsec)
+		if (x->size != y->size || !same_id(x, y))
 			return false;
 	}
 	return true;

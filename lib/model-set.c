@@ -395,6 +395,13 @@ static int open_index(const char *path, struct devcache_model_file **set_p)
 			goto out;
 	}
 	sum_parts(set);
+	/* The index is the set's own file: its identity is part of the set's. */
+	struct stat st;
+	if (stat(path, &st) == 0) {
+		set->dev = st.st_dev;
+		set->ino = st.st_ino;
+		set->mtime = st.st_mtim;
+	}
 	if ((rc = merge_tensors(set)) || (rc = check_index(set, root, map, names)) ||
 	    (rc = index_meta(set, root)))
 		goto out;

@@ -1313,6 +1313,23 @@ static void replacing_a_shard_makes_the_next_load_a_miss(void **state)
 	assert_ptr_equal(m, m2);
 	devcache_model_release(m);
 	devcache_model_release(m2);
+	/* The index is the set's own file: a new one (its metadata changed,
+	 * the shards not) makes a new entry too. */
+	char *text = test_slurp_must(idx);
+	char *brace = strchr(text, '{');
+	assert_non_null(brace);
+	path_of(tmp, sizeof tmp, "new-index.tmp");
+	FILE *f = fopen(tmp, "w");
+	assert_non_null(f);
+	fprintf(f, "{\"metadata\":{\"note\":\"re-exported\"},%s", strchr(brace + 1, '"'));
+	assert_int_equal(fclose(f), 0);
+	free(text);
+	assert_int_equal(rename(tmp, idx), 0);
+	assert_int_equal(devcache_model_load(ctx, idx, dev, NULL, &m), 0);
+	assert_ptr_not_equal(m, m2);
+	devcache_cache_stats(ctx, &s);
+	assert_int_equal(s.misses, 3);
+	devcache_model_release(m);
 	devcache_close(ctx);
 }
 
