@@ -973,6 +973,17 @@ static double mib(uint64_t b)
 	return (double)b / (double)MIB;
 }
 
+/* The head of a table of loads; the GB/s are of what (the file, the upload). */
+static void print_head(const char *per)
+{
+	char unit[32];
+
+	snprintf(unit, sizeof unit, "(%s)", per);
+	printf("%-46s %10s %10s %10s\n", "loader (median of runs; peak RSS: highest)", "time ms",
+	       "GB/s", "peak RSS");
+	printf("%-46s %10s %10s %10s\n", "", "", unit, "MiB");
+}
+
 static void print_row(const char *label, const struct figure *f, uint64_t bytes,
 		      const char *rss_note)
 {
@@ -1055,9 +1066,7 @@ static void measure_size(const struct model *m, struct size_result *r)
 		    !run_staged(m->path, &r->cold, &r->warm))
 			exit(2);
 	}
-	printf("%-46s %10s %10s %10s\n", "loader (median of runs; peak RSS: highest)", "time ms",
-	       "GB/s", "peak RSS");
-	printf("%-46s %10s %10s %10s\n", "", "", "(file)", "MiB");
+	print_head("file");
 	print_row("cat FILE > /dev/null (page-cache read limit)", &r->cat, m->size, NULL);
 	print_row("naive: malloc(size) + read() into it", &r->naive, m->size, NULL);
 	print_row("zero-copy host load (devcache_model_load)", &r->zc, m->size, NULL);
@@ -1178,9 +1187,7 @@ static void measure_sharded(const struct model *one, const struct set *s, struct
 		}
 	}
 	r->measured = true;
-	printf("%-46s %10s %10s %10s\n", "loader (median of runs; peak RSS: highest)", "time ms",
-	       "GB/s", "peak RSS");
-	printf("%-46s %10s %10s %10s\n", "", "", "(file)", "MiB");
+	print_head("file");
 	print_row("zero-copy host load: the single file", &r->zc[0], one->size, NULL);
 	print_row("zero-copy host load: 4 shards + index", &r->zc[1], one->size, NULL);
 	print_row("  then 1 byte per page: the single file", &r->touch[0], one->size,
@@ -1330,9 +1337,7 @@ static void measure_partial(const struct model *m, struct partial_result *r)
 		}
 	}
 	r->measured = true;
-	printf("%-46s %10s %10s %10s\n", "loader (median of runs; peak RSS: highest)", "time ms",
-	       "GB/s", "peak RSS");
-	printf("%-46s %10s %10s %10s\n", "", "", "(upload)", "MiB");
+	print_head("upload");
 	print_row("partial load onto benchdev:0, fresh memory", &r->cold, r->res.device_bytes, NULL);
 	print_row("partial load onto benchdev:0, memory cached", &r->warm, r->res.device_bytes, NULL);
 	printf("placed: device bytes %.1f MiB (%zu of %zu tensors, each its own allocation), host "

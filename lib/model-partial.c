@@ -290,7 +290,8 @@ static int room_for(struct model_cache *c, struct devcache_model *m, const bool 
 
 	if ((rc = victims(c, m, want, &v, &n, &spare)))
 		return rc;
-	if (*used + need > budget + spare + unlocked_models(c, m)) {
+	spare += unlocked_models(c, m);
+	if (*used + need > budget + spare) {
 		char need_s[32], budget_s[32];
 
 		free(v);
@@ -301,7 +302,7 @@ static int room_for(struct model_cache *c, struct devcache_model *m, const bool 
 				 "budget there (max_cache_vram) is %s and what cannot be moved "
 				 "holds %llu bytes of it"),
 			       m->mf->path, need_s, m->dev->id, budget_s,
-			       (unsigned long long)(*used - spare - unlocked_models(c, m)));
+			       (unsigned long long)(*used - spare));
 	}
 	for (size_t k = 0; k < n && *used + need > budget; k++)
 		to_host(c, v[k].e, v[k].i);

@@ -632,35 +632,44 @@ static void free_candidates(struct candidates *c)
 	free(c->names);
 }
 
-/* Whether name is a shard of an index in the folder (read lightly: only
- * the weight_map's file names). */
-static bool claimed_by_index(const char *dir, char **entries, size_t n, const char *name)
+/* The shard file names the folder's indexes claim, each index read once
+ * and lightly (only the weight_map's values); an index that does not read
+ * claims nothing here, and is reported when it is opened. */
+static int claimed_shards(const char *dir, char **entries, size_t n, struct candidates *claimed)
 {
-	bool claimed = false;
+	int rc = 0;
 
-	for (size_t i = 0; i < n && !claimed; i++) {
+	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct json_object *root = NULL, *map;
 		char *path;
 
-		if (!ends_with(entries[i], ".safetensors.index.json") || !(path = join(dir, entries[i])))
+		if (!ends_with(entries[i], ".safetensors.index.json"))
 			continue;
+		if (!(path = join(dir, entries[i])))
+			return oom();
 		if (read_index(path, &root) == 0 &&
 		    json_object_object_get_ex(root, "weight_map", &map) &&
 		    json_object_is_type(map, json_type_object)) {
 			json_object_object_foreach(map, k, v) {
 				(void)k;
-				if (json_object_is_type(v, json_type_string) &&
-				    strcmp(json_object_get_string(v), name) == 0) {
-					claimed = true;
-					break;
-				}
+				if (rc == 0 && json_object_is_type(v, json_type_string))
+					rc = add_candidate(claimed, json_object_get_string(v));
 			}
 		}
 		json_object_put(root);
 		free(path);
 	}
-	err_clear();
-	return claimed;
+	if (rc == 0)
+		err_clear();
+	return rc;
+}
+
+static bool is_candidate(const struct candidates *c, const char *name)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (strcmp(c->names[i], name) == 0)
+			return true;
+	return false;
 }
 
 static int list_dir(const char *dir, char ***entries_p, size_t *n_p)
@@ -710,12 +719,15 @@ static void free_entries(char **entries, size_t n)
 
 static int folder_candidates(const char *dir, struct candidates *c)
 {
+	struct candidates claimed = {0};
 	char **entries = NULL;
 	size_t n = 0;
 	int rc;
 
-	if ((rc = list_dir(dir, &entries, &n)))
+	if ((rc = list_dir(dir, &entries, &n)) || (rc = claimed_shards(dir, entries, n, &claimed))) {
+		free_entries(entries, n);
 		return rc;
+	}
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		const char *name = entries[i];
 		size_t prefix;
@@ -723,7 +735,7 @@ static int folder_candidates(const char *dir, struct candidates *c)
 
 		if (ends_with(name, ".safetensors.index.json"))
 			rc = add_candidate(c, name);
-		else if (ends_with(name, ".safetensors") && !claimed_by_index(dir, entries, n, name))
+		else if (ends_with(name, ".safetensors") && !is_candidate(&claimed, name))
 			rc = add_candidate(c, name);
 		else if (ends_with(name, ".gguf") && split_name(name, &prefix, &no, &count) && count > 1) {
 			char first[PATH_MAX];
@@ -733,6 +745,7 @@ static int folder_candidates(const char *dir, struct candidates *c)
 		} else if (ends_with(name, ".gguf"))
 			rc = add_candidate(c, name);
 	}
+	free_candidates(&claimed);
 	free_entries(entries, n);
 	return rc;
 }
