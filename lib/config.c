@@ -218,6 +218,10 @@ int config_apply_sources(struct tunable_set *set, const struct config_sources *s
 		else
 			rc = tunable_assign(set, TUN_backend_path, &v, "DEVCACHE_BACKEND_PATH");
 	}
+	/* PyTorch's own variable, for the program that runs torch: below
+	 * DEVCACHE_OPTIONS, so that ours can override a setting made for torch. */
+	if (!rc && src->torch_options)
+		rc = config_apply_string(set, src->torch_options, "PYTORCH_CUDA_ALLOC_CONF", log);
 	if (!rc && src->env_options)
 		rc = config_apply_string(set, src->env_options, "DEVCACHE_OPTIONS", log);
 	if (!rc && src->options)

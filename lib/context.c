@@ -23,7 +23,8 @@ static void ctx_free(devcache_ctx_t *ctx)
 	free(ctx);
 }
 
-static int configure(devcache_ctx_t *ctx, const devcache_open_args_t *args)
+static int configure(devcache_ctx_t *ctx, const devcache_open_args_t *args,
+		     const char *torch_options)
 {
 	struct config_sources src = {.system_file = SYSCONFDIR "/devcache.conf"};
 	char *user = NULL;
@@ -37,6 +38,7 @@ static int configure(devcache_ctx_t *ctx, const devcache_open_args_t *args)
 	}
 	if (args->flags & DEVCACHE_OPEN_NO_FILES)
 		src.system_file = src.user_file = src.conf_file = NULL;
+	src.torch_options = torch_options;
 	src.options = args->options;
 	rc = config_apply_sources(&ctx->tun, &src, &ctx->log);
 	free(user);
@@ -50,7 +52,8 @@ static int configure(devcache_ctx_t *ctx, const devcache_open_args_t *args)
 	return rc;
 }
 
-int devcache_open_ex(devcache_ctx_t **ctx_p, const devcache_open_args_t *args)
+int context_open(devcache_ctx_t **ctx_p, const devcache_open_args_t *args,
+		 const char *torch_options)
 {
 	devcache_open_args_t a = {0};
 	devcache_ctx_t *ctx;
@@ -73,7 +76,7 @@ int devcache_open_ex(devcache_ctx_t **ctx_p, const devcache_open_args_t *args)
 	log_init(&ctx->log, a.log_fn, a.log_user);
 	pthread_mutex_init(&ctx->lock, NULL);
 	err_clear();
-	rc = configure(ctx, &a);
+	rc = configure(ctx, &a, torch_options);
 	/* Messages queued while reading the configuration pass at the level it
 	 * asked for, or at the default one when it could not be read. */
 	log_flush(&ctx->log, rc ? DEVCACHE_LOG_WARNING : ctx->tun.v[TUN_log_level].u.e);
@@ -92,6 +95,11 @@ int devcache_open_ex(devcache_ctx_t **ctx_p, const devcache_open_args_t *args)
 		log_msg(&ctx->log, DEVCACHE_LOG_WARNING, _("mallopt(M_MMAP_THRESHOLD) failed"));
 	*ctx_p = ctx;
 	return 0;
+}
+
+int devcache_open_ex(devcache_ctx_t **ctx_p, const devcache_open_args_t *args)
+{
+	return context_open(ctx_p, args, NULL);
 }
 
 int devcache_open(devcache_ctx_t **ctx_p, const char *options)

@@ -64,6 +64,7 @@ struct config_sources {
 	const char *user_file;    /* missing: skipped */
 	const char *conf_file;    /* DEVCACHE_CONF: missing is an error */
 	const char *backend_path; /* DEVCACHE_BACKEND_PATH */
+	const char *torch_options; /* PYTORCH_CUDA_ALLOC_CONF: the torch entry points only */
 	const char *env_options;  /* DEVCACHE_OPTIONS */
 	const char *options;      /* devcache_open's string */
 };
@@ -101,6 +102,12 @@ struct pressure_cb {
 	devcache_pressure_fn fn;
 	void *user;
 };
+
+/* devcache_open_ex, and with torch_options (PYTORCH_CUDA_ALLOC_CONF, or NULL)
+ * applied between DEVCACHE_BACKEND_PATH and DEVCACHE_OPTIONS: the torch
+ * entry points' process-wide context (torch.c). */
+int context_open(devcache_ctx_t **ctx_p, const devcache_open_args_t *args,
+		 const char *torch_options);
 
 struct devcache_ctx {
 	struct log_state log;

@@ -21,12 +21,12 @@ man_subst = \
 # devcache(1) follows the program's name under --program-transform-name;
 # the library's and the configuration's pages do not.
 man_MANS = man/devcache.1
-notrans_man_MANS = man/libdevcache.3 man/devcache.conf.5 man/devcache-trace.5 \
+notrans_man_MANS = man/libdevcache.3 man/devcache-torch.3 man/devcache.conf.5 man/devcache-trace.5 \
 	man/devcache-cuda.7 man/devcache-hip.7 man/devcache-ze.7
-EXTRA_DIST += man/devcache.1.in man/libdevcache.3.in man/devcache.conf.5.in \
+EXTRA_DIST += man/devcache.1.in man/libdevcache.3.in man/devcache-torch.3.in man/devcache.conf.5.in \
 	man/devcache-trace.5.in man/devcache-cuda.7.in man/devcache-hip.7.in man/devcache-ze.7.in
 CLEANFILES += \
-	man/devcache.1 man/libdevcache.3 man/devcache.*.5 man/devcache-trace.5 \
+	man/devcache.1 man/libdevcache.3 man/devcache-torch.3 man/devcache.*.5 man/devcache-trace.5 \
 	man/devcache-cuda.7 man/devcache-hip.7 man/devcache-ze.7 \
 	man/tunable-pages.list \
 	man/stamp-tunables man/*.tmp
@@ -42,6 +42,9 @@ man/devcache.1: man/devcache.1.in man/mkman$(EXEEXT) Makefile
 
 man/libdevcache.3: man/libdevcache.3.in man/mkman$(EXEEXT) Makefile
 	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/libdevcache.3.in -O $@
+
+man/devcache-torch.3: man/devcache-torch.3.in man/mkman$(EXEEXT) Makefile
+	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-torch.3.in -O $@
 
 man/devcache-trace.5: man/devcache-trace.5.in man/mkman$(EXEEXT) Makefile
 	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-trace.5.in -O $@
