@@ -185,7 +185,10 @@ int mf_open_file(const char *path, struct devcache_model_file **mf_p)
 		free(mf);
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	}
-	mf->fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: opening a FIFO would otherwise wait for a writer before
+	 * the check below could refuse it.  It changes nothing for a regular
+	 * file's reads. */
+	mf->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (mf->fd < 0 || fstat(mf->fd, &st) != 0) {
 		int e = errno;
 

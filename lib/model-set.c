@@ -182,13 +182,17 @@ static int read_index(const char *path, struct json_object **root_p)
 	int fd, rc = 0;
 
 	*root_p = NULL;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) != 0) {
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0 || fstat(fd, &st) != 0) {
 		int e = errno;
 
 		if (fd >= 0)
 			close(fd);
 		return err_set(e == ENOENT ? DEVCACHE_ENOENT : DEVCACHE_EIO, _("%s: cannot open: %s"),
 			       path, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return err_set(DEVCACHE_EINVAL, _("%s: not a regular file"), path);
 	}
 	probe.fd = fd;
 	probe.size = (uint64_t)st.st_size;

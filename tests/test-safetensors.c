@@ -5,6 +5,10 @@
 
 #include <devcache.h>
 
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 static char dir[64];
 
 static int make_dir(void **state)
@@ -359,6 +363,30 @@ static void shorter_than_nine_bytes_is_not_safetensors(void **state)
 	(void)state;
 	expect_bad_file(write_raw("short.safetensors", 2, "{}", 0), "neither a safetensors nor a GGUF file");
 	expect_bad_file(write_raw("five.safetensors", 0, NULL, 0), "neither a safetensors nor a GGUF file");
+}
+
+/* A FIFO named as a model (or as a shard index) is refused at once: open()
+ * must not wait for a writer.  The alarm turns a hang into a failure. */
+static void a_fifo_is_refused_without_blocking(void **state)
+{
+	const char *names[] = {"fifo.safetensors", "fifo.safetensors.index.json"};
+	devcache_model_file_t *mf = NULL;
+
+	(void)state;
+	for (size_t i = 0; i < 2; i++) {
+		const char *path = path_of(names[i]);
+
+		unlink(path);
+		assert_int_equal(mkfifo(path, 0600), 0);
+		alarm(10);
+		int rc = devcache_model_file_open(path, &mf);
+		alarm(0);
+		assert_int_equal(rc, DEVCACHE_EINVAL);
+		assert_null(mf);
+		assert_non_null(strstr(devcache_last_error(), "not a regular file"));
+		assert_non_null(strstr(devcache_last_error(), names[i]));
+		unlink(path);
+	}
 }
 
 static void no_brace_at_byte_8_is_not_safetensors(void **state)
@@ -903,6 +931,7 @@ int main(void)
 		cmocka_unit_test(tensors_keep_file_order_and_are_found_by_name),
 		cmocka_unit_test(escaped_names_are_decoded),
 		cmocka_unit_test(shorter_than_nine_bytes_is_not_safetensors),
+		cmocka_unit_test(a_fifo_is_refused_without_blocking),
 		cmocka_unit_test(no_brace_at_byte_8_is_not_safetensors),
 		cmocka_unit_test(header_length_over_the_limit),
 		cmocka_unit_test(header_length_beyond_the_file),
