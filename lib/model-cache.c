@@ -510,6 +510,7 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 		return rc;
 	*vram += m->bytes; /* charged to both while it is copied */
 	m->state = ENTRY_LOADING;
+	m->loader = pthread_self();
 	m->locks = 1;
 	pthread_mutex_unlock(&c->lock);
 	rc = devcache_alloc(dev, (size_t)m->bytes, args->stream, &base);
@@ -627,6 +628,13 @@ static int lookup(struct model_cache *c, const devcache_model_file_t *mf, devcac
 		m = find(c, mf, dev, writable);
 		if (!m || m->state == ENTRY_READY)
 			break;
+		/* Waiting for ourselves would never end: a progress callback
+		 * that loads the model it is reporting on. */
+		if (pthread_equal(m->loader, pthread_self()))
+			return err_set(DEVCACHE_EBUSY,
+				       _("%s: this thread is loading it already (a progress "
+					 "callback cannot load the model it reports on)"),
+				       mf->path);
 		pthread_cond_wait(&c->ready, &c->lock); /* another thread is loading it */
 	}
 	if (!m)
@@ -683,7 +691,8 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	}
 	*m = (struct devcache_model){.cache = c, .dev = dev, .writable = writable, .mf = mf,
-				     .bytes = need, .locks = 1, .state = ENTRY_LOADING};
+				     .bytes = need, .locks = 1, .state = ENTRY_LOADING,
+				     .loader = pthread_self()};
 	if (partial) {
 		uint64_t used = *mc_used_of(c, dev), budget = mc_budget_of(c, dev);
 

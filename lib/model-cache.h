@@ -42,6 +42,7 @@ struct devcache_model {
 	uint64_t read, uploaded; /* by its load, for the statistics */
 	int locks;             /* loads not yet released */
 	enum entry_state state;
+	pthread_t loader;      /* the thread that set ENTRY_LOADING */
 	struct devcache_model *prev, *next; /* most recently used first */
 };
 

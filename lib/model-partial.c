@@ -369,6 +369,7 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 	m->bytes += need;
 	*mc_used_of(c, m->dev) += need;
 	m->state = ENTRY_LOADING;
+	m->loader = pthread_self();
 	pthread_mutex_unlock(&c->lock);
 	rc = upload(m, fetch, ptrs, stream, NULL, NULL, &read, &uploaded);
 	pthread_mutex_lock(&c->lock);

@@ -416,6 +416,59 @@ static int cancel_at_half(void *user, uint64_t done, uint64_t total)
 	return done * 2 >= total;
 }
 
+/* A progress callback that loads the model it reports on: the inner load
+ * must fail at once with EBUSY, not wait for the outer one forever. */
+struct reentry {
+	devcache_ctx_t *ctx;
+	devcache_device_t *dev;
+	const char *path;
+	int calls, rc;
+	char error[512];
+};
+
+static int load_again(void *user, uint64_t done, uint64_t total)
+{
+	struct reentry *r = user;
+	devcache_model_t *m = NULL;
+
+	(void)done;
+	(void)total;
+	if (r->calls++)
+		return 0;
+	alarm(10);
+	r->rc = devcache_model_load(r->ctx, r->path, r->dev, NULL, &m);
+	alarm(0);
+	snprintf(r->error, sizeof r->error, "%s", devcache_last_error());
+	devcache_model_release(m);
+	return 0;
+}
+
+static void a_progress_callback_cannot_load_its_own_model(void **state)
+{
+	static const size_t sizes[] = {300000, 300000};
+	const char *devices[] = {"good:0", "host"};
+	char path[512];
+
+	(void)state;
+	path_of(path, sizeof path, "r.safetensors");
+	make_model(path, 2, sizes, 5);
+	for (size_t i = 0; i < 2; i++) {
+		devcache_ctx_t *ctx = mw_open_ctx("staging_buffer_size:64K,load_workers:1");
+		struct reentry r = {.ctx = ctx, .dev = mw_device(ctx, devices[i]), .path = path};
+		devcache_load_args_t args = {.struct_size = sizeof args, .progress = load_again,
+					     .progress_user = &r};
+		devcache_model_t *m = NULL;
+
+		assert_int_equal(devcache_model_load(ctx, path, r.dev, &args, &m), 0);
+		assert_true(r.calls >= 1);
+		assert_int_equal(r.rc, DEVCACHE_EBUSY);
+		assert_contains(r.error, "r.safetensors: this thread is loading it already");
+		check_tensors(m, 2, sizes, 5);
+		devcache_model_release(m);
+		devcache_close(ctx);
+	}
+}
+
 static void cancelled_and_failed_loads_leave_nothing(void **state)
 {
 	static const size_t sizes[] = {400000, 400000};
@@ -735,6 +788,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(memory_use_is_logged_at_each_load_and_eviction, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(cancelled_and_failed_loads_leave_nothing, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(a_progress_callback_cannot_load_its_own_model, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(a_file_that_shrinks_while_streaming_is_an_error, setup,
 						teardown),
