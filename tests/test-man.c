@@ -24,9 +24,11 @@
 #define GROFF_PATH ""
 #endif
 
-static const char *const handwritten[] = {"devcache.1", "libdevcache.3", "devcache.conf.5",
+static const char *const handwritten[] = {"devcache.1", "libdevcache.3", "devcache-torch.3",
+						 "devcache-python.3", "devcache.conf.5",
 						 "devcache-trace.5", "devcache-cuda.7",
 						 "devcache-hip.7", "devcache-ze.7"};
+#define N_HANDWRITTEN (sizeof handwritten / sizeof *handwritten)
 
 /* Names in devcache.h that are not part of what a user reads about. */
 static const char *const undocumented_ok[] = {
@@ -316,8 +318,8 @@ static void test_substituted(void **state)
 	char **pages = tunable_pages(&p);
 
 	(void)state;
-	for (size_t k = 0; k < sizeof handwritten / sizeof *handwritten + TUN_COUNT; k++) {
-		const char *name = k < 3 ? handwritten[k] : pages[k - 3];
+	for (size_t k = 0; k < N_HANDWRITTEN + TUN_COUNT; k++) {
+		const char *name = k < N_HANDWRITTEN ? handwritten[k] : pages[k - N_HANDWRITTEN];
 		if (!name)
 			break;
 		char *text = slurp_page(name);
@@ -473,8 +475,8 @@ static void test_groff_clean(void **state)
 		skip_because("groff not found (configure set GROFF empty): the pages cannot be "
 			     "checked");
 	pages = tunable_pages(&p);
-	for (size_t k = 0; k < sizeof handwritten / sizeof *handwritten + TUN_COUNT; k++) {
-		const char *name = k < 3 ? handwritten[k] : pages[k - 3];
+	for (size_t k = 0; k < N_HANDWRITTEN + TUN_COUNT; k++) {
+		const char *name = k < N_HANDWRITTEN ? handwritten[k] : pages[k - N_HANDWRITTEN];
 		if (!name)
 			break;
 		char *path = path_in(builddir(), name), *warnings;
