@@ -31,18 +31,42 @@ EXTRA_LTLIBRARIES = $(bench_modules)
 bench_modules_benchdev_la_SOURCES = bench/modules/benchdev.c
 bench_modules_benchdev_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 
-EXTRA_DIST += bench/README bench/run.sh
+EXTRA_DIST += bench/README bench/run.sh bench/pybench.py
 CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/report.txt bench/report.tmp* \
 	bench/*.safetensors bench/*.safetensors.tmp \
-	bench/*.safetensors.index.json bench/*.safetensors.index.json.tmp
+	bench/*.safetensors.index.json bench/*.safetensors.index.json.tmp \
+	bench/pybench-*.pt bench/pybench-*.pt.tmp bench/report-python.txt bench/report-python.rc
+
+# The Python package's benchmark (bench/pybench.py): its models into numpy
+# arrays, against numpy.fromfile and torch.load, cold and warm.  It runs
+# from the build tree's package, as the Python tests do; BENCH_RUNS sets
+# its runs per figure.  Without the package it says so and measures nothing.
+if BUILD_PYTHON
+bench_python_deps = $(python_pkgdir)/.stamp
+bench_python_run = PYTHONPATH='$(abs_top_builddir)/python/build' \
+	LD_LIBRARY_PATH='$(abs_top_builddir)/.libs'"$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
+	PYTHONDONTWRITEBYTECODE=1 BENCH_STRICT='$(BENCH_STRICT)' \
+	$(PYTHON) $(srcdir)/bench/pybench.py -d bench
+else
+bench_python_deps =
+bench_python_run = echo "== Python package: not built (configure found no Python 3 with its headers, or --without-python): not measured"
+endif
 
 # Builds the programs, generates the traces, runs everything and prints the
 # report (also left in bench/report.txt).  BENCH_FLAGS go to bench/hotpath
 # ("-r 9" for more runs per figure); BENCH_STRICT=yes fails on a missed target.
 # The model files bench/loadbench generates (10 GiB: the 4G model also as
-# shards) stay for the next run;
-# `make clean` removes them.
-bench: $(bench_programs) $(bench_modules)
+# shards) stay for the next run, as do bench/pybench.py's (10 GiB: 1G and 4G
+# as safetensors and as torch.save files); `make clean` removes them.  The
+# Python benchmark runs last (also alone: `make bench-python`) and leaves its
+# report in bench/report-python.txt; the exit status is the worse of the two.
+bench: $(bench_programs) $(bench_modules) $(bench_python_deps)
 	@CC='$(CC)' CFLAGS='$(CFLAGS)' BENCH_FLAGS='$(BENCH_FLAGS)' \
-	BENCH_STRICT='$(BENCH_STRICT)' $(SHELL) $(srcdir)/bench/run.sh .
-.PHONY: bench
+	BENCH_STRICT='$(BENCH_STRICT)' $(SHELL) $(srcdir)/bench/run.sh .; rc=$$?; \
+	echo; ( $(bench_python_recipe) ); prc=$$?; \
+	test $$prc -gt $$rc && rc=$$prc; exit $$rc
+bench-python: $(bench_python_deps)
+	@$(bench_python_recipe)
+bench_python_recipe = $(MKDIR_P) bench && { $(bench_python_run); echo $$? > bench/report-python.rc; } 2>&1 | \
+	tee bench/report-python.txt; exit `cat bench/report-python.rc; rm -f bench/report-python.rc`
+.PHONY: bench bench-python
