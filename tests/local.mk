@@ -92,3 +92,16 @@ check-local:
 	@echo "make check needs cmocka (Debian: apt-get install libcmocka-dev), then ./configure again" >&2
 	@exit 1
 endif
+
+# The exported symbols (lib/libdevcache.map) against the headers and the
+# built shared library.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/test-abi
+TESTS += tests/test-abi
+tests_test_abi_SOURCES = tests/test-abi.c tests/tap.h
+tests_test_abi_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DTEST_LIBDEVCACHE=\"$(abs_top_builddir)/.libs/libdevcache.so\"
+tests_test_abi_CFLAGS = $(test_cflags)
+tests_test_abi_LDADD = $(CMOCKA_LIBS)
+EXTRA_tests_test_abi_DEPENDENCIES = libdevcache.la
+endif

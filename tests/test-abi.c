@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* test-abi.c - the exported symbols: the version script, the headers' DEVCACHE_API declarations and the shared library's dynamic symbols are one set. */
+#include "config.h"
+
+#include "tap.h"
+
+#include <ctype.h>
+#include <stdbool.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#define MAX_NAMES 512
+
+struct names {
+	size_t n;
+	char *v[MAX_NAMES];
+};
+
+static void add(struct names *s, const char *start, size_t len)
+{
+	if (s->n == MAX_NAMES)
+		fail_msg("more than %d exported names", MAX_NAMES);
+	s->v[s->n] = strndup(start, len);
+	assert_non_null(s->v[s->n]);
+	s->n++;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void sort_unique(struct names *s)
+{
+	size_t k = 0;
+
+	qsort(s->v, s->n, sizeof *s->v, cmp);
+	for (size_t i = 0; i < s->n; i++)
+		if (k == 0 || strcmp(s->v[k - 1], s->v[i]) != 0)
+			s->v[k++] = s->v[i];
+		else
+			free(s->v[i]);
+	s->n = k;
+}
+
+static bool has(const struct names *s, const char *name)
+{
+	return bsearch(&name, s->v, s->n, sizeof *s->v, cmp) != NULL;
+}
+
+static void free_names(struct names *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i]);
+	s->n = 0;
+}
+
+static char *srcdir_file(const char *rel)
+{
+	char *path;
+
+	assert_true(asprintf(&path, "%s/../%s", test_env("TEST_SRCDIR"), rel) > 0);
+	return path;
+}
+
+/* The names of the version script's first global: block, one a line. */
+static void map_names(struct names *s, const char **node_p)
+{
+	char *path = srcdir_file("lib/libdevcache.map");
+	char *text = test_slurp_must(path), *line, *save = NULL;
+	bool global = false;
+
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		while (isspace((unsigned char)*line))
+			line++;
+		if (strncmp(line, "LIBDEVCACHE_", 12) == 0)
+			*node_p = "LIBDEVCACHE_";
+		if (strcmp(line, "global:") == 0)
+			global = true;
+		else if (strcmp(line, "local:") == 0)
+			global = false;
+		else if (global && *line && *line != '}') {
+			size_t len = strcspn(line, ";");
+
+			if (memchr(line, '*', len) || memchr(line, '?', len))
+				fail_msg("%s: '%.*s' is a pattern: list every symbol by name", path,
+					 (int)len, line);
+			add(s, line, len);
+		}
+	}
+	free(text);
+	free(path);
+}
+
+/* The function after each DEVCACHE_API in one header. */
+static void header_names(struct names *s, const char *path)
+{
+	char *text = test_slurp_must(path);
+
+	for (char *p = strstr(text, "DEVCACHE_API "); p; p = strstr(p + 1, "DEVCACHE_API ")) {
+		char *bol = p;
+
+		while (bol > text && bol[-1] != '\n')
+			bol--;
+		if (strncmp(bol, "#define", 7) == 0) /* the macro's own definition */
+			continue;
+		char *paren = strchr(p, '('), *end = paren;
+
+		if (!paren || paren - p > 200)
+			continue;
+		while (end > p && isspace((unsigned char)end[-1]))
+			end--;
+		char *start = end;
+		while (start > p && (isalnum((unsigned char)start[-1]) || start[-1] == '_'))
+			start--;
+		if (strncmp(start, "DEVCACHE_API", 12) != 0 && end > start)
+			add(s, start, (size_t)(end - start));
+	}
+	free(text);
+}
+
+static void all_header_names(struct names *s)
+{
+	char *dir = srcdir_file("include");
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+
+		if (len > 2 && strcmp(e->d_name + len - 2, ".h") == 0) {
+			char *path;
+
+			assert_true(asprintf(&path, "%s/%s", dir, e->d_name) > 0);
+			header_names(s, path);
+			free(path);
+		}
+	}
+	closedir(d);
+	free(dir);
+}
+
+static void the_map_lists_every_declared_function_by_name(void **state)
+{
+	struct names map = {0}, hdr = {0};
+	const char *node = NULL;
+
+	(void)state;
+	map_names(&map, &node);
+	all_header_names(&hdr);
+	assert_non_null(node);
+	sort_unique(&map);
+	sort_unique(&hdr);
+	assert_true(hdr.n > 60);
+	for (size_t i = 0; i < hdr.n; i++)
+		if (!has(&map, hdr.v[i]))
+			fail_msg("%s is declared DEVCACHE_API but not listed in lib/libdevcache.map",
+				 hdr.v[i]);
+	for (size_t i = 0; i < map.n; i++)
+		if (!has(&hdr, map.v[i]))
+			fail_msg("lib/libdevcache.map lists %s, which no installed header declares",
+				 map.v[i]);
+	free_names(&map);
+	free_names(&hdr);
+}
+
+/* What the built library exports (its dynamic symbol table, as nm -D
+ * lists it): exactly the map's names and the version node itself. */
+static void the_library_exports_exactly_the_map(void **state)
+{
+	struct names map = {0}, dyn = {0};
+	const char *node = NULL;
+	char cmd[4096], line[512];
+	FILE *p;
+
+	(void)state;
+	if (access(TEST_LIBDEVCACHE, R_OK) != 0)
+		skip_because("no shared library was built (--disable-shared)");
+	snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s' 2>/dev/null", TEST_LIBDEVCACHE);
+	if (!(p = popen(cmd, "r")))
+		skip_because("nm cannot be run");
+	while (fgets(line, sizeof line, p)) {
+		char *name = strrchr(line, ' ');
+
+		if (!name)
+			continue;
+		name++;
+		size_t len = strcspn(name, "@\n");
+		if (strncmp(name, "LIBDEVCACHE_", 12) != 0)
+			add(&dyn, name, len);
+	}
+	if (pclose(p) != 0 || dyn.n == 0)
+		skip_because("nm -D found no symbols (binutils missing?)");
+	map_names(&map, &node);
+	sort_unique(&map);
+	sort_unique(&dyn);
+	for (size_t i = 0; i < dyn.n; i++)
+		if (!has(&map, dyn.v[i]))
+			fail_msg("the library exports %s, which lib/libdevcache.map does not list",
+				 dyn.v[i]);
+	for (size_t i = 0; i < map.n; i++)
+		if (!has(&dyn, map.v[i]))
+			fail_msg("%s is in lib/libdevcache.map but the library does not export it",
+				 map.v[i]);
+	free_names(&map);
+	free_names(&dyn);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(the_map_lists_every_declared_function_by_name),
+		cmocka_unit_test(the_library_exports_exactly_the_map),
+	};
+
+	return RUN_TAP(tests);
+}
