@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* runtime.h - what the vendor backend modules share: opening the vendor's runtime from the names a tunable lists. */
 #ifndef DEVCACHE_BACKENDS_RUNTIME_H
 #define DEVCACHE_BACKENDS_RUNTIME_H

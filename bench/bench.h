@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* bench.h - helpers shared by the benchmark programs: a seeded generator, a clock, opening a context. */
 #ifndef DEVCACHE_BENCH_H
 #define DEVCACHE_BENCH_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* gentrace.c - writes allocation traces (devcache-trace(5)) of a transformer training loop and of a decoder with a growing KV cache. */
 #include <config.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* hotpath.c - benchmark: ns per alloc+free pair on a cache hit, devcache against glibc malloc, jemalloc and mimalloc. */
 #include <config.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* loadbench.c - benchmark: loading generated safetensors models (zero-copy on the host, staged onto a device) against cat and a naive loader, a sharded set against one file, a partial load's RSS, and RSS while switching models. */
 #include <config.h>
 

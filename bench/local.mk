@@ -1,3 +1,4 @@
+## SPDX-License-Identifier: LGPL-2.1-or-later
 ## bench/local.mk - `make bench`: the allocator's benchmarks; never built by `make` or `make check`.
 ##
 ## The programs are EXTRA_PROGRAMS, built only when `make bench` asks for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* replay.c - benchmark: replays allocation traces through the allocator under several tunable settings and reports memory efficiency. */
 #include <config.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* devcache-backend.h - the ABI between libdevcache and its backend modules. */
 #ifndef DEVCACHE_BACKEND_H
 #define DEVCACHE_BACKEND_H

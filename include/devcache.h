@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* devcache.h - the public API of libdevcache: contexts, devices, tunables, errors, logging. */
 #ifndef DEVCACHE_H
 #define DEVCACHE_H

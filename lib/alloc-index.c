@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* alloc-index.c - the free-block index: O(1) segregated size classes with bitmaps, and the oversize list. */
 #include "alloc.h"
 

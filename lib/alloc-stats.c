@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* alloc-stats.c - the allocator's statistics (PyTorch's memory_stats), their resets, and the JSON snapshot. */
 #include "alloc.h"
 

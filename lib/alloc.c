@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* alloc.c - the caching allocator: PyTorch's policy over the backend vtable, for every device. */
 #include "alloc.h"
 #include "backend-call.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* alloc.h - the caching allocator's internal structures: blocks, segments, free-block index, pools. */
 #ifndef DEVCACHE_ALLOC_H
 #define DEVCACHE_ALLOC_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* backend.c - find, select, load and check backend modules; start the built-in host backend. */
 #include "backend-call.h"
 

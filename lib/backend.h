@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* backend.h - a loaded backend: its module, its ops, its state, and what went wrong if it failed. */
 #ifndef DEVCACHE_BACKEND_INTERNAL_H
 #define DEVCACHE_BACKEND_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* config.c - the configuration sources (files, environment, option strings) and their precedence. */
 #include "internal.h"
 

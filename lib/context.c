@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* context.c - open and close a context: configuration, logging, backends and devices together. */
 #include "backend.h"
 #include "trace.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* device.c - naming, finding and describing backends and devices. */
 #include "alloc.h"
 #include "backend-call.h"

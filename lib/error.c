@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* error.c - error codes, their translated names, and the thread-local detail message. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* gguf.c - the GGUF header reader: metadata as JSON, tensor infos checked against ggml's type table and the file. */
 #include "model-file.h"
 

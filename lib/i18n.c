@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* i18n.c - message translation in the library's own text domain. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* internal.h - declarations shared by the parts of the library, never installed. */
 #ifndef DEVCACHE_INTERNAL_H
 #define DEVCACHE_INTERNAL_H

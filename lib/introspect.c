@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* introspect.c - the public view of the tunables table and of a context's configuration. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* log.c - the log handler: levels, the default stderr handler, and deferral while a context opens. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* model-cache.c - loading model files onto devices (zero-copy on the host, a pinned staging ring elsewhere) and caching them within RAM and VRAM budgets. */
 #include "model-cache.h"
 #include "model-file.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* model-file.c - opening a model file: format detection, the parsers' helpers, and the public accessors. */
 #include "model-file.h"
 

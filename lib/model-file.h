@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* model-file.h - safetensors and GGUF files: the parsed header every later stage works from. */
 #ifndef DEVCACHE_MODEL_FILE_H
 #define DEVCACHE_MODEL_FILE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* safetensors.c - the safetensors reader: every rule of the reference reader, checked before the header is trusted. */
 #include "model-file.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* summary.c - devcache_summary(): the statistics as the 75-column table of torch.cuda.memory_summary(). */
 #include "internal.h"
 

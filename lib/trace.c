@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* trace.c - writes the allocation trace of devcache-trace(5): header comments, then "+ ID SIZE [STREAM]" and "- ID" lines. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* trace.h - recording allocation and free events for replay (the format is devcache-trace(5)). */
 #ifndef DEVCACHE_TRACE_H
 #define DEVCACHE_TRACE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* tunable-table.c - tunables.def expanded into the table every other part reads. */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* tunable-table.h - the compiled form of tunables.def, shared by the library and the man page generator. */
 #ifndef DEVCACHE_TUNABLE_TABLE_H
 #define DEVCACHE_TUNABLE_TABLE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* tunables.c - parse, check, format and hold tunable values; every source goes through tunable_parse. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* tunables.h - parsed tunable values, their origins, and the parsers for each type. */
 #ifndef DEVCACHE_TUNABLES_H
 #define DEVCACHE_TUNABLES_H

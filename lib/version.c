@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* version.c - the version of the library actually loaded, to compare with the headers'. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* mkman.c - writes devcache.conf(5) and one devcache.NAME(5) page per tunable from lib/tunables.def, and fills in the @VARIABLES@ of the other pages. */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+## SPDX-License-Identifier: LGPL-2.1-or-later
 ## python/local.mk - the devcache Python package: a C extension over the public API, and its tests.
 EXTRA_DIST += python/devcache/__init__.py python/devcache/torch.py \
 	python/devcache/trace_from_torch.py tests/python/taprun.py

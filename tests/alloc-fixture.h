@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* alloc-fixture.h - opening a context on the host or the capacity-limited test device for allocator tests. */
 #ifndef DEVCACHE_TEST_ALLOC_FIXTURE_H
 #define DEVCACHE_TEST_ALLOC_FIXTURE_H

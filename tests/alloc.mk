@@ -1,3 +1,4 @@
+## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/alloc.mk - the caching allocator's tests.
 EXTRA_DIST += tests/alloc-fixture.h
 alloc_tests = tests/test-alloc-policy tests/test-alloc-oom tests/test-alloc-random \

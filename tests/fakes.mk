@@ -1,3 +1,4 @@
+## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/fakes.mk - fake vendor runtimes backed by host memory, and the conformance suite every backend passes.
 EXTRA_DIST += tests/fakes/fake-cuda.c tests/fakes/fake-hip.c tests/fakes/fake-ze.c \
 	tests/fakes/fake-controls.h tests/fakes/fake-registry.h

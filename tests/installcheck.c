@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* installcheck.c - built by `make installcheck` against the installed library, found through pkg-config. */
 #include <stdio.h>
 

@@ -1,3 +1,4 @@
+## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/local.mk - `make check`: cmocka programs with TAP output, through automake's tap-driver.
 
 LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh

@@ -1,3 +1,4 @@
+## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/model.mk - model files: the safetensors and GGUF readers, devcache inspect, load, dump and demo.
 model_tests = tests/test-safetensors tests/test-gguf tests/test-inspect \
 	tests/test-model-cache tests/test-model-set tests/test-model-partial tests/test-load-tool

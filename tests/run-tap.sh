@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # run-tap.sh - run one cmocka test program for tap-driver.sh.  cmocka 1.1
 # writes a skipped test as "not ok N # SKIP name", which TAP reads as a
 # failure: rewrite it as "ok N # SKIP reason", taking the reason from the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* spawn.c - run the devcache tool from a test and capture what it prints. */
 #include "tap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* spawn.h - run the devcache tool from a test and capture what it prints. */
 #ifndef DEVCACHE_TEST_SPAWN_H
 #define DEVCACHE_TEST_SPAWN_H

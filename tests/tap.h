@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* tap.h - what every test program includes: cmocka with TAP output, and small helpers. */
 #ifndef DEVCACHE_TEST_TAP_H
 #define DEVCACHE_TEST_TAP_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-alloc-expand.c - expandable segments: growth in place, unmapping free pages, the OOM sequence, the cap, devices that cannot map. */
 #include "tap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-alloc-oom.c - each step of the out-of-memory sequence, and streams: record_stream, per-stream reuse. */
 #include "tap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-alloc-policy.c - one test per rule of the allocator's policy: rounding, pools, splits, oversize, GC, cap. */
 #include "tap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-alloc-random.c - random sequences against a reference model, and many threads at once. */
 #include "tap.h"
 

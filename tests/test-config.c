@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-config.c - option strings, configuration files, the environment, precedence and origins. */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-conformance.c - one suite, every backend with a device: host, the test module, each vendor backend on its fake runtime, and the real runtimes where installed. */
 #include "tap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-cuda.c - what is the CUDA backend's own: the driver it loads or fails to, primary contexts, the driver's words in errors, and the capabilities it reports. */
 #include "tap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-errors.c - error codes, their messages, and the thread-local detail message. */
 #include "tap.h"
 

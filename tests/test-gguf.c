@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-gguf.c - the GGUF reader: metadata of every type as JSON, every ggml tensor type, alignment, and one malformed file per rule. */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-host.c - the built-in host backend through the vtable the allocator will use. */
 #include "tap.h"
 

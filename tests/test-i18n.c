@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-i18n.c - the German catalogue: complete, used by the library and by the devcache tool. */
 #include "tap.h"
 

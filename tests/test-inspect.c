@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-inspect.c - devcache inspect: the table, --json, --full, and its exit statuses for bad files and bad usage. */
 #include "tap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-load-tool.c - devcache load, dump and demo: their output, the bytes they produce, and their exit statuses. */
 #include "tap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-loader.c - the backend loader against test-only modules: good, wrong ABI, missing entries, failing init. */
 #include "tap.h"
 

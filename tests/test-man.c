@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-man.c - every tunable, function and constant is documented, and every man page renders without a warning. */
 #include "config.h"
 

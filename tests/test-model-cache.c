@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-model-cache.c - loading models on the host and through the staging ring, hits, locks, budgets, eviction, cancellation and failures. */
 #include "tap.h"
 #include "model-writer.h"

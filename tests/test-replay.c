@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-replay.c - `devcache replay`: results, JSON, the summary table, bad traces, tunables; devcache_summary() through the library; the pages that document them. */
 #include "tap.h"
 

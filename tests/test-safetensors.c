@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-safetensors.c - the safetensors reader: valid files of every kind, and one malformed file for each rule it enforces. */
 #include "config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-summary.c - devcache_summary()'s table: PyTorch's layout and units, checked against statistics made up to reach every threshold. */
 #include "config.h"
 

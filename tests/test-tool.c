@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-tool.c - the devcache command: its output and its exit statuses (0 ok, 1 runtime, 2 usage/config). */
 #include "tap.h"
 

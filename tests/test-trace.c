@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-trace.c - allocation traces: the library's writer (names, header, lines, threads, write errors) and the replay's reader (plain, gzip, every bad line). */
 #include "config.h"
 

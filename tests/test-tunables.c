@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-tunables.c - every tunable type through tunable_parse: values, ranges, errors, defaults, formatting. */
 #include "tap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-version.c - the headers' version macros agree with the library actually linked. */
 #include "tap.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-visible-devices.c - CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and ZE_AFFINITY_MASK choose and order the devices of each vendor backend (on the fake runtimes), as the vendors document. */
 #include "tap.h"
 

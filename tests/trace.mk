@@ -1,3 +1,4 @@
+## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/trace.mk - tests of allocation traces (writing, reading), devcache replay and the summary table.
 trace_tests = tests/test-trace tests/test-replay tests/test-summary
 

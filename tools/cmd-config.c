@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* cmd-config.c - `devcache config`: every tunable with its value and origin; --check FILE. */
 #include "tool.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* cmd-demo.c - `devcache demo`: writes a small Llama-like model and walks it through inspection, loading, a cache hit and a check. */
 #include "tool.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* cmd-dump.c - `devcache dump`: one tensor's bytes as a device holds them, copied back and written out. */
 #include "tool.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* cmd-info.c - `devcache info`: the backends found, why any is unavailable, and the devices. */
 #include "tool.h"
 

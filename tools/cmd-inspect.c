@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* cmd-inspect.c - `devcache inspect`: a model file's format, metadata and tensors, without reading its data. */
 #include "tool.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* cmd-load.c - `devcache load`: loads model files through the model cache and reports time, throughput, hits and memory. */
 #include "tool.h"
 

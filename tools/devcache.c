@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* devcache.c - the devcache command: option parsing, subcommand dispatch, shared helpers. */
 #include "tool.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* tool.h - what the subcommands of the devcache tool share. */
 #ifndef DEVCACHE_TOOL_H
 #define DEVCACHE_TOOL_H

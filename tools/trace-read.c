@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* trace-read.c - reads allocation traces, plain or gzip-compressed, checking every line, into replayable events. */
 #include "tool.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* trace-read.h - reading allocation traces (devcache-trace(5)), plain or gzip-compressed, for replay. */
 #ifndef DEVCACHE_TRACE_READ_H
 #define DEVCACHE_TRACE_READ_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* cuda.c - the CUDA backend: NVIDIA GPUs through the CUDA driver API, which it dlopen()s; built against the toolkit's cuda.h, linked against nothing of NVIDIA's. */
 #include "../runtime.h"
 

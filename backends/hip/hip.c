@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* hip.c - the HIP backend: AMD GPUs through the HIP runtime, which it dlopen()s; built against the HIP headers, linked against nothing of AMD's. */
 #include "../runtime.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* host.c - the built-in host backend: "device" memory is host memory, so everything works without a GPU. */
 #include "internal.h"
 

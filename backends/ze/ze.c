@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* ze.c - the Level Zero backend: Intel GPUs through the oneAPI Level Zero loader, which it dlopen()s; built against the Level Zero headers, linked against nothing of Intel's. */
 #include "../runtime.h"
 

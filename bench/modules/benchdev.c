@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* benchdev.c - a bench-only backend module: one emulated device whose memory is mmap()ed host memory, for timing the model cache's staging path without a GPU. */
 #include <stdint.h>
 #include <stdio.h>

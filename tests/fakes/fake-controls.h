@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* fake-controls.h - the test controls the fake vendor runtimes share: call counts, fault injection, environment. */
 #ifndef FAKE_CONTROLS_H
 #define FAKE_CONTROLS_H

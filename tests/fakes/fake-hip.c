@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* fake-hip.c - a host-memory stand-in for libamdhip64.so, with test controls, for the HIP backend's tests. */
 #define _GNU_SOURCE /* twalk_r, secure_getenv */
 #include <errno.h>

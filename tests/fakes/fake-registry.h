@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* fake-registry.h - the fake vendor runtimes' shared bookkeeping of live objects: ranges, handles, held events, leaks. */
 #ifndef FAKE_REGISTRY_H
 #define FAKE_REGISTRY_H

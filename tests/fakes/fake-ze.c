@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* fake-ze.c - a host-memory stand-in for libze_loader.so.1, with test controls, for the Level Zero backend's tests. */
 #define _GNU_SOURCE /* twalk_r, secure_getenv, memfd_create, MAP_FIXED_NOREPLACE */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* fake.h - a test-only backend module; each tests/modules/NAME.c sets FAKE_* and includes it. */
 #include <stdio.h>
 #include <stdlib.h>

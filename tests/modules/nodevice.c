@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* nodevice.c - a test backend that loads but finds no device, and says why. */
 #define FAKE_NAME "nodevice"
 #define FAKE_DEVICES 0
