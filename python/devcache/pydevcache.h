@@ -46,7 +46,7 @@ typedef struct {
 	int released;                      /* release() called */
 	int writable;
 	int host;                          /* the device is host memory */
-	Py_ssize_t views;                  /* live Tensor objects */
+	Py_ssize_t views;                  /* pins: live Tensor objects, calls without the GIL */
 	int moving;                        /* make_resident/move_to_host running */
 	PyObject *path;
 	PyObject *metadata;                /* dict, made on first use */
@@ -74,9 +74,13 @@ PyObject *pdc_json(const char *text);
 /* Run fn(FILE *, arg) into a memory stream, without the GIL; returns str. */
 PyObject *pdc_capture(int (*fn)(void *, FILE *), void *arg, int as_json);
 
-/* A view of a model's tensor (pytensor.c); a view going away. */
+/* A view of a model's tensor (pytensor.c). */
 PyObject *pdc_tensor_new(ModelObject *model, const char *name);
-void pdc_model_view_gone(ModelObject *model);
+/* Hold the model's handle: a view while it lives, or a call while the GIL
+ * is out, so that another thread's release() cannot give it back under
+ * either.  The last unpin after release() gives the handle back. */
+void pdc_model_pin(ModelObject *model);
+void pdc_model_unpin(ModelObject *model);
 
 /* The model cache: ctx.load() and the Model and Tensor objects. */
 PyObject *pdc_load(ContextObject *ctx, PyObject *args, PyObject *kw);

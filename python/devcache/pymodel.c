@@ -278,7 +278,12 @@ static void model_finish(ModelObject *self)
 	pdc_leave(self->owner);
 }
 
-void pdc_model_view_gone(ModelObject *self)
+void pdc_model_pin(ModelObject *self)
+{
+	self->views++;
+}
+
+void pdc_model_unpin(ModelObject *self)
 {
 	self->views--;
 	model_finish(self);
@@ -426,11 +431,11 @@ static PyObject *model_get_info(ModelObject *self, void *Py_UNUSED(closure))
 
 	if (model_usable(self) < 0)
 		return NULL;
-	self->views++; /* pinned while the GIL is out */
+	pdc_model_pin(self);
 	Py_BEGIN_ALLOW_THREADS
 	rc = devcache_model_info(self->model, &i);
 	Py_END_ALLOW_THREADS
-	pdc_model_view_gone(self);
+	pdc_model_unpin(self);
 	if (rc)
 		return pdc_raise(rc);
 	return Py_BuildValue("{s:s,s:K,s:K,s:n,s:n,s:O,s:i}", "device", self->device->info.id,
@@ -551,14 +556,14 @@ static PyObject *model_move(ModelObject *self, PyObject *args, PyObject *kw, int
 			      self->path, self->views);
 		goto out;
 	}
-	self->views++; /* pinned while the GIL is out */
+	pdc_model_pin(self);
 	self->moving = 1;
 	Py_BEGIN_ALLOW_THREADS
 	rc = to_device ? devcache_model_make_resident(self->model, names, n, NULL)
 		       : devcache_model_move_to_host(self->model, names, n);
 	Py_END_ALLOW_THREADS
 	self->moving = 0;
-	pdc_model_view_gone(self);
+	pdc_model_unpin(self);
 	if (rc)
 		pdc_raise(rc);
 	else

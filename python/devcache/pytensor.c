@@ -151,14 +151,13 @@ PyObject *pdc_tensor_new(ModelObject *model, const char *name)
 	void *data = NULL;
 	int rc;
 
-	/* Counted as a view from here: another thread's release() while the
-	 * GIL is out must not give the handle back under this call. */
-	model->views++;
+	/* Pinned from here: the view owns the pin once it exists. */
+	pdc_model_pin(model);
 	Py_BEGIN_ALLOW_THREADS
 	rc = devcache_model_tensor(model->model, name, &info, &data);
 	Py_END_ALLOW_THREADS
 	if (rc)
-		pdc_model_view_gone(model);
+		pdc_model_unpin(model);
 	if (rc == DEVCACHE_ENOENT) {
 		PyObject *key = PyUnicode_FromString(name);
 
@@ -171,7 +170,7 @@ PyObject *pdc_tensor_new(ModelObject *model, const char *name)
 	if (rc)
 		return pdc_raise(rc);
 	if (!(t = PyObject_New(TensorObject, &Tensor_Type))) {
-		pdc_model_view_gone(model);
+		pdc_model_unpin(model);
 		return NULL;
 	}
 	t->model = (ModelObject *)Py_NewRef(model);
@@ -204,7 +203,7 @@ static void tensor_dealloc(TensorObject *self)
 
 	Py_CLEAR(self->logical_shape);
 	PyObject_Free(self);
-	pdc_model_view_gone(m);
+	pdc_model_unpin(m);
 	Py_DECREF(m);
 }
 
