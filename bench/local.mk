@@ -44,9 +44,7 @@ CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/report.txt 
 # its runs per figure.  Without the package it says so and measures nothing.
 if BUILD_PYTHON
 bench_python_deps = $(python_pkgdir)/.stamp
-bench_python_run = PYTHONPATH='$(abs_top_builddir)/python/build' \
-	LD_LIBRARY_PATH='$(abs_top_builddir)/.libs'"$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
-	PYTHONDONTWRITEBYTECODE=1 BENCH_STRICT='$(BENCH_STRICT)' \
+bench_python_run = $(python_build_env) BENCH_STRICT='$(BENCH_STRICT)' \
 	$(PYTHON) $(srcdir)/bench/pybench.py -d bench
 else
 bench_python_deps =

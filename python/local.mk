@@ -33,6 +33,11 @@ $(python_pkgdir)/.stamp: python/devcache/_devcache.la $(devcachepyexec_PYTHON)
 	touch $@
 all-local: $(python_pkgdir)/.stamp
 
+# What runs the package from the build tree (the tests, make bench): its
+# folder, and the build tree's library before any installed one.
+python_build_env = PYTHONPATH='$(abs_top_builddir)/python/build' PYTHONDONTWRITEBYTECODE=1 \
+	LD_LIBRARY_PATH='$(abs_top_builddir)/.libs'"$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
+
 python_tests = tests/python/test_package.py tests/python/test_models.py \
 	tests/python/test_misuse.py tests/python/test_torch.py \
 	tests/python/test_trace_from_torch.py
@@ -40,10 +45,7 @@ TESTS += $(python_tests)
 PY_LOG_DRIVER = $(LOG_DRIVER)
 PY_LOG_COMPILER = $(PYTHON) $(srcdir)/tests/python/taprun.py
 AM_TESTS_ENVIRONMENT += \
-	export PYTHON='$(PYTHON)'; \
-	export PYTHONPATH='$(abs_top_builddir)/python/build'; \
-	export PYTHONDONTWRITEBYTECODE=1; \
-	export LD_LIBRARY_PATH='$(abs_top_builddir)/.libs'"$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}";
+	export PYTHON='$(PYTHON)' $(python_build_env);
 endif
 TEST_EXTENSIONS = .py
 clean-local: clean-python-pkg
