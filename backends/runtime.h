@@ -10,6 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A module's tunables.def turned into its table, with TUNABLE defined as
+ * MODULE_TUNABLE around the #include (see cuda.c). */
+#define N_(s) s
+#define MODULE_TYPE_BOOL "bool"
+#define MODULE_TYPE_INT "int"
+#define MODULE_TYPE_FLOAT "float"
+#define MODULE_TYPE_SIZE "size"
+#define MODULE_TYPE_ENUM "enum"
+#define MODULE_TYPE_STRING "string"
+#define MODULE_TYPE_LIST "list"
+#define MODULE_TUNABLE(name_, type_, def_, range_, flags_, group_, summary_, doc_)             \
+	{.name = #name_, .type = MODULE_TYPE_##type_, .default_value = def_, .range = range_,    \
+	 .summary = summary_, .description = doc_},
+
 /* dlopen() each name of the comma-separated list in the tunable, in turn,
  * until one loads; its name goes to name_buf.  NULL when none does, with
  * the last failure in why ("the HIP runtime could not be loaded: ..."). */

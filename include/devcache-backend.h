@@ -9,9 +9,14 @@
 extern "C" {
 #endif
 
-/* Bumped whenever struct devcache_backend_ops or struct devcache_backend_host
- * changes incompatibly.  The loader refuses a module built for another one. */
-#define DEVCACHE_BACKEND_ABI_VERSION 1
+/* The major version of the module ABI: bumped whenever struct
+ * devcache_backend_ops or struct devcache_backend_host changes incompatibly.
+ * The loader refuses a module built for another one. */
+#define DEVCACHE_BACKEND_ABI_VERSION 2
+/* The minor version: bumped when a reserved slot of either structure becomes
+ * an entry.  Each side uses an entry only when the other side's abi_minor
+ * says it has it, so a module built for an older or a newer minor loads. */
+#define DEVCACHE_BACKEND_ABI_MINOR 0
 
 /* A module exports one symbol with this name: a function returning its ops. */
 #define DEVCACHE_BACKEND_ENTRY "devcache_backend_module"
@@ -19,16 +24,32 @@ extern "C" {
 /* What the core offers a backend: logging and the tunables' values. */
 struct devcache_backend_host {
 	unsigned abi_version;
+	unsigned abi_minor;
 	void *cookie;
 	void (*log)(void *cookie, enum devcache_log_level level, const char *fmt, ...)
 		DEVCACHE_PRINTF(3, 4);
-	/* The value of any tunable, formatted as in devcache.conf (a list is
-	 * comma-separated); NULL for an unknown name.  Valid until fini. */
+	/* The value of any tunable, the core's or the module's own, formatted
+	 * as in devcache.conf (a list is comma-separated); NULL for an unknown
+	 * name.  Valid until fini. */
 	const char *(*tunable)(void *cookie, const char *name);
 	/* Set the calling thread's detail message; returns err, so a backend
 	 * can write "return host->error(DEVCACHE_EBACKEND, ...)". */
 	int (*error)(int err, const char *fmt, ...) DEVCACHE_PRINTF(2, 3);
 	void *reserved[8];
+};
+
+/* A tunable that a module declares: set like any other (devcache.conf,
+ * DEVCACHE_OPTIONS, devcache_open), listed by `devcache config`, read by
+ * the module with host->tunable().  Its name begins with the module's name
+ * and an underscore ("cuda_library"). */
+struct devcache_backend_tunable {
+	const char *name;
+	const char *type;          /* "bool", "int", "size", "enum", "string", "list" */
+	const char *default_value; /* parsed as user input is */
+	const char *range;         /* int, size: "[lo,hi]"; enum: "a|b|c"; else "" */
+	const char *summary;       /* one line, English */
+	const char *description;   /* paragraphs separated by a blank line */
+	void *reserved[2];
 };
 
 typedef struct devcache_backend_device {
@@ -47,22 +68,27 @@ typedef void *devcache_event_t;
  * reason into the thread's detail message through host->error(). */
 struct devcache_backend_ops {
 	unsigned abi_version; /* DEVCACHE_BACKEND_ABI_VERSION */
+	unsigned abi_minor;   /* DEVCACHE_BACKEND_ABI_MINOR */
 	const char *name;     /* "cuda": devices are named "cuda:N" */
+	/* Where the module's devices come among all backends' when the
+	 * backends tunable names no order: higher first.  The modules shipped
+	 * with libdevcache use 100 to 300. */
+	int priority;
+	/* Its own tunables, ended by an entry whose name is NULL; may be NULL. */
+	const struct devcache_backend_tunable *tunables;
 
-	/* Mandatory.  init may succeed with zero devices; then *why (up to
-	 * why_size bytes) says why, in the vendor's own words. */
-	int (*init)(const struct devcache_backend_host *host, void **state_p, char *why,
-		    size_t why_size);
+	/* Mandatory.  init reports how many devices it found; it may succeed
+	 * with zero, and then *why (up to why_size bytes) says why, in the
+	 * vendor's own words. */
+	int (*init)(const struct devcache_backend_host *host, void **state_p, int *n_devices_p,
+		    char *why, size_t why_size);
 	void (*fini)(void *state);
-	int (*device_count)(void *state, int *count_p);
 	int (*device_info)(void *state, int dev, devcache_backend_device_t *info);
 	int (*mem_get_info)(void *state, int dev, uint64_t *free_p, uint64_t *total_p);
 	int (*mem_alloc)(void *state, int dev, size_t size, void **ptr_p);
 	int (*mem_free)(void *state, int dev, void *ptr);
 	int (*host_alloc)(void *state, size_t size, void **ptr_p);
 	int (*host_free)(void *state, void *ptr);
-	int (*host_register)(void *state, void *ptr, size_t size);
-	int (*host_unregister)(void *state, void *ptr);
 	int (*memcpy_htod)(void *state, int dev, void *dst, const void *src, size_t size,
 			   devcache_stream_t stream);
 	int (*memcpy_dtoh)(void *state, int dev, void *dst, const void *src, size_t size,
@@ -92,12 +118,6 @@ struct devcache_backend_ops {
 	int (*vm_destroy)(void *state, int dev, void *handle);
 	int (*vm_map)(void *state, int dev, void *va, size_t size, void *handle);
 	int (*vm_unmap)(void *state, int dev, void *va, size_t size);
-
-	/* Optional: called only on devices with DEVCACHE_CAP_IPC. */
-	int (*ipc_export)(void *state, int dev, void *ptr, void *handle, size_t handle_size);
-	int (*ipc_import)(void *state, int dev, const void *handle, size_t handle_size,
-			  void **ptr_p);
-	int (*ipc_close)(void *state, int dev, void *ptr);
 
 	void *reserved[16];
 };

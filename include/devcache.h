@@ -102,11 +102,17 @@ typedef struct devcache_tunable_desc {
 	const char *summary;       /* one line, translated */
 	const char *description;   /* the long description (English) */
 	int effective;             /* 0 while the tunable has no effect yet */
-	void *reserved[4];
+	const char *module;        /* the backend module that declares it; NULL: the core */
+	void *reserved[3];
 } devcache_tunable_desc_t;
 
 DEVCACHE_API size_t devcache_tunable_count(void);
 DEVCACHE_API int devcache_tunable_describe(size_t index, devcache_tunable_desc_t *desc);
+/* Every tunable of ctx: the core's (the same indexes as above), then those
+ * that its loaded backend modules declare.  Strings live as long as ctx. */
+DEVCACHE_API size_t devcache_config_count(devcache_ctx_t *ctx);
+DEVCACHE_API int devcache_config_describe(devcache_ctx_t *ctx, size_t index,
+					  devcache_tunable_desc_t *desc);
 /* The current value of a tunable in ctx, formatted as it would be written in
  * devcache.conf, and where it came from ("default", "FILE:LINE",
  * "DEVCACHE_OPTIONS", "DEVCACHE_BACKEND_PATH", "devcache_open").

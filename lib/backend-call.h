@@ -16,11 +16,6 @@ static inline void bk_fini(struct backend *be)
 	be->ops->fini(be->state);
 }
 
-static inline int bk_device_count(struct backend *be, int *count_p)
-{
-	return be->ops->device_count(be->state, count_p);
-}
-
 static inline int bk_device_info(struct backend *be, int ordinal, devcache_backend_device_t *info)
 {
 	return be->ops->device_info(be->state, ordinal, info);

@@ -10,14 +10,13 @@
 
 /* Every entry a backend must provide, checked after its init. */
 #define MANDATORY_ENTRIES(X)                                                                    \
-	X(init) X(fini) X(device_count) X(device_info) X(mem_get_info) X(mem_alloc) X(mem_free)   \
-	X(host_alloc) X(host_free) X(host_register) X(host_unregister) X(memcpy_htod)             \
-	X(memcpy_dtoh) X(stream_create) X(stream_destroy) X(stream_synchronize) X(event_create)   \
-	X(event_destroy) X(event_record) X(event_query) X(event_synchronize)
+	X(init) X(fini) X(device_info) X(mem_get_info) X(mem_alloc) X(mem_free) X(host_alloc)     \
+	X(host_free) X(memcpy_htod) X(memcpy_dtoh) X(stream_create) X(stream_destroy)             \
+	X(stream_synchronize) X(event_create) X(event_destroy) X(event_record) X(event_query)     \
+	X(event_synchronize)
 #define VMM_ENTRIES(X)                                                                          \
 	X(vm_granularity) X(vm_reserve) X(vm_release) X(vm_create) X(vm_destroy) X(vm_map)        \
 	X(vm_unmap)
-#define IPC_ENTRIES(X) X(ipc_export) X(ipc_import) X(ipc_close)
 
 #define RETURN_IF_MISSING(f)                                                                    \
 	if (!ops->f)                                                                             \
@@ -32,12 +31,6 @@ static const char *missing_mandatory(const struct devcache_backend_ops *ops)
 static const char *missing_vmm(const struct devcache_backend_ops *ops)
 {
 	VMM_ENTRIES(RETURN_IF_MISSING)
-	return NULL;
-}
-
-static const char *missing_ipc(const struct devcache_backend_ops *ops)
-{
-	IPC_ENTRIES(RETURN_IF_MISSING)
 	return NULL;
 }
 
@@ -61,9 +54,13 @@ static void host_log(void *cookie, enum devcache_log_level level, const char *fm
 static const char *host_tunable(void *cookie, const char *name)
 {
 	struct backend *be = cookie;
-	int id = tunable_find(name);
+	int id = name ? tunable_find(name) : -1;
+	const struct module_tunable *t;
 
-	return id < 0 ? NULL : be->ctx->tun_text[id];
+	if (id >= 0)
+		return be->ctx->tun_text[id];
+	t = name ? module_tunables_find(&be->ctx->mod_tun, name) : NULL;
+	return t ? t->text : NULL;
 }
 
 /* ---- records -------------------------------------------------------------- */
@@ -86,6 +83,7 @@ static struct backend *backend_new(devcache_ctx_t *ctx, const char *name, const 
 	be->ctx = ctx;
 	be->host = (struct devcache_backend_host){
 		.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
+		.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
 		.cookie = be,
 		.log = host_log,
 		.tunable = host_tunable,
@@ -120,6 +118,7 @@ static void backend_stop(struct backend *be)
 		bk_fini(be);
 	be->state = NULL;
 	be->ops = NULL;
+	be->opened = NULL;
 	if (be->dl)
 		dlclose(be->dl);
 	be->dl = NULL;
@@ -149,11 +148,6 @@ static int add_device(devcache_ctx_t *ctx, struct backend *be, int ordinal)
 			_("backend %s: virtual-memory capability ignored: no %s entry"), be->name, gap);
 		dev->info.caps &= ~(uint64_t)DEVCACHE_CAP_VMM;
 	}
-	if ((dev->info.caps & DEVCACHE_CAP_IPC) && (gap = missing_ipc(be->ops))) {
-		log_msg(&ctx->log, DEVCACHE_LOG_DEBUG,
-			_("backend %s: IPC capability ignored: no %s entry"), be->name, gap);
-		dev->info.caps &= ~(uint64_t)DEVCACHE_CAP_IPC;
-	}
 	dev->ctx = ctx;
 	dev->backend = be;
 	dev->ordinal = ordinal;
@@ -180,7 +174,7 @@ static void backend_start(devcache_ctx_t *ctx, struct backend *be,
 		return;
 	}
 	err_clear();
-	rc = ops->init(&be->host, &be->state, why, sizeof why);
+	rc = ops->init(&be->host, &be->state, &n, why, sizeof why);
 	if (rc) {
 		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("initialisation failed: %s"),
 			   *devcache_last_error() ? devcache_last_error() : devcache_strerror(rc));
@@ -192,10 +186,8 @@ static void backend_start(devcache_ctx_t *ctx, struct backend *be,
 		backend_stop(be);
 		return;
 	}
-	rc = bk_device_count(be, &n);
-	if (rc || n < 0) {
-		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("cannot count devices: %s"),
-			   rc ? devcache_last_error() : _("negative count"));
+	if (n < 0) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("init reported %d devices"), n);
 		backend_stop(be);
 		return;
 	}
@@ -209,10 +201,13 @@ static void backend_start(devcache_ctx_t *ctx, struct backend *be,
 		be->name, be->path, be->n_devices, n ? "" : ": ", n ? "" : be->reason);
 }
 
-static void backend_load_module(devcache_ctx_t *ctx, struct backend *be)
+/* Open the module and check what it declares; be->opened is set when it
+ * may be started.  Its tunables go to mt. */
+static void backend_open(struct backend *be, struct module_tunables *mt)
 {
 	devcache_backend_entry_fn entry;
 	const struct devcache_backend_ops *ops;
+	char why[512];
 
 	dlerror();
 	be->dl = dlopen(be->path, RTLD_NOW | RTLD_LOCAL);
@@ -232,9 +227,19 @@ static void backend_load_module(devcache_ctx_t *ctx, struct backend *be)
 		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE,
 			   _("the module calls itself '%s', not '%s'"), ops->name ? ops->name : "",
 			   be->name);
+	} else if (module_tunables_declare(mt, be->name, ops->tunables, why, sizeof why)) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("malformed declaration: %s"), why);
 	} else {
-		backend_start(ctx, be, ops);
+		be->opened = ops;
+		return;
 	}
+	backend_stop(be);
+}
+
+static void backend_run(devcache_ctx_t *ctx, struct backend *be)
+{
+	if (be->opened)
+		backend_start(ctx, be, be->opened);
 	if (be->status != DEVCACHE_BACKEND_LOADED)
 		backend_stop(be);
 }
@@ -255,22 +260,23 @@ static bool valid_module_name(const char *s, size_t len)
 	return strncmp(s, "host", len) != 0 || len != 4;
 }
 
-static int found_rank(const char *name)
-{
-	static const char *const preferred[] = {"cuda", "hip", "ze"};
-
-	for (int i = 0; i < 3; i++)
-		if (strcmp(name, preferred[i]) == 0)
-			return i;
-	return 3;
-}
-
 static int found_cmp(const void *a, const void *b)
 {
 	const struct found *x = a, *y = b;
-	int rx = found_rank(x->name), ry = found_rank(y->name);
 
-	return rx != ry ? rx - ry : strcmp(x->name, y->name);
+	return strcmp(x->name, y->name);
+}
+
+/* Higher priority first; a module that failed to open goes last. */
+static int priority_cmp(const void *a, const void *b)
+{
+	const struct backend *x = *(struct backend *const *)a, *y = *(struct backend *const *)b;
+
+	if (!x->opened != !y->opened)
+		return x->opened ? -1 : 1;
+	if (x->opened && x->opened->priority != y->opened->priority)
+		return x->opened->priority > y->opened->priority ? -1 : 1;
+	return strcmp(x->name, y->name);
 }
 
 static struct found *find_found(struct found *f, size_t n, const char *name)
@@ -346,6 +352,25 @@ static bool listed(const struct tunable_value *sel, const char *name, bool exclu
 	return false;
 }
 
+/* The pairs no loaded module's tunable took. */
+static int leftover(struct backend **bes, size_t n, struct tunable_set *set,
+		    const struct module_tunables *mt, struct log_state *log,
+		    config_report_fn report, void *user)
+{
+	const char **names = calloc(n + 1, sizeof *names);
+	size_t k = 0;
+	int rc;
+
+	if (!names)
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	for (size_t i = 0; i < n; i++)
+		if (!bes[i]->opened && !bes[i]->ops)
+			names[k++] = bes[i]->name;
+	rc = module_tunables_leftover(set, mt, names, k, log, report, user);
+	free(names);
+	return rc;
+}
+
 static int load_selected(devcache_ctx_t *ctx, struct found *f, size_t n)
 {
 	const struct tunable_value *sel = &ctx->tun.v[TUN_backends];
@@ -365,16 +390,22 @@ static int load_selected(devcache_ctx_t *ctx, struct found *f, size_t n)
 
 		if (item && (item[0] == '^' || strcmp(item, "host") == 0))
 			continue;
+		size_t first = ctx->n_backends;
+
 		for (size_t k = 0; k < n; k++) {
 			if (!f[k].path || (all ? listed(sel, f[k].name, true)
 					       : strcmp(f[k].name, item ? item : "") != 0))
 				continue;
 			if (!(be = backend_new(ctx, f[k].name, f[k].path)))
 				return DEVCACHE_ENOMEM;
-			backend_load_module(ctx, be);
+			backend_open(be, &ctx->mod_tun);
 			free(f[k].path);
 			f[k].path = NULL; /* taken */
 		}
+		/* What "all" adds comes in the order of the modules' priorities. */
+		if (ctx->n_backends - first > 1)
+			qsort(ctx->backends + first, ctx->n_backends - first, sizeof *ctx->backends,
+			      priority_cmp);
 		if (item && !all && !find_found(f, n, item)) {
 			if (!(be = backend_new(ctx, item, "")))
 				return DEVCACHE_ENOMEM;
@@ -391,6 +422,16 @@ static int load_selected(devcache_ctx_t *ctx, struct found *f, size_t n)
 			   listed(sel, f[k].name, true) ? _("excluded by the backends tunable")
 							: _("not named in the backends tunable"));
 	}
+	/* Every module's tunables are known now: give them their values, then
+	 * start the modules, which read them. */
+	int rc = module_tunables_apply(&ctx->mod_tun, &ctx->tun, NULL, NULL);
+	if (rc == 0)
+		rc = leftover(ctx->backends, ctx->n_backends, &ctx->tun, &ctx->mod_tun, &ctx->log,
+			      NULL, NULL);
+	if (rc)
+		return rc;
+	for (size_t k = 0; k < ctx->n_backends; k++)
+		backend_run(ctx, ctx->backends[k]);
 	return 0;
 }
 
@@ -416,16 +457,59 @@ int backends_load(devcache_ctx_t *ctx)
 	return rc;
 }
 
+static void free_backend(struct backend *be)
+{
+	backend_stop(be);
+	free(be->name);
+	free(be->path);
+	free(be->reason);
+	free(be);
+}
+
+int backends_check_config(struct tunable_set *set, const char *path, struct log_state *log,
+			  config_report_fn report, void *user)
+{
+	/* Records that belong to no context: opened to read what they declare,
+	 * never started. */
+	devcache_ctx_t scratch = {0};
+	struct module_tunables mt = {0};
+	struct found *f = NULL;
+	size_t n = 0;
+	int rc;
+
+	log_init(&scratch.log, log->fn, log->user);
+	log_flush(&scratch.log, log->level);
+	rc = scan(path ? path : set->v[TUN_backend_path].str ? set->v[TUN_backend_path].str : "",
+		  &f, &n);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		struct backend *be = backend_new(&scratch, f[i].name, f[i].path);
+
+		if (!be)
+			rc = DEVCACHE_ENOMEM;
+		else
+			backend_open(be, &mt);
+	}
+	if (rc == 0) {
+		int r1 = module_tunables_apply(&mt, set, report, user);
+		int r2 = leftover(scratch.backends, scratch.n_backends, set, &mt, log, report, user);
+
+		rc = r1 ? r1 : r2;
+	}
+	for (size_t i = 0; i < scratch.n_backends; i++)
+		free_backend(scratch.backends[i]);
+	free(scratch.backends);
+	for (size_t i = 0; i < n; i++)
+		free(f[i].name), free(f[i].path);
+	free(f);
+	module_tunables_free(&mt);
+	log_destroy(&scratch.log);
+	return rc;
+}
+
 void backends_unload(devcache_ctx_t *ctx)
 {
 	for (size_t i = ctx->n_backends; i-- > 0;) {
-		struct backend *be = ctx->backends[i];
-
-		backend_stop(be);
-		free(be->name);
-		free(be->path);
-		free(be->reason);
-		free(be);
+		free_backend(ctx->backends[i]);
 	}
 	free(ctx->backends);
 	ctx->backends = NULL;

@@ -9,7 +9,8 @@ struct backend {
 	char *name;
 	char *path;      /* the module file, or "built-in" */
 	void *dl;        /* dlopen() handle, NULL for host */
-	const struct devcache_backend_ops *ops;
+	const struct devcache_backend_ops *opened; /* checked, not yet started */
+	const struct devcache_backend_ops *ops;    /* started */
 	void *state;     /* the backend's own, from init */
 	enum devcache_backend_status status;
 	char *reason;

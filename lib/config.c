@@ -12,6 +12,19 @@
 
 extern char **environ;
 
+/* A name a backend module's tunable could have: "cuda_library". */
+static bool module_shaped(const char *key)
+{
+	const char *u = strchr(key, '_');
+
+	if (!u || u == key || !u[1])
+		return false;
+	for (const char *c = key; *c; c++)
+		if (!islower((unsigned char)*c) && !isdigit((unsigned char)*c) && *c != '_')
+			return false;
+	return true;
+}
+
 /* Apply "key = value" from source; origin names it in errors and in
  * `devcache config`. */
 static int apply_pair(struct tunable_set *set, const char *key, const char *value,
@@ -32,6 +45,9 @@ static int apply_pair(struct tunable_set *set, const char *key, const char *valu
 		}
 		const char *hint = tunable_suggest(key);
 
+		/* Possibly a backend module's, known once the modules are found. */
+		if (!hint && module_shaped(key))
+			return tunable_set_pending(set, key, value, origin);
 		if (hint)
 			return err_set(DEVCACHE_ECONFIG, _("%s: unknown tunable '%s' (did you mean '%s'?)"),
 				       origin, key, hint);
@@ -46,11 +62,13 @@ static int apply_pair(struct tunable_set *set, const char *key, const char *valu
 	return tunable_assign(set, id, &v, origin);
 }
 
+/* A module's tunable may be a list: its type is not known yet. */
 static bool is_list(const char *key)
 {
 	int id = tunable_find(key);
 
-	return id >= 0 && tunable_defs[id].type == TT_LIST;
+	return id >= 0 ? tunable_defs[id].type == TT_LIST
+		       : compat_find(key) < 0 && !tunable_suggest(key) && module_shaped(key);
 }
 
 /* Cut text at top-level commas: brackets protect the commas of a list. */

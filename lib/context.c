@@ -15,6 +15,7 @@ static void ctx_free(devcache_ctx_t *ctx)
 		trace_close(ctx->traces[i]);
 	free(ctx->traces);
 	backends_unload(ctx);
+	module_tunables_free(&ctx->mod_tun);
 	free(ctx->devices);
 	for (int i = 0; i < TUN_COUNT; i++)
 		free(ctx->tun_text[i]);

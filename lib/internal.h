@@ -80,6 +80,38 @@ int config_apply_sources(struct tunable_set *set, const struct config_sources *s
 char *config_sources_from_env(struct config_sources *src);
 void config_warn_unknown_env(struct log_state *log);
 
+/* ---- the tunables of backend modules (module-tunables.c) ------------------ */
+struct module_tunable {
+	struct tunable_def def; /* every string owned */
+	char *module;
+	struct tunable_value v;
+	char *text; /* v formatted, for devcache_config_get and the module */
+};
+
+struct module_tunables {
+	struct module_tunable *t;
+	size_t n;
+};
+
+/* Check what a module declares and add it, with its defaults; on failure
+ * why says what is malformed and nothing is added. */
+int module_tunables_declare(struct module_tunables *mt, const char *module,
+			    const struct devcache_backend_tunable *decl, char *why, size_t why_size);
+const struct module_tunable *module_tunables_find(const struct module_tunables *mt,
+						  const char *name);
+/* Give mt's tunables the values of set's pending pairs that name them (the
+ * pairs leave set).  Errors go to report when it is set, else the first
+ * one is returned. */
+int module_tunables_apply(struct module_tunables *mt, struct tunable_set *set,
+			  config_report_fn report, void *user);
+/* Empty set's pending pairs: one that names a module of not_loaded (found,
+ * not opened) is ignored with a message, any other is an unknown tunable. */
+int module_tunables_leftover(struct tunable_set *set, const struct module_tunables *mt,
+			     const char *const *not_loaded, size_t n_not_loaded,
+			     struct log_state *log, config_report_fn report, void *user);
+void module_tunables_free_one(struct module_tunables *one);
+void module_tunables_free(struct module_tunables *mt);
+
 /* ---- context, backends, devices ----------------------------------------- */
 struct backend;
 
@@ -114,6 +146,7 @@ struct devcache_ctx {
 	struct log_state log;
 	struct tunable_set tun;
 	char *tun_text[TUN_COUNT]; /* each value formatted, for backends */
+	struct module_tunables mod_tun; /* those the loaded modules declare */
 	struct backend **backends;
 	size_t n_backends;
 	struct devcache_device *devices;
@@ -136,6 +169,11 @@ void devices_stop_allocators(devcache_ctx_t *ctx);
 
 int backends_load(devcache_ctx_t *ctx);
 void backends_unload(devcache_ctx_t *ctx);
+/* Without a context: check set's pending pairs against the tunables of
+ * the modules in path (NULL: set's backend_path), as
+ * devcache_config_check_file does. */
+int backends_check_config(struct tunable_set *set, const char *path, struct log_state *log,
+			  config_report_fn report, void *user);
 
 const struct devcache_backend_ops *host_backend_ops(void);
 

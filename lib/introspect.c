@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t devcache_tunable_count(void)
@@ -29,19 +30,51 @@ int devcache_tunable_describe(size_t index, devcache_tunable_desc_t *desc)
 	return 0;
 }
 
+size_t devcache_config_count(devcache_ctx_t *ctx)
+{
+	return TUN_COUNT + (ctx ? ctx->mod_tun.n : 0);
+}
+
+int devcache_config_describe(devcache_ctx_t *ctx, size_t index, devcache_tunable_desc_t *desc)
+{
+	if (!ctx || !desc)
+		return err_set(DEVCACHE_EINVAL, _("devcache_config_describe: NULL argument"));
+	if (index < TUN_COUNT)
+		return devcache_tunable_describe(index, desc);
+	if (index - TUN_COUNT >= ctx->mod_tun.n)
+		return err_set(DEVCACHE_ENOENT, _("no tunable %zu: there are %zu"), index,
+			       devcache_config_count(ctx));
+	const struct module_tunable *t = &ctx->mod_tun.t[index - TUN_COUNT];
+	memset(desc, 0, sizeof *desc);
+	desc->name = t->def.name;
+	desc->type = tunable_type_name(t->def.type);
+	desc->default_value = t->def.defval;
+	desc->range = t->def.range;
+	desc->group = tunable_group_name(t->def.group);
+	/* The modules shipped with libdevcache have their summaries translated
+	 * in its catalogue; another module's come back as they are. */
+	desc->summary = _(t->def.summary);
+	desc->description = t->def.doc;
+	desc->effective = 1;
+	desc->module = t->module;
+	return 0;
+}
+
 int devcache_config_get(devcache_ctx_t *ctx, const char *name, char *buf, size_t buf_size,
 			const char **origin_p)
 {
 	if (!ctx || !name || !buf || !buf_size)
 		return err_set(DEVCACHE_EINVAL, _("devcache_config_get: NULL argument"));
 	int id = tunable_find(name);
-	if (id < 0)
+	const struct module_tunable *t = id < 0 ? module_tunables_find(&ctx->mod_tun, name) : NULL;
+	if (id < 0 && !t)
 		return err_set(DEVCACHE_ENOENT, _("unknown tunable '%s'"), name);
-	if ((size_t)snprintf(buf, buf_size, "%s", ctx->tun_text[id]) >= buf_size)
+	const char *text = t ? t->text : ctx->tun_text[id];
+	if ((size_t)snprintf(buf, buf_size, "%s", text) >= buf_size)
 		return err_set(DEVCACHE_EINVAL, _("%s: the value needs %zu bytes, the buffer has %zu"),
-			       name, strlen(ctx->tun_text[id]) + 1, buf_size);
+			       name, strlen(text) + 1, buf_size);
 	if (origin_p)
-		*origin_p = ctx->tun.v[id].origin;
+		*origin_p = t ? t->v.origin : ctx->tun.v[id].origin;
 	return 0;
 }
 
@@ -73,6 +106,15 @@ int devcache_config_check_file(const char *path, devcache_log_fn log_fn, void *u
 	log_init(&log, log_fn, user);
 	log_flush(&log, DEVCACHE_LOG_WARNING);
 	rc = config_apply_file(&set, path, true, &log, report_error, &sink);
+	/* What no tunable of the core's took may be a module's, of the modules
+	 * a program would find: DEVCACHE_BACKEND_PATH overrides the file. */
+	if (set.n_pending) {
+		const char *dirs = secure_getenv("DEVCACHE_BACKEND_PATH");
+		int r = backends_check_config(&set, dirs && *dirs ? dirs : NULL, &log, report_error,
+					      &sink);
+
+		rc = rc ? rc : r;
+	}
 	tunable_set_free(&set);
 	log_destroy(&log);
 	if (rc)

@@ -4,6 +4,8 @@
 
 #include "tunable-table.h"
 
+#include <string.h>
+
 #ifndef BACKENDDIR
 #error "BACKENDDIR must be defined by the build"
 #endif
@@ -31,6 +33,14 @@ const char *tunable_type_name(enum tunable_type type)
 {
 	static const char *const names[] = {"bool", "int", "float", "size", "enum", "string", "list"};
 	return names[type];
+}
+
+int tunable_type_find(const char *name)
+{
+	for (int t = TT_BOOL; t <= TT_LIST; t++)
+		if (strcmp(tunable_type_name((enum tunable_type)t), name) == 0)
+			return t;
+	return -1;
 }
 
 const char *tunable_group_name(enum tunable_group group)

@@ -51,6 +51,8 @@ extern const struct compat_def compat_defs[];
 extern const size_t compat_count;
 
 const char *tunable_type_name(enum tunable_type type);
+/* The type named "bool", "int" ... "list", or -1. */
+int tunable_type_find(const char *name);
 const char *tunable_group_name(enum tunable_group group);
 
 #endif

@@ -28,7 +28,7 @@ int compat_find(const char *name)
 }
 
 /* Case-insensitive edit distance, capped: enough to catch typos. */
-static size_t distance(const char *a, const char *b)
+size_t name_distance(const char *a, const char *b)
 {
 	size_t la = strlen(a), lb = strlen(b);
 	size_t row[64];
@@ -64,7 +64,7 @@ const char *tunable_suggest(const char *name)
 
 	for (int i = 0; i < TUN_COUNT; i++) {
 		const char *cand = tunable_defs[i].name;
-		size_t d = distance(name, cand);
+		size_t d = name_distance(name, cand);
 
 		/* A prefix (max_split_size for max_split_size_mb) is a likely slip too. */
 		if (strlen(name) >= 4 && strncasecmp(cand, name, strlen(name)) == 0)
@@ -417,8 +417,8 @@ static bool valid_backend_item(const char *item)
 	return true;
 }
 
-static int parse_list(enum tunable_id id, const char *text, struct tunable_value *v, char *why,
-		      size_t why_size)
+static int parse_list(const struct tunable_def *def, const char *text, struct tunable_value *v,
+		      char *why, size_t why_size)
 {
 	bool bracketed;
 	int rc = split_list(text, &v->items, &v->n_items, &bracketed, why, why_size);
@@ -439,9 +439,9 @@ static int parse_list(enum tunable_id id, const char *text, struct tunable_value
 	for (size_t i = 0; i < v->n_items; i++)
 		p += sprintf(p, "%s%s", i ? "," : "", v->items[i]);
 	strcpy(p, bracketed ? "]" : "");
-	if (tunable_defs[id].flags & T_DIVISIONS)
+	if (def->flags & T_DIVISIONS)
 		return parse_divisions(v, bracketed, why, why_size);
-	if (id == TUN_backends)
+	if (def == &tunable_defs[TUN_backends])
 		for (size_t i = 0; i < v->n_items; i++)
 			if (!valid_backend_item(v->items[i])) {
 				snprintf(why, why_size,
@@ -536,7 +536,12 @@ static int parse_bool(const char *text, bool *out)
 int tunable_parse(enum tunable_id id, const char *raw, struct tunable_value *out, char *why,
 		  size_t why_size)
 {
-	const struct tunable_def *def = &tunable_defs[id];
+	return tunable_parse_def(&tunable_defs[id], raw, out, why, why_size);
+}
+
+int tunable_parse_def(const struct tunable_def *def, const char *raw, struct tunable_value *out,
+		      char *why, size_t why_size)
+{
 	char expected[256], *text = trim_dup(raw, strlen(raw));
 	struct range range;
 	double num = 0;
@@ -590,7 +595,7 @@ int tunable_parse(enum tunable_id id, const char *raw, struct tunable_value *out
 		}
 		goto out;
 	case TT_LIST:
-		rc = parse_list(id, text, out, why, why_size);
+		rc = parse_list(def, text, out, why, why_size);
 		goto out;
 	}
 	if (rc) {
@@ -665,11 +670,55 @@ void tunable_set_free(struct tunable_set *set)
 {
 	for (int i = 0; i < TUN_COUNT; i++)
 		tunable_value_free(&set->v[i]);
+	for (size_t i = 0; i < set->n_pending; i++) {
+		free(set->pending[i].key);
+		free(set->pending[i].value);
+		free(set->pending[i].origin);
+	}
+	free(set->pending);
+	set->pending = NULL;
+	set->n_pending = 0;
+}
+
+int tunable_set_pending(struct tunable_set *set, const char *key, const char *value,
+			const char *origin)
+{
+	struct pending_pair p = {strdup(key), strdup(value), strdup(origin)};
+	size_t i = 0;
+
+	while (i < set->n_pending && strcmp(set->pending[i].key, key) != 0)
+		i++;
+	if (p.key && p.value && p.origin && i == set->n_pending) {
+		struct pending_pair *grown =
+			realloc(set->pending, (set->n_pending + 1) * sizeof *grown);
+
+		if (grown) {
+			set->pending = grown;
+			set->pending[set->n_pending++] = p;
+			return 0;
+		}
+	} else if (p.key && p.value && p.origin) {
+		/* A later source overrides an earlier one, as for any tunable. */
+		free(set->pending[i].key);
+		free(set->pending[i].value);
+		free(set->pending[i].origin);
+		set->pending[i] = p;
+		return 0;
+	}
+	free(p.key);
+	free(p.value);
+	free(p.origin);
+	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 }
 
 void tunable_format(enum tunable_id id, const struct tunable_value *v, char *buf, size_t size)
 {
-	const struct tunable_def *def = &tunable_defs[id];
+	tunable_format_def(&tunable_defs[id], v, buf, size);
+}
+
+void tunable_format_def(const struct tunable_def *def, const struct tunable_value *v, char *buf,
+			size_t size)
+{
 
 	if (v->special == TV_AUTO) {
 		snprintf(buf, size, "auto");

@@ -31,12 +31,22 @@ struct tunable_value {
 	char *origin;   /* "default", "FILE:LINE", "DEVCACHE_OPTIONS", ... */
 };
 
+/* A pair whose key is no tunable of the core's: it may be a backend
+ * module's, known only once the modules are found (lib/module-tunables.c). */
+struct pending_pair {
+	char *key, *value, *origin;
+};
+
 struct tunable_set {
 	struct tunable_value v[TUN_COUNT];
+	struct pending_pair *pending;
+	size_t n_pending;
 };
 
 int tunable_find(const char *name);
 int compat_find(const char *name);
+/* Case-insensitive edit distance, capped: enough to catch typos. */
+size_t name_distance(const char *a, const char *b);
 /* The known name closest to name, or NULL when none is close. */
 const char *tunable_suggest(const char *name);
 
@@ -44,14 +54,21 @@ const char *tunable_suggest(const char *name);
  * DEVCACHE_ECONFIG and writes what is wrong and what is accepted to why. */
 int tunable_parse(enum tunable_id id, const char *text, struct tunable_value *out, char *why,
 		  size_t why_size);
+int tunable_parse_def(const struct tunable_def *def, const char *text, struct tunable_value *out,
+		      char *why, size_t why_size);
 void tunable_value_free(struct tunable_value *v);
 /* Replace set->v[id] by value (taken over), recording origin. */
 int tunable_assign(struct tunable_set *set, enum tunable_id id, struct tunable_value *value,
 		   const char *origin);
 int tunable_set_defaults(struct tunable_set *set);
+/* Keep key = value for later; a later source replaces an earlier one. */
+int tunable_set_pending(struct tunable_set *set, const char *key, const char *value,
+			const char *origin);
 void tunable_set_free(struct tunable_set *set);
 /* Format as it would be written in devcache.conf. */
 void tunable_format(enum tunable_id id, const struct tunable_value *v, char *buf, size_t size);
+void tunable_format_def(const struct tunable_def *def, const struct tunable_value *v, char *buf,
+			size_t size);
 /* Format a byte count exactly, with the largest unit that divides it: 512, 64K, 1536M. */
 void format_size(uint64_t bytes, char *buf, size_t size);
 /* For people: "6.5 MiB", "512 B". */

@@ -48,7 +48,8 @@ CLEANFILES += \
 noinst_DATA += man/tunable-pages.list
 
 noinst_PROGRAMS += man/mkman
-man_mkman_SOURCES = man/mkman.c lib/tunable-table.c lib/tunable-table.h lib/tunables.def
+man_mkman_SOURCES = man/mkman.c man/doc-tunables.c man/doc-tunables.h lib/tunable-table.c \
+	lib/tunable-table.h lib/tunables.def $(module_tunable_defs)
 
 man/devcache.1: man/devcache.1.in man/mkman$(EXEEXT) Makefile
 	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache.1.in -O $@
@@ -121,7 +122,8 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/test-man
 TESTS += tests/test-man
 endif
-tests_test_man_SOURCES = tests/test-man.c tests/tap.h lib/tunable-table.c lib/tunable-table.h lib/tunables.def
+tests_test_man_SOURCES = tests/test-man.c tests/tap.h man/doc-tunables.c man/doc-tunables.h \
+	lib/tunable-table.c lib/tunable-table.h lib/tunables.def $(module_tunable_defs)
 tests_test_man_CPPFLAGS = $(AM_CPPFLAGS) $(CMOCKA_CFLAGS) \
 	-DMAN_BUILDDIR=\"$(abs_top_builddir)/man\" \
 	-DTOP_SRCDIR=\"$(abs_top_srcdir)\" \

@@ -25,9 +25,14 @@ EXTRA_DIST += tests/tap.h tests/run-tap.sh
 check_LTLIBRARIES += \
 	tests/modules/good.la tests/modules/badabi.la tests/modules/missing.la \
 	tests/modules/failinit.la tests/modules/nodevice.la tests/modules/notbackend.la \
-	tests/modules/misnamed.la tests/modules/vmm.la
+	tests/modules/misnamed.la tests/modules/vmm.la tests/modules/badtunable.la \
+	tests/modules/newminor.la
 test_module_ldflags = -module -avoid-version -shared -rpath /nowhere
 EXTRA_DIST += tests/modules/fake.h
+tests_modules_badtunable_la_SOURCES = tests/modules/badtunable.c
+tests_modules_badtunable_la_LDFLAGS = $(test_module_ldflags)
+tests_modules_newminor_la_SOURCES = tests/modules/newminor.c
+tests_modules_newminor_la_LDFLAGS = $(test_module_ldflags)
 tests_modules_good_la_SOURCES = tests/modules/good.c
 tests_modules_good_la_LDFLAGS = $(test_module_ldflags)
 tests_modules_badabi_la_SOURCES = tests/modules/badabi.c

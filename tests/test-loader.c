@@ -3,6 +3,8 @@
 #include "tap.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <devcache.h>
 
@@ -37,6 +39,21 @@ static devcache_ctx_t *open_with(const char *extra, struct captured *log)
 	if (rc)
 		fail_msg("devcache_open_ex: %s", devcache_last_error());
 	return ctx;
+}
+
+/* Open as open_with, expecting failure: the detail message. */
+static const char *open_fails(const char *extra)
+{
+	devcache_open_args_t args = {.struct_size = sizeof args,
+				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV};
+	char options[4096];
+	devcache_ctx_t *ctx = NULL;
+
+	snprintf(options, sizeof options, "backend_path:%s,%s", test_env("TEST_MODULES"), extra);
+	args.options = options;
+	assert_int_equal(devcache_open_ex(&ctx, &args), DEVCACHE_ECONFIG);
+	assert_null(ctx);
+	return devcache_last_error();
 }
 
 static devcache_backend_info_t backend(devcache_ctx_t *ctx, const char *name)
@@ -91,8 +108,8 @@ static void each_module_gets_its_verdict(void **state)
 	assert_int_equal(b.status, DEVCACHE_BACKEND_UNAVAILABLE);
 	assert_contains(b.reason, "not a libdevcache backend module");
 
-	/* host + good:0 + good:1 + vmm:0 + vmm:1 */
-	assert_int_equal(devcache_device_count(ctx), 5);
+	/* host + good:0 + good:1 + newminor:0 + vmm:0 + vmm:1 */
+	assert_int_equal(devcache_device_count(ctx), 6);
 	/* The reasons are logged at debug level, and the backend read a tunable. */
 	assert_contains(log.text, "backend badabi");
 	assert_contains(log.text, "ABI 999");
@@ -191,8 +208,8 @@ static void backends_tunable_excludes(void **state)
 	assert_int_equal(backend(ctx, "badabi").status, DEVCACHE_BACKEND_EXCLUDED);
 	assert_int_equal(backend(ctx, "nodevice").status, DEVCACHE_BACKEND_LOADED);
 	assert_int_equal(devcache_device_get(ctx, "good:0", &dev), DEVCACHE_ENODEV);
-	/* host + vmm:0 + vmm:1 */
-	assert_int_equal(devcache_device_count(ctx), 3);
+	/* host + newminor:0 + vmm:0 + vmm:1 */
+	assert_int_equal(devcache_device_count(ctx), 4);
 	devcache_close(ctx);
 
 	ctx = open_with("backends:[all,^missing]", NULL);
@@ -257,6 +274,159 @@ static void no_module_directory_leaves_host(void **state)
 	devcache_close(ctx);
 }
 
+static void module_tunables_are_set_read_and_listed(void **state)
+{
+	struct captured log;
+	devcache_ctx_t *ctx = open_with("log_level:debug,good_depth:5", &log);
+	devcache_tunable_desc_t d;
+	const char *origin;
+	char value[64];
+	size_t n = devcache_config_count(ctx), found = 0;
+
+	(void)state;
+	assert_int_equal(devcache_config_get(ctx, "good_depth", value, sizeof value, &origin), 0);
+	assert_string_equal(value, "5");
+	assert_string_equal(origin, "devcache_open");
+	assert_int_equal(devcache_config_get(ctx, "good_flavour", value, sizeof value, &origin), 0);
+	assert_string_equal(value, "plain");
+	assert_string_equal(origin, "default");
+	/* The module read its own tunable in init. */
+	assert_contains(log.text, "good: good_depth is 5");
+	/* Listed after the core's, with the module that declares them; the
+	 * malformed module's (badtunable_ok) are not. */
+	assert_true(n >= devcache_tunable_count() + 2);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(devcache_config_describe(ctx, i, &d), 0);
+		if (i < devcache_tunable_count()) {
+			assert_null(d.module);
+			continue;
+		}
+		assert_string_not_equal(d.name, "badtunable_ok");
+		if (strcmp(d.name, "good_depth") == 0) {
+			assert_string_equal(d.module, "good");
+			assert_string_equal(d.type, "int");
+			assert_string_equal(d.range, "[1,8]");
+			assert_string_equal(d.group, "backends");
+			assert_string_equal(d.summary, "How deep the good backend looks");
+			found++;
+		}
+		if (strcmp(d.name, "good_flavour") == 0)
+			found++;
+	}
+	assert_int_equal(found, 2);
+	assert_int_equal(devcache_config_describe(ctx, n, &d), DEVCACHE_ENOENT);
+	assert_int_equal(devcache_config_describe(NULL, 0, &d), DEVCACHE_EINVAL);
+	assert_int_equal(devcache_config_count(NULL), devcache_tunable_count());
+	devcache_close(ctx);
+
+	/* A later source overrides an earlier one, as for the core's. */
+	ctx = open_with("good_flavour:plain,good_flavour:spicy", NULL);
+	assert_int_equal(devcache_config_get(ctx, "good_flavour", value, sizeof value, NULL), 0);
+	assert_string_equal(value, "spicy");
+	devcache_close(ctx);
+}
+
+static void module_tunable_errors_name_source_and_fault(void **state)
+{
+	(void)state;
+	assert_string_equal(open_fails("good_depth:9"),
+			    "devcache_open: good_depth: '9' is out of range (accepted: at least 1 and "
+			    "at most 8)");
+	assert_contains(open_fails("good_flavour:sweet"),
+			"devcache_open: good_flavour: invalid enum 'sweet'");
+	assert_string_equal(open_fails("good_dept:3"),
+			    "devcache_open: unknown tunable 'good_dept' (did you mean 'good_depth'?)");
+	assert_string_equal(
+		open_fails("nosuch_thing:1"),
+		"devcache_open: unknown tunable 'nosuch_thing' (devcache config lists them all)");
+}
+
+static void excluded_module_tunables_are_ignored(void **state)
+{
+	struct captured log;
+	devcache_ctx_t *ctx = open_with("log_level:info,backends:^good,good_depth:3", &log);
+	char value[64];
+
+	(void)state;
+	assert_contains(log.text,
+			"devcache_open: good_depth is ignored: the good backend module is not loaded");
+	assert_int_equal(devcache_config_get(ctx, "good_depth", value, sizeof value, NULL),
+			 DEVCACHE_ENOENT);
+	devcache_close(ctx);
+}
+
+static void malformed_declaration_refuses_module(void **state)
+{
+	devcache_ctx_t *ctx = open_with(NULL, NULL);
+	devcache_backend_info_t b = backend(ctx, "badtunable");
+
+	(void)state;
+	assert_int_equal(b.status, DEVCACHE_BACKEND_UNAVAILABLE);
+	assert_contains(b.reason, "malformed declaration: tunable 'good_depth': a module's tunable "
+				  "is named badtunable_");
+	/* The module is taken with all its tunables or none. */
+	char value[64];
+	assert_int_equal(devcache_config_get(ctx, "badtunable_ok", value, sizeof value, NULL),
+			 DEVCACHE_ENOENT);
+	devcache_close(ctx);
+}
+
+static void priority_orders_modules_and_minor_versions_load(void **state)
+{
+	devcache_ctx_t *ctx = open_with(NULL, NULL);
+	devcache_backend_info_t b;
+
+	(void)state;
+	/* nodevice (60) before good (50) before the rest (0), by name; the
+	 * modules that could not be opened come last. */
+	const char *order[] = {"host", "nodevice", "good", "failinit", "missing", "newminor",
+			       "vmm"};
+	for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+		assert_int_equal(devcache_backend_info(ctx, i, &b), 0);
+		assert_string_equal(b.name, order[i]);
+	}
+	b = backend(ctx, "newminor");
+	assert_int_equal(b.status, DEVCACHE_BACKEND_LOADED);
+	assert_int_equal(b.device_count, 1);
+	/* Devices come in the same order. */
+	devcache_device_t *dev;
+	devcache_device_info_t info;
+	assert_int_equal(devcache_device_at(ctx, 1, &dev), 0);
+	assert_int_equal(devcache_device_info(dev, &info), 0);
+	assert_string_equal(info.id, "good:0");
+	devcache_close(ctx);
+	/* The backends tunable's order wins over priorities. */
+	ctx = open_with("backends:[vmm,good]", NULL);
+	assert_int_equal(devcache_backend_info(ctx, 1, &b), 0);
+	assert_string_equal(b.name, "vmm");
+	devcache_close(ctx);
+}
+
+static void check_file_knows_module_tunables(void **state)
+{
+	char path[] = "/tmp/devcache-modtun-XXXXXX";
+	int fd = mkstemp(path);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	struct captured log = {{0}};
+
+	(void)state;
+	assert_non_null(f);
+	fprintf(f, "backend_path = %s\ngood_depth = 4\ngood_flavour = sweet\nnosuch_x = 1\n",
+		test_env("TEST_MODULES"));
+	fclose(f);
+	assert_int_equal(devcache_config_check_file(path, capture, &log), DEVCACHE_ECONFIG);
+	assert_contains(log.text, ":3: good_flavour: invalid enum 'sweet'");
+	assert_contains(log.text, ":4: unknown tunable 'nosuch_x'");
+	assert_null(strstr(log.text, "good_depth"));
+	assert_contains(devcache_last_error(), ":3: good_flavour");
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "backend_path = %s\ngood_depth = 4\n", test_env("TEST_MODULES"));
+	fclose(f);
+	assert_int_equal(devcache_config_check_file(path, capture, &log), 0);
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -270,6 +440,12 @@ int main(void)
 		cmocka_unit_test(host_cannot_be_excluded),
 		cmocka_unit_test(first_directory_wins_and_missing_ones_are_skipped),
 		cmocka_unit_test(no_module_directory_leaves_host),
+		cmocka_unit_test(module_tunables_are_set_read_and_listed),
+		cmocka_unit_test(module_tunable_errors_name_source_and_fault),
+		cmocka_unit_test(excluded_module_tunables_are_ignored),
+		cmocka_unit_test(malformed_declaration_refuses_module),
+		cmocka_unit_test(priority_orders_modules_and_minor_versions_load),
+		cmocka_unit_test(check_file_knows_module_tunables),
 	};
 	return RUN_TAP(tests);
 }

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "tap.h"
-#include "tunable-table.h"
+#include "../man/doc-tunables.h"
 
 /* Where the pages are built and where groff is: from make through the
  * environment, with configure's values built in for a run by hand. */
@@ -161,7 +161,7 @@ static int has_word(const char *text, const char *word)
 static char **tunable_pages(struct problems *p)
 {
 	char *list = slurp_page("tunable-pages.list");
-	char **pages = calloc(TUN_COUNT + 64, sizeof *pages);
+	char **pages = calloc(DOC_TUNABLE_COUNT + 64, sizeof *pages);
 	size_t n = 0;
 
 	assert_non_null(pages);
@@ -169,7 +169,7 @@ static char **tunable_pages(struct problems *p)
 		problem(p, "%s/tunable-pages.list: %s", builddir(), strerror(errno));
 		return pages;
 	}
-	for (char *save = NULL, *line = strtok_r(list, "\n", &save); line && n < TUN_COUNT + 63;
+	for (char *save = NULL, *line = strtok_r(list, "\n", &save); line && n < DOC_TUNABLE_COUNT + 63;
 	     line = strtok_r(NULL, "\n", &save))
 		pages[n++] = strdup(line);
 	free(list);
@@ -198,8 +198,8 @@ static void test_table_documented(void **state)
 	struct problems p = {0};
 
 	(void)state;
-	for (size_t i = 0; i < TUN_COUNT; i++) {
-		const struct tunable_def *t = &tunable_defs[i];
+	for (size_t i = 0; i < DOC_TUNABLE_COUNT; i++) {
+		const struct tunable_def *t = &doc_tunable_defs[i];
 
 		if (blank(t->summary))
 			problem(&p, "%s: no summary", t->name);
@@ -227,11 +227,11 @@ static void test_tunable_pages(void **state)
 	(void)state;
 	while (pages[listed])
 		listed++;
-	if (listed != TUN_COUNT)
+	if (listed != DOC_TUNABLE_COUNT)
 		problem(&p, "tunable-pages.list names %zu pages for %d tunables", listed,
-			(int)TUN_COUNT);
-	for (size_t i = 0; i < TUN_COUNT; i++) {
-		const char *name = tunable_defs[i].name;
+			(int)DOC_TUNABLE_COUNT);
+	for (size_t i = 0; i < DOC_TUNABLE_COUNT; i++) {
+		const char *name = doc_tunable_defs[i].name;
 		char page[256], th[256], name_line[256];
 		int in_list = 0;
 
@@ -257,7 +257,7 @@ static void test_tunable_pages(void **state)
 			problem(&p, "%s: the NAME section does not name the tunable", page);
 		if (!has_line(text, ".SH DESCRIPTION") || !has_line(text, ".SH EXAMPLES"))
 			problem(&p, "%s: no DESCRIPTION or EXAMPLES section", page);
-		if ((tunable_defs[i].flags & T_PENDING) && !strstr(text, "has no effect yet"))
+		if ((doc_tunable_defs[i].flags & T_PENDING) && !strstr(text, "has no effect yet"))
 			problem(&p, "%s: the tunable has no effect yet, and the page does not say so",
 				page);
 		free(text);
@@ -285,12 +285,12 @@ static void test_conf_page(void **state)
 	if (strstr(text, "\n.\\\" mkman:"))
 		problem(&p, "devcache.conf.5: a marker line was not replaced");
 	/* Each entry's tag is its name in bold, in its own section. */
-	for (size_t i = 0; i < TUN_COUNT; i++) {
-		snprintf(line, sizeof line, ".B %s", tunable_defs[i].name);
+	for (size_t i = 0; i < DOC_TUNABLE_COUNT; i++) {
+		snprintf(line, sizeof line, ".B %s", doc_tunable_defs[i].name);
 		const char *at = find_line_at(tunables, line, 1);
 		if (!at || at > compat)
 			problem(&p, "devcache.conf.5: tunable %s is missing from TUNABLES",
-				tunable_defs[i].name);
+				doc_tunable_defs[i].name);
 	}
 	for (size_t i = 0; i < compat_count; i++) {
 		snprintf(line, sizeof line, ".B %s", compat_defs[i].name);
@@ -300,8 +300,8 @@ static void test_conf_page(void **state)
 				compat_defs[i].name);
 	}
 	size_t pending = 0, notes = 0;
-	for (size_t i = 0; i < TUN_COUNT; i++)
-		pending += (tunable_defs[i].flags & T_PENDING) != 0;
+	for (size_t i = 0; i < DOC_TUNABLE_COUNT; i++)
+		pending += (doc_tunable_defs[i].flags & T_PENDING) != 0;
 	for (const char *s = strstr(text, "This tunable has no effect yet"); s;
 	     s = strstr(s + 1, "This tunable has no effect yet"))
 		notes++;
@@ -319,7 +319,7 @@ static void test_substituted(void **state)
 	char **pages = tunable_pages(&p);
 
 	(void)state;
-	for (size_t k = 0; k < N_HANDWRITTEN + TUN_COUNT; k++) {
+	for (size_t k = 0; k < N_HANDWRITTEN + DOC_TUNABLE_COUNT; k++) {
 		const char *name = k < N_HANDWRITTEN ? handwritten[k] : pages[k - N_HANDWRITTEN];
 		if (!name)
 			break;
@@ -476,7 +476,7 @@ static void test_groff_clean(void **state)
 		skip_because("groff not found (configure set GROFF empty): the pages cannot be "
 			     "checked");
 	pages = tunable_pages(&p);
-	for (size_t k = 0; k < N_HANDWRITTEN + TUN_COUNT; k++) {
+	for (size_t k = 0; k < N_HANDWRITTEN + DOC_TUNABLE_COUNT; k++) {
 		const char *name = k < N_HANDWRITTEN ? handwritten[k] : pages[k - N_HANDWRITTEN];
 		if (!name)
 			break;

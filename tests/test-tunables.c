@@ -15,15 +15,20 @@
 
 static char why[1024];
 
+/* A plain list, as a backend module may declare ("cuda_library"). */
+#define TUN_TEST_LIST TUN_COUNT
+static const struct tunable_def test_list = {"test_list", TT_LIST, "x", "", 0, G_BACKENDS,
+					     "A list", "A list of names."};
+#define DEF(id) ((id) == TUN_TEST_LIST ? &test_list : &tunable_defs[id])
+
 static void parse_ok_at(enum tunable_id id, const char *text, struct tunable_value *v, int line)
 {
 	int rc;
 
 	strcpy(why, "(untouched)");
-	rc = tunable_parse(id, text, v, why, sizeof why);
+	rc = tunable_parse_def(DEF(id), text, v, why, sizeof why);
 	if (rc)
-		fail_msg("line %d: %s '%s' rejected (%d): %s", line, tunable_defs[id].name, text, rc,
-			 why);
+		fail_msg("line %d: %s '%s' rejected (%d): %s", line, DEF(id)->name, text, rc, why);
 }
 #define parse_ok(id, text, v) parse_ok_at(id, text, v, __LINE__)
 
@@ -34,17 +39,17 @@ static const char *parse_bad_at(enum tunable_id id, const char *text, int line)
 	int rc;
 
 	strcpy(why, "");
-	rc = tunable_parse(id, text, &v, why, sizeof why);
+	rc = tunable_parse_def(DEF(id), text, &v, why, sizeof why);
 	if (rc != DEVCACHE_ECONFIG) {
 		tunable_value_free(&v);
-		fail_msg("line %d: %s '%s': expected DEVCACHE_ECONFIG, got %d", line,
-			 tunable_defs[id].name, text, rc);
+		fail_msg("line %d: %s '%s': expected DEVCACHE_ECONFIG, got %d", line, DEF(id)->name,
+			 text, rc);
 	}
 	if (v.str || v.items || v.n_items || v.origin)
-		fail_msg("line %d: %s '%s': failed parse left a value behind", line,
-			 tunable_defs[id].name, text);
+		fail_msg("line %d: %s '%s': failed parse left a value behind", line, DEF(id)->name,
+			 text);
 	if (!*why)
-		fail_msg("line %d: %s '%s': no reason given", line, tunable_defs[id].name, text);
+		fail_msg("line %d: %s '%s': no reason given", line, DEF(id)->name, text);
 	return why;
 }
 #define parse_bad(id, text) parse_bad_at(id, text, __LINE__)
@@ -397,23 +402,23 @@ static void list_forms(void **state)
 	struct tunable_value v;
 
 	(void)state;
-	parse_ok(TUN_hip_library, "a.so,b.so,c.so", &v);
+	parse_ok(TUN_TEST_LIST, "a.so,b.so,c.so", &v);
 	assert_items(&v, abc, 3);
 	assert_string_equal(v.str, "a.so,b.so,c.so");
 	tunable_value_free(&v);
-	parse_ok(TUN_hip_library, " a.so , b.so,\tc.so ", &v);
+	parse_ok(TUN_TEST_LIST, " a.so , b.so,\tc.so ", &v);
 	assert_items(&v, abc, 3);
 	assert_string_equal(v.str, "a.so,b.so,c.so");
 	tunable_value_free(&v);
-	parse_ok(TUN_hip_library, "[a.so, b.so, c.so]", &v);
+	parse_ok(TUN_TEST_LIST, "[a.so, b.so, c.so]", &v);
 	assert_items(&v, abc, 3);
 	assert_string_equal(v.str, "[a.so,b.so,c.so]");
 	tunable_value_free(&v);
-	parse_ok(TUN_cuda_library, "[ a.so ]", &v);
+	parse_ok(TUN_TEST_LIST, "[ a.so ]", &v);
 	assert_items(&v, abc, 1);
 	assert_string_equal(v.str, "[a.so]");
 	tunable_value_free(&v);
-	parse_ok(TUN_cuda_library, "/opt/lib/libcuda.so.1", &v);
+	parse_ok(TUN_TEST_LIST, "/opt/lib/libcuda.so.1", &v);
 	assert_int_equal(v.n_items, 1);
 	assert_string_equal(v.items[0], "/opt/lib/libcuda.so.1");
 	tunable_value_free(&v);
@@ -422,15 +427,15 @@ static void list_forms(void **state)
 static void list_errors(void **state)
 {
 	(void)state;
-	assert_string_equal(parse_bad(TUN_hip_library, "a.so,,b.so"), "empty item in list 'a.so,,b.so'");
-	assert_string_equal(parse_bad(TUN_hip_library, "a.so,"), "empty item in list 'a.so,'");
-	assert_string_equal(parse_bad(TUN_hip_library, ",a.so"), "empty item in list ',a.so'");
-	assert_string_equal(parse_bad(TUN_hip_library, "[a.so, ,b.so]"),
+	assert_string_equal(parse_bad(TUN_TEST_LIST, "a.so,,b.so"), "empty item in list 'a.so,,b.so'");
+	assert_string_equal(parse_bad(TUN_TEST_LIST, "a.so,"), "empty item in list 'a.so,'");
+	assert_string_equal(parse_bad(TUN_TEST_LIST, ",a.so"), "empty item in list ',a.so'");
+	assert_string_equal(parse_bad(TUN_TEST_LIST, "[a.so, ,b.so]"),
 			    "empty item in list '[a.so, ,b.so]'");
-	assert_string_equal(parse_bad(TUN_hip_library, "[a.so,b.so"), "'[a.so,b.so' has no closing ']'");
-	assert_string_equal(parse_bad(TUN_hip_library, "["), "'[' has no closing ']'");
-	assert_string_equal(parse_bad(TUN_hip_library, "[]"), "empty item in list '[]'");
-	assert_string_equal(parse_bad(TUN_hip_library, ""), "missing value (expected a value)");
+	assert_string_equal(parse_bad(TUN_TEST_LIST, "[a.so,b.so"), "'[a.so,b.so' has no closing ']'");
+	assert_string_equal(parse_bad(TUN_TEST_LIST, "["), "'[' has no closing ']'");
+	assert_string_equal(parse_bad(TUN_TEST_LIST, "[]"), "empty item in list '[]'");
+	assert_string_equal(parse_bad(TUN_TEST_LIST, ""), "missing value (expected a value)");
 }
 
 /* ---- roundup_power2_divisions ----------------------------------------------- */
@@ -561,7 +566,6 @@ static void backends_items(void **state)
 
 static void defaults_parse(void **state)
 {
-	static const char *const hip[] = {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"};
 	static const unsigned zero[DIVISION_INTERVALS];
 	struct tunable_set set;
 
@@ -587,7 +591,6 @@ static void defaults_parse(void **state)
 	assert_int_equal(set.v[TUN_malloc_mmap_threshold].u.size, 0);
 	assert_items(&set.v[TUN_backends], (const char *const[]){"all"}, 1);
 	assert_string_equal(set.v[TUN_backend_path].str, BACKENDDIR);
-	assert_items(&set.v[TUN_hip_library], hip, 3);
 	assert_int_equal(set.v[TUN_log_level].u.e, DEVCACHE_LOG_WARNING);
 	tunable_set_free(&set);
 }
@@ -799,14 +802,14 @@ static void assign_replaces(void **state)
 
 	(void)state;
 	assert_int_equal(tunable_set_defaults(&set), 0);
-	parse_ok(TUN_hip_library, "x.so,y.so", &v);
-	assert_int_equal(tunable_assign(&set, TUN_hip_library, &v, "first"), 0);
+	parse_ok(TUN_backends, "cuda,hip", &v);
+	assert_int_equal(tunable_assign(&set, TUN_backends, &v, "first"), 0);
 	assert_null(v.items);
 	assert_null(v.str);
-	parse_ok(TUN_hip_library, "z.so", &v);
-	assert_int_equal(tunable_assign(&set, TUN_hip_library, &v, "second"), 0);
-	assert_string_equal(set.v[TUN_hip_library].origin, "second");
-	assert_items(&set.v[TUN_hip_library], (const char *const[]){"z.so"}, 1);
+	parse_ok(TUN_backends, "ze", &v);
+	assert_int_equal(tunable_assign(&set, TUN_backends, &v, "second"), 0);
+	assert_string_equal(set.v[TUN_backends].origin, "second");
+	assert_items(&set.v[TUN_backends], (const char *const[]){"ze"}, 1);
 	tunable_set_free(&set);
 }
 

@@ -27,18 +27,20 @@ static int check_file(const char *path)
 
 static int print_table(const struct tool *t)
 {
-	size_t n = devcache_tunable_count(), wname = 4, wvalue = 5;
+	size_t n, wname = 4, wvalue = 5;
 	devcache_ctx_t *ctx;
-	char value[4096];
+	char value[4096], from[64];
 	const char *origin;
 	int status;
 
 	if ((status = tool_open(t, &ctx)))
 		return status;
+	/* The core's tunables, then those of the loaded backend modules. */
+	n = devcache_config_count(ctx);
 	for (size_t i = 0; i < n; i++) {
 		devcache_tunable_desc_t d;
 
-		if (devcache_tunable_describe(i, &d) == 0 &&
+		if (devcache_config_describe(ctx, i, &d) == 0 &&
 		    devcache_config_get(ctx, d.name, value, sizeof value, NULL) == 0) {
 			wname = strlen(d.name) > wname ? strlen(d.name) : wname;
 			wvalue = strlen(value) > wvalue && strlen(value) <= 24 ? strlen(value) : wvalue;
@@ -49,14 +51,16 @@ static int print_table(const struct tool *t)
 	for (size_t i = 0; i < n; i++) {
 		devcache_tunable_desc_t d;
 
-		if (devcache_tunable_describe(i, &d) ||
+		if (devcache_config_describe(ctx, i, &d) ||
 		    devcache_config_get(ctx, d.name, value, sizeof value, &origin)) {
 			tool_error("%s", devcache_last_error());
 			status = EXIT_RUNTIME;
 			continue;
 		}
-		printf("%-*s  %-*s  %-16s %s%s\n", (int)wname, d.name, (int)wvalue, value, origin,
-		       d.summary, d.effective ? "" : _(" (no effect yet)"));
+		/* TRANSLATORS: after a tunable's summary: the module that declares it. */
+		snprintf(from, sizeof from, d.module ? _(" (%s module)") : "", d.module);
+		printf("%-*s  %-*s  %-16s %s%s%s\n", (int)wname, d.name, (int)wvalue, value, origin,
+		       d.summary, from, d.effective ? "" : _(" (no effect yet)"));
 	}
 	devcache_close(ctx);
 	return status;

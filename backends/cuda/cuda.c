@@ -299,8 +299,8 @@ static int find_devices(struct cuda_state *s, char *why, size_t why_size)
 
 /* No driver, a stub, a driver without a device: the backend loads with zero
  * devices and says why in the driver's own words. */
-static int cuda_init(const struct devcache_backend_host *host, void **state_p, char *why,
-		     size_t why_size)
+static int cuda_init(const struct devcache_backend_host *host, void **state_p, int *n_devices_p,
+		       char *why, size_t why_size)
 {
 	struct cuda_state *s = calloc(1, sizeof *s);
 	int version = 0, rc;
@@ -310,6 +310,7 @@ static int cuda_init(const struct devcache_backend_host *host, void **state_p, c
 	s->host = host;
 	pthread_mutex_init(&s->lock, NULL);
 	*state_p = s;
+	*n_devices_p = 0;
 	if (!(s->lib = runtime_open(host, "cuda_library", "the CUDA driver", s->lib_name,
 				     sizeof s->lib_name, why, why_size)))
 		return 0;
@@ -323,6 +324,7 @@ static int cuda_init(const struct devcache_backend_host *host, void **state_p, c
 	s->cuDriverGetVersion(&version);
 	host->log(host->cookie, DEVCACHE_LOG_DEBUG, "cuda: %s, driver version %d.%d, %d device(s)",
 		  s->lib_name, version / 1000, version % 1000 / 10, s->n_devices);
+	*n_devices_p = s->n_devices;
 	return 0;
 }
 
@@ -338,14 +340,6 @@ static void cuda_fini(void *state)
 	free(s->devices);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
-}
-
-static int cuda_device_count(void *state, int *count_p)
-{
-	struct cuda_state *s = state;
-
-	*count_p = s->n_devices;
-	return 0;
 }
 
 static int cuda_device_info(void *state, int dev, devcache_backend_device_t *info)
@@ -412,37 +406,6 @@ static int cuda_host_free(void *state, void *ptr)
 	struct cuda_state *s = state;
 
 	ON_DEVICE(s, HOST_DEVICE, s->cuMemFreeHost(ptr), "cuMemFreeHost");
-	return 0;
-}
-
-/* A read-only mapping (a model file mapped PROT_READ) can only be pinned
- * read-only, which drivers from CUDA 11.1 on can do: that is tried second. */
-static int cuda_host_register(void *state, void *ptr, size_t size)
-{
-	struct cuda_state *s = state;
-	bool pushed;
-	CUresult e;
-	int rc;
-
-	if (s->n_devices == 0)
-		return s->host->error(DEVCACHE_ENODEV, "cuda: no device to pin host memory for");
-	if ((rc = enter(s, HOST_DEVICE, &pushed)))
-		return rc;
-	e = s->cuMemHostRegister(ptr, size, CU_MEMHOSTREGISTER_PORTABLE);
-	if (e == CUDA_ERROR_INVALID_VALUE)
-		e = s->cuMemHostRegister(ptr, size,
-					 CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY);
-	leave(s, pushed);
-	if (e != CUDA_SUCCESS)
-		return fail(s, e, "cuMemHostRegister", -1);
-	return 0;
-}
-
-static int cuda_host_unregister(void *state, void *ptr)
-{
-	struct cuda_state *s = state;
-
-	ON_DEVICE(s, HOST_DEVICE, s->cuMemHostUnregister(ptr), "cuMemHostUnregister");
 	return 0;
 }
 
@@ -633,60 +596,28 @@ static int cuda_vm_unmap(void *state, int dev, void *va, size_t size)
 	return 0;
 }
 
-/* ---- inter-process sharing: only with DEVCACHE_CAP_IPC ---- */
-
-static int cuda_ipc_export(void *state, int dev, void *ptr, void *handle, size_t handle_size)
-{
-	struct cuda_state *s = state;
-	CUipcMemHandle h;
-
-	if (handle_size < sizeof h)
-		return s->host->error(DEVCACHE_EINVAL, "cuda:%d: an IPC handle needs %zu bytes", dev,
-				      sizeof h);
-	ON_DEVICE(s, dev, s->cuIpcGetMemHandle(&h, (CUdeviceptr)(uintptr_t)ptr), "cuIpcGetMemHandle");
-	memcpy(handle, &h, sizeof h);
-	return 0;
-}
-
-static int cuda_ipc_import(void *state, int dev, const void *handle, size_t handle_size,
-			   void **ptr_p)
-{
-	struct cuda_state *s = state;
-	CUipcMemHandle h;
-	CUdeviceptr p = 0;
-
-	if (handle_size < sizeof h)
-		return s->host->error(DEVCACHE_EINVAL, "cuda:%d: an IPC handle needs %zu bytes", dev,
-				      sizeof h);
-	memcpy(&h, handle, sizeof h);
-	ON_DEVICE(s, dev, s->cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
-		  "cuIpcOpenMemHandle");
-	*ptr_p = (void *)(uintptr_t)p;
-	return 0;
-}
-
-static int cuda_ipc_close(void *state, int dev, void *ptr)
-{
-	struct cuda_state *s = state;
-
-	ON_DEVICE(s, dev, s->cuIpcCloseMemHandle((CUdeviceptr)(uintptr_t)ptr), "cuIpcCloseMemHandle");
-	return 0;
-}
+/* Declared in tunables.def, documented from there. */
+static const struct devcache_backend_tunable cuda_tunables[] = {
+#define TUNABLE MODULE_TUNABLE
+#include "tunables.def"
+#undef TUNABLE
+	{.name = NULL},
+};
 
 static const struct devcache_backend_ops cuda_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
+	.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
 	.name = "cuda",
+	.priority = 300,
+	.tunables = cuda_tunables,
 	.init = cuda_init,
 	.fini = cuda_fini,
-	.device_count = cuda_device_count,
 	.device_info = cuda_device_info,
 	.mem_get_info = cuda_mem_get_info,
 	.mem_alloc = cuda_mem_alloc,
 	.mem_free = cuda_mem_free,
 	.host_alloc = cuda_host_alloc,
 	.host_free = cuda_host_free,
-	.host_register = cuda_host_register,
-	.host_unregister = cuda_host_unregister,
 	.memcpy_htod = cuda_memcpy_htod,
 	.memcpy_dtoh = cuda_memcpy_dtoh,
 	.stream_create = cuda_stream_create,
@@ -704,9 +635,6 @@ static const struct devcache_backend_ops cuda_ops = {
 	.vm_destroy = cuda_vm_destroy,
 	.vm_map = cuda_vm_map,
 	.vm_unmap = cuda_vm_unmap,
-	.ipc_export = cuda_ipc_export,
-	.ipc_import = cuda_ipc_import,
-	.ipc_close = cuda_ipc_close,
 };
 
 __attribute__((visibility("default"))) const struct devcache_backend_ops *

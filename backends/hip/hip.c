@@ -92,8 +92,8 @@ static bool resolve(struct hip_state *s, char *why, size_t why_size)
 
 /* No runtime, a runtime without a device: the backend loads with zero
  * devices and says why in the runtime's own words. */
-static int hip_init(const struct devcache_backend_host *host, void **state_p, char *why,
-		    size_t why_size)
+static int hip_init(const struct devcache_backend_host *host, void **state_p, int *n_devices_p,
+		      char *why, size_t why_size)
 {
 	struct hip_state *s = calloc(1, sizeof *s);
 	int version = 0;
@@ -102,6 +102,7 @@ static int hip_init(const struct devcache_backend_host *host, void **state_p, ch
 		return host->error(DEVCACHE_ENOMEM, "hip: out of memory");
 	s->host = host;
 	*state_p = s;
+	*n_devices_p = 0;
 	if (!(s->lib = runtime_open(host, "hip_library", "the HIP runtime", s->lib_name,
 				     sizeof s->lib_name, why, why_size)))
 		return 0;
@@ -124,6 +125,7 @@ static int hip_init(const struct devcache_backend_host *host, void **state_p, ch
 		  s->lib_name, version, s->n_devices);
 	if (s->n_devices == 0)
 		snprintf(why, why_size, "%s: no device", s->lib_name);
+	*n_devices_p = s->n_devices;
 	return 0;
 }
 
@@ -134,14 +136,6 @@ static void hip_fini(void *state)
 	/* The runtime stays loaded: it may have threads of its own, and
 	 * unloading it under them is what crashes programs at exit. */
 	free(s);
-}
-
-static int hip_device_count(void *state, int *count_p)
-{
-	struct hip_state *s = state;
-
-	*count_p = s->n_devices;
-	return 0;
 }
 
 static int hip_device_info(void *state, int dev, devcache_backend_device_t *info)
@@ -204,22 +198,6 @@ static int hip_host_free(void *state, void *ptr)
 	struct hip_state *s = state;
 
 	CHECK(s, s->hipHostFree(ptr), "hipHostFree", -1);
-	return 0;
-}
-
-static int hip_host_register(void *state, void *ptr, size_t size)
-{
-	struct hip_state *s = state;
-
-	CHECK(s, s->hipHostRegister(ptr, size, hipHostRegisterDefault), "hipHostRegister", -1);
-	return 0;
-}
-
-static int hip_host_unregister(void *state, void *ptr)
-{
-	struct hip_state *s = state;
-
-	CHECK(s, s->hipHostUnregister(ptr), "hipHostUnregister", -1);
 	return 0;
 }
 
@@ -331,57 +309,28 @@ static int hip_event_synchronize(void *state, int dev, devcache_event_t event)
 	return 0;
 }
 
-static int hip_ipc_export(void *state, int dev, void *ptr, void *handle, size_t handle_size)
-{
-	struct hip_state *s = state;
-
-	if (handle_size < sizeof(hipIpcMemHandle_t))
-		return s->host->error(DEVCACHE_EINVAL, "hip:%d: an IPC handle needs %zu bytes", dev,
-				      sizeof(hipIpcMemHandle_t));
-	ON_DEVICE(s, dev);
-	CHECK(s, s->hipIpcGetMemHandle((hipIpcMemHandle_t *)handle, ptr), "hipIpcGetMemHandle", dev);
-	return 0;
-}
-
-static int hip_ipc_import(void *state, int dev, const void *handle, size_t handle_size,
-			  void **ptr_p)
-{
-	struct hip_state *s = state;
-	hipIpcMemHandle_t h;
-
-	if (handle_size < sizeof h)
-		return s->host->error(DEVCACHE_EINVAL, "hip:%d: an IPC handle needs %zu bytes", dev,
-				      sizeof h);
-	memcpy(&h, handle, sizeof h);
-	ON_DEVICE(s, dev);
-	CHECK(s, s->hipIpcOpenMemHandle(ptr_p, h, hipIpcMemLazyEnablePeerAccess),
-	      "hipIpcOpenMemHandle", dev);
-	return 0;
-}
-
-static int hip_ipc_close(void *state, int dev, void *ptr)
-{
-	struct hip_state *s = state;
-
-	ON_DEVICE(s, dev);
-	CHECK(s, s->hipIpcCloseMemHandle(ptr), "hipIpcCloseMemHandle", dev);
-	return 0;
-}
+/* Declared in tunables.def, documented from there. */
+static const struct devcache_backend_tunable hip_tunables[] = {
+#define TUNABLE MODULE_TUNABLE
+#include "tunables.def"
+#undef TUNABLE
+	{.name = NULL},
+};
 
 static const struct devcache_backend_ops hip_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
+	.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
 	.name = "hip",
+	.priority = 200,
+	.tunables = hip_tunables,
 	.init = hip_init,
 	.fini = hip_fini,
-	.device_count = hip_device_count,
 	.device_info = hip_device_info,
 	.mem_get_info = hip_mem_get_info,
 	.mem_alloc = hip_mem_alloc,
 	.mem_free = hip_mem_free,
 	.host_alloc = hip_host_alloc,
 	.host_free = hip_host_free,
-	.host_register = hip_host_register,
-	.host_unregister = hip_host_unregister,
 	.memcpy_htod = hip_memcpy_htod,
 	.memcpy_dtoh = hip_memcpy_dtoh,
 	.stream_create = hip_stream_create,
@@ -392,9 +341,6 @@ static const struct devcache_backend_ops hip_ops = {
 	.event_record = hip_event_record,
 	.event_query = hip_event_query,
 	.event_synchronize = hip_event_synchronize,
-	.ipc_export = hip_ipc_export,
-	.ipc_import = hip_ipc_import,
-	.ipc_close = hip_ipc_close,
 };
 
 __attribute__((visibility("default"))) const struct devcache_backend_ops *

@@ -43,8 +43,8 @@ static void read_cpu_name(char *buf, size_t size)
 	fclose(f);
 }
 
-static int host_init(const struct devcache_backend_host *host, void **state_p, char *why,
-		     size_t why_size)
+static int host_init(const struct devcache_backend_host *host, void **state_p, int *n_devices_p,
+		     char *why, size_t why_size)
 {
 	struct host_state *s = calloc(1, sizeof *s);
 
@@ -57,19 +57,13 @@ static int host_init(const struct devcache_backend_host *host, void **state_p, c
 	s->total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)s->page;
 	read_cpu_name(s->name, sizeof s->name);
 	*state_p = s;
+	*n_devices_p = 1;
 	return 0;
 }
 
 static void host_fini(void *state)
 {
 	free(state);
-}
-
-static int host_device_count(void *state, int *count_p)
-{
-	(void)state;
-	*count_p = 1;
-	return 0;
 }
 
 static int host_device_info(void *state, int dev, devcache_backend_device_t *info)
@@ -157,19 +151,6 @@ static int host_host_alloc(void *state, size_t size, void **ptr_p)
 static int host_host_free(void *state, void *ptr)
 {
 	return map_free(state, ptr);
-}
-
-/* Host memory needs no pinning to be copied to host memory. */
-static int host_register(void *state, void *ptr, size_t size)
-{
-	(void)state, (void)ptr, (void)size;
-	return 0;
-}
-
-static int host_unregister(void *state, void *ptr)
-{
-	(void)state, (void)ptr;
-	return 0;
 }
 
 static int host_memcpy(void *state, int dev, void *dst, const void *src, size_t size,
@@ -316,18 +297,16 @@ static int host_vm_unmap(void *state, int dev, void *va, size_t size)
 
 static const struct devcache_backend_ops host_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
+	.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
 	.name = "host",
 	.init = host_init,
 	.fini = host_fini,
-	.device_count = host_device_count,
 	.device_info = host_device_info,
 	.mem_get_info = host_mem_get_info,
 	.mem_alloc = host_mem_alloc,
 	.mem_free = host_mem_free,
 	.host_alloc = host_host_alloc,
 	.host_free = host_host_free,
-	.host_register = host_register,
-	.host_unregister = host_unregister,
 	.memcpy_htod = host_memcpy,
 	.memcpy_dtoh = host_memcpy,
 	.stream_create = host_stream_create,

@@ -301,8 +301,8 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 	return 0;
 }
 
-static int ze_init(const struct devcache_backend_host *host, void **state_p, char *why,
-		   size_t why_size)
+static int ze_init(const struct devcache_backend_host *host, void **state_p, int *n_devices_p,
+		     char *why, size_t why_size)
 {
 	struct ze_state *s = calloc(1, sizeof *s);
 	ze_result_t r;
@@ -312,6 +312,7 @@ static int ze_init(const struct devcache_backend_host *host, void **state_p, cha
 		return host->error(DEVCACHE_ENOMEM, "ze: out of memory");
 	s->host = host;
 	*state_p = s;
+	*n_devices_p = 0;
 	if (!(s->lib = runtime_open(host, "ze_library", "the Level Zero loader", s->lib_name,
 				     sizeof s->lib_name, why, why_size)))
 		return 0;
@@ -330,6 +331,7 @@ static int ze_init(const struct devcache_backend_host *host, void **state_p, cha
 		return rc;
 	}
 	host->log(host->cookie, DEVCACHE_LOG_DEBUG, "ze: %s, %d GPU(s)", s->lib_name, s->n_devices);
+	*n_devices_p = s->n_devices;
 	return 0;
 }
 
@@ -341,14 +343,6 @@ static void ze_fini(void *state)
 		teardown(s);
 	/* The loader stays loaded: drivers run threads of their own. */
 	free(s);
-}
-
-static int ze_device_count(void *state, int *count_p)
-{
-	struct ze_state *s = state;
-
-	*count_p = s->n_devices;
-	return 0;
 }
 
 static int ze_device_info(void *state, int dev, devcache_backend_device_t *info)
@@ -457,25 +451,6 @@ static int ze_host_free(void *state, void *ptr)
 		return 0;
 	CHECK(s, s->zeMemFree(host_context(s), ptr), "zeMemFree (host)", -1);
 	return 0;
-}
-
-/* Level Zero 1.4 has no way to pin memory it did not allocate. */
-static int ze_host_register(void *state, void *ptr, size_t size)
-{
-	struct ze_state *s = state;
-
-	(void)ptr, (void)size;
-	return s->host->error(DEVCACHE_ENOTSUP,
-			      "ze: Level Zero cannot pin host memory it did not allocate");
-}
-
-static int ze_host_unregister(void *state, void *ptr)
-{
-	struct ze_state *s = state;
-
-	(void)ptr;
-	return s->host->error(DEVCACHE_ENOTSUP,
-			      "ze: Level Zero cannot pin host memory it did not allocate");
 }
 
 /* ---- streams and events ------------------------------------------------------------ */
@@ -765,56 +740,28 @@ static int ze_vm_unmap(void *state, int dev, void *va, size_t size)
 	return 0;
 }
 
-/* ---- IPC -------------------------------------------------------------------------- */
-
-static int ze_ipc_export(void *state, int dev, void *ptr, void *handle, size_t handle_size)
-{
-	struct ze_state *s = state;
-
-	if (handle_size < sizeof(ze_ipc_mem_handle_t))
-		return s->host->error(DEVCACHE_EINVAL, "ze:%d: an IPC handle needs %zu bytes", dev,
-				      sizeof(ze_ipc_mem_handle_t));
-	CHECK(s, s->zeMemGetIpcHandle(s->devs[dev].context, ptr, (ze_ipc_mem_handle_t *)handle),
-	      "zeMemGetIpcHandle", dev);
-	return 0;
-}
-
-static int ze_ipc_import(void *state, int dev, const void *handle, size_t handle_size, void **ptr_p)
-{
-	struct ze_state *s = state;
-	ze_ipc_mem_handle_t h;
-
-	if (handle_size < sizeof h)
-		return s->host->error(DEVCACHE_EINVAL, "ze:%d: an IPC handle needs %zu bytes", dev,
-				      sizeof h);
-	memcpy(&h, handle, sizeof h);
-	CHECK(s, s->zeMemOpenIpcHandle(s->devs[dev].context, s->devs[dev].device, h, 0, ptr_p),
-	      "zeMemOpenIpcHandle", dev);
-	return 0;
-}
-
-static int ze_ipc_close(void *state, int dev, void *ptr)
-{
-	struct ze_state *s = state;
-
-	CHECK(s, s->zeMemCloseIpcHandle(s->devs[dev].context, ptr), "zeMemCloseIpcHandle", dev);
-	return 0;
-}
+/* Declared in tunables.def, documented from there. */
+static const struct devcache_backend_tunable ze_tunables[] = {
+#define TUNABLE MODULE_TUNABLE
+#include "tunables.def"
+#undef TUNABLE
+	{.name = NULL},
+};
 
 static const struct devcache_backend_ops ze_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
+	.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
 	.name = "ze",
+	.priority = 100,
+	.tunables = ze_tunables,
 	.init = ze_init,
 	.fini = ze_fini,
-	.device_count = ze_device_count,
 	.device_info = ze_device_info,
 	.mem_get_info = ze_mem_get_info,
 	.mem_alloc = ze_mem_alloc,
 	.mem_free = ze_mem_free,
 	.host_alloc = ze_host_alloc,
 	.host_free = ze_host_free,
-	.host_register = ze_host_register,
-	.host_unregister = ze_host_unregister,
 	.memcpy_htod = ze_memcpy_htod,
 	.memcpy_dtoh = ze_memcpy_dtoh,
 	.stream_create = ze_stream_create,
@@ -832,9 +779,6 @@ static const struct devcache_backend_ops ze_ops = {
 	.vm_destroy = ze_vm_destroy,
 	.vm_map = ze_vm_map,
 	.vm_unmap = ze_vm_unmap,
-	.ipc_export = ze_ipc_export,
-	.ipc_import = ze_ipc_import,
-	.ipc_close = ze_ipc_close,
 };
 
 __attribute__((visibility("default"))) const struct devcache_backend_ops *

@@ -19,24 +19,18 @@ const struct devcache_backend_ops *devcache_backend_module(void);
 
 static uint64_t used;
 
-static int bd_init(const struct devcache_backend_host *host, void **state_p, char *why,
-		   size_t why_size)
+static int bd_init(const struct devcache_backend_host *host, void **state_p, int *n_devices_p,
+		   char *why, size_t why_size)
 {
 	(void)why, (void)why_size;
 	*state_p = (void *)host;
+	*n_devices_p = 1;
 	return 0;
 }
 
 static void bd_fini(void *state)
 {
 	(void)state;
-}
-
-static int bd_device_count(void *state, int *count_p)
-{
-	(void)state;
-	*count_p = 1;
-	return 0;
 }
 
 static int bd_device_info(void *state, int dev, devcache_backend_device_t *info)
@@ -118,18 +112,6 @@ static int bd_host_free(void *state, void *ptr)
 	return 0;
 }
 
-static int bd_nop_register(void *state, void *ptr, size_t size)
-{
-	(void)state, (void)ptr, (void)size;
-	return 0;
-}
-
-static int bd_nop_unregister(void *state, void *ptr)
-{
-	(void)state, (void)ptr;
-	return 0;
-}
-
 /* Copies are done when the call returns, so streams and events never
  * have pending work. */
 static int bd_memcpy(void *state, int dev, void *dst, const void *src, size_t size,
@@ -170,18 +152,16 @@ static int bd_event_record(void *state, int dev, devcache_event_t event, devcach
 
 static const struct devcache_backend_ops benchdev_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
+	.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
 	.name = "benchdev",
 	.init = bd_init,
 	.fini = bd_fini,
-	.device_count = bd_device_count,
 	.device_info = bd_device_info,
 	.mem_get_info = bd_mem_get_info,
 	.mem_alloc = bd_mem_alloc,
 	.mem_free = bd_mem_free,
 	.host_alloc = bd_host_alloc,
 	.host_free = bd_host_free,
-	.host_register = bd_nop_register,
-	.host_unregister = bd_nop_unregister,
 	.memcpy_htod = bd_memcpy,
 	.memcpy_dtoh = bd_memcpy,
 	.stream_create = bd_handle_create,

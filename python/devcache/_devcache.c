@@ -384,11 +384,12 @@ static PyObject *context_config(ContextObject *self, PyObject *Py_UNUSED(ignored
 	if (pdc_enter(self) < 0)
 		return NULL;
 	dict = PyDict_New();
-	for (size_t i = 0; dict && i < devcache_tunable_count(); i++) {
+	/* The core's tunables and those of the loaded backend modules. */
+	for (size_t i = 0; dict && i < devcache_config_count(self->ctx); i++) {
 		devcache_tunable_desc_t d;
 		char value[4096];
 		const char *origin = "";
-		int rc = devcache_tunable_describe(i, &d);
+		int rc = devcache_config_describe(self->ctx, i, &d);
 		PyObject *v;
 
 		if (!rc)

@@ -21,6 +21,18 @@
 #ifndef FAKE_MEM_ALLOC
 #define FAKE_MEM_ALLOC fake_mem_alloc
 #endif
+#ifndef FAKE_MINOR
+#define FAKE_MINOR DEVCACHE_BACKEND_ABI_MINOR
+#endif
+#ifndef FAKE_PRIORITY
+#define FAKE_PRIORITY 0
+#endif
+/* FAKE_TUNABLES: the name of a struct devcache_backend_tunable array the
+ * module defines before including this file; FAKE_SHOW_TUNABLE: one of them,
+ * whose value init logs. */
+#ifndef FAKE_TUNABLES
+#define FAKE_TUNABLES NULL
+#endif
 
 const struct devcache_backend_ops *devcache_backend_module(void);
 
@@ -80,8 +92,8 @@ unsigned long fake_allocs(void)
 /* Like a driver: 512-byte aligned, the size kept in a header before it. */
 #define FAKE_HEADER 512
 
-static int fake_init(const struct devcache_backend_host *host, void **state_p, char *why,
-		     size_t why_size)
+static int fake_init(const struct devcache_backend_host *host, void **state_p, int *n_devices_p,
+		     char *why, size_t why_size)
 {
 #ifdef FAKE_INIT_FAILS
 	return host->error(DEVCACHE_EBACKEND, "%s", FAKE_INIT_FAILS);
@@ -91,21 +103,22 @@ static int fake_init(const struct devcache_backend_host *host, void **state_p, c
 
 	host->log(host->cookie, DEVCACHE_LOG_DEBUG, "initialised (log_level is %s)",
 		  level ? level : "?");
+#ifdef FAKE_SHOW_TUNABLE
+	/* And so are its own. */
+	const char *own = host->tunable(host->cookie, FAKE_SHOW_TUNABLE);
+
+	host->log(host->cookie, DEVCACHE_LOG_DEBUG, "%s is %s", FAKE_SHOW_TUNABLE,
+		  own ? own : "unknown");
+#endif
 	snprintf(why, why_size, "%s", FAKE_WHY);
 	*state_p = (void *)host;
+	*n_devices_p = FAKE_DEVICES;
 	return 0;
 }
 
 static void fake_fini(void *state)
 {
 	(void)state;
-}
-
-static int fake_device_count(void *state, int *count_p)
-{
-	(void)state;
-	*count_p = FAKE_DEVICES;
-	return 0;
 }
 
 static int fake_device_info(void *state, int dev, devcache_backend_device_t *info)
@@ -180,18 +193,6 @@ static int fake_host_free(void *state, void *ptr)
 {
 	(void)state;
 	free(ptr);
-	return 0;
-}
-
-static int fake_register(void *state, void *ptr, size_t size)
-{
-	(void)state, (void)ptr, (void)size;
-	return 0;
-}
-
-static int fake_unregister(void *state, void *ptr)
-{
-	(void)state, (void)ptr;
 	return 0;
 }
 
@@ -414,18 +415,18 @@ static int fake_vm_unmap(void *state, int dev, void *va, size_t size)
 
 static const struct devcache_backend_ops fake_ops = {
 	.abi_version = FAKE_ABI,
+	.abi_minor = FAKE_MINOR,
 	.name = FAKE_NAME,
+	.priority = FAKE_PRIORITY,
+	.tunables = FAKE_TUNABLES,
 	.init = fake_init,
 	.fini = fake_fini,
-	.device_count = fake_device_count,
 	.device_info = fake_device_info,
 	.mem_get_info = fake_mem_get_info,
 	.mem_alloc = FAKE_MEM_ALLOC,
 	.mem_free = fake_free,
 	.host_alloc = fake_host_alloc,
 	.host_free = fake_host_free,
-	.host_register = fake_register,
-	.host_unregister = fake_unregister,
 	.memcpy_htod = fake_htod,
 	.memcpy_dtoh = fake_dtoh,
 	.stream_create = fake_handle_create,
