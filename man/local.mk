@@ -44,6 +44,14 @@ CLEANFILES += \
 	man/tunable-pages.list \
 	man/stamp-tunables man/*.tmp
 
+# The sample configuration file, every tunable commented out with its
+# default, made from the same tables: installed with the documentation,
+# and what the packages install as $(sysconfdir)/devcache.conf.
+nodist_doc_DATA = devcache.conf.example
+CLEANFILES += devcache.conf.example
+devcache.conf.example: man/mkman$(EXEEXT) Makefile
+	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -c $@
+
 # `make` keeps the list complete too, not only `make install`.
 noinst_DATA += man/tunable-pages.list
 

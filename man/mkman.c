@@ -713,6 +713,44 @@ static void write_conf(const char *template_path, const char *outdir)
 	out_close(&o);
 }
 
+/* ---- the sample configuration file ------------------------------------------ */
+
+/* Every tunable commented out with its default, for $(sysconfdir). */
+static void write_sample(const char *path)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		die("%s: %s", path, strerror(errno));
+	fprintf(f,
+		"# %s/devcache.conf - system-wide configuration of libdevcache.\n"
+		"#\n"
+		"# Every program that uses libdevcache reads this file when it opens a\n"
+		"# context.  One setting per line, \"key = value\"; \"#\" starts a comment.\n"
+		"# Settings here override the built-in defaults and are in turn overridden\n"
+		"# by $XDG_CONFIG_HOME/devcache/devcache.conf, the file named by\n"
+		"# DEVCACHE_CONF, DEVCACHE_BACKEND_PATH, DEVCACHE_OPTIONS=\"key:value,...\"\n"
+		"# and the options a program passes to devcache_open().\n"
+		"#\n"
+		"# Every tunable is listed below, commented out, with its built-in default\n"
+		"# (generated from the tables the library is built from).  \"devcache config\"\n"
+		"# prints the values in effect and where each came from, \"devcache config\n"
+		"# --check FILE\" checks a file, and devcache.conf(5) and devcache.NAME(5)\n"
+		"# (for example devcache.max_split_size_mb(5)) describe them.\n",
+		param("sysconfdir"));
+	for (size_t i = 0; i < DOC_TUNABLE_COUNT; i++) {
+		const struct tunable_def *t = &doc_tunable_defs[i];
+
+		fprintf(f, "\n# %s.", t->summary);
+		if (module_of(t))
+			fprintf(f, "\n# Declared by the %s backend module: known where it is installed.",
+				module_of(t));
+		fprintf(f, "\n#%s =%s%s\n", t->name, *t->defval ? " " : "", t->defval);
+	}
+	if (ferror(f) | fclose(f))
+		die("%s: write error", path);
+}
+
 /* ---- the hand-written pages ------------------------------------------------ */
 
 /* A line of a page with its @NAME@ placeholders replaced.  The values are
@@ -969,12 +1007,14 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: %s [-s NAME=VALUE]... -t TEMPLATE -o OUTDIR\n"
 		"       %s [-s NAME=VALUE]... -i PAGE.in -O PAGE\n"
+		"       %s [-s NAME=VALUE]... -c devcache.conf\n"
 		"The first form writes devcache.conf.5 (TEMPLATE with the tunables filled\n"
 		"in), one devcache.NAME.5 per tunable and tunable-pages.list, the list of\n"
 		"those pages, into OUTDIR.  The second copies a hand-written page.  Both\n"
 		"replace @NAME@ by VALUE, escaped for roff; the tunable pages use VERSION,\n"
-		"MAN_DATE and sysconfdir.\n",
-		progname, progname);
+		"MAN_DATE and sysconfdir.  The third writes the sample configuration file,\n"
+		"every tunable commented out with its default.\n",
+		progname, progname, progname);
 }
 
 static void add_subst(const char *arg)
@@ -989,25 +1029,32 @@ static void add_subst(const char *arg)
 
 int main(int argc, char **argv)
 {
-	const char *template_path = NULL, *outdir = NULL, *in_path = NULL, *out_path = NULL;
+	const char *template_path = NULL, *outdir = NULL, *in_path = NULL, *out_path = NULL,
+		   *sample = NULL;
 	struct outfile list;
 	int c;
 
-	while ((c = getopt(argc, argv, "s:t:o:i:O:h")) != -1) {
+	while ((c = getopt(argc, argv, "s:t:o:i:O:c:h")) != -1) {
 		switch (c) {
 		case 's': add_subst(optarg); break;
 		case 't': template_path = optarg; break;
 		case 'o': outdir = optarg; break;
 		case 'i': in_path = optarg; break;
 		case 'O': out_path = optarg; break;
+		case 'c': sample = optarg; break;
 		case 'h': usage(stdout); return EXIT_SUCCESS;
 		default: usage(stderr); return EXIT_FAILURE;
 		}
 	}
 	if (optind != argc || !template_path != !outdir || !in_path != !out_path ||
-	    !template_path == !in_path) {
+	    !!template_path + !!in_path + !!sample != 1) {
 		usage(stderr);
 		return EXIT_FAILURE;
+	}
+	if (sample) {
+		check_table();
+		write_sample(sample);
+		return EXIT_SUCCESS;
 	}
 	if (in_path) {
 		write_substituted(in_path, out_path);

@@ -2,6 +2,8 @@
 /* test-tool.c - the devcache command: its output and its exit statuses (0 ok, 1 runtime, 2 usage/config). */
 #include "tap.h"
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -152,6 +154,45 @@ static void config_errors_exit_2_naming_tunable_and_value(void **state)
 	assert_contains(r.err, "did you mean 'max_split_size_mb'?");
 }
 
+/* The sample devcache.conf lists every tunable, and uncommented it is valid. */
+static void sample_configuration_is_complete_and_valid(void **state)
+{
+	char sample[4096], copy[] = "/tmp/devcache-sample-XXXXXX", line[4096];
+	int fd = mkstemp(copy);
+	FILE *in, *out = fd >= 0 ? fdopen(fd, "w") : NULL;
+	size_t core = 0;
+
+	(void)state;
+	snprintf(sample, sizeof sample, "%s/../devcache.conf.example", test_env("MAN_BUILDDIR"));
+	in = fopen(sample, "r");
+	if (!in)
+		fail_msg("%s: %s", sample, strerror(errno));
+	assert_non_null(out);
+	for (bool module = false; fgets(line, sizeof line, in);) {
+		/* A module's tunable is known only where the module is. */
+		if (strstr(line, "backend module: known where it is installed"))
+			module = true;
+		else if (line[0] == '#' && line[1] >= 'a' && line[1] <= 'z' && !module)
+			fputs(line + 1, out), core++;
+		else if (line[0] == '\n')
+			module = false;
+	}
+	fclose(in);
+	fclose(out);
+	assert_int_equal(core, devcache_tunable_count());
+	RUN(plain, "config", "--check", copy);
+	assert_string_equal(r.err, "");
+	assert_int_equal(r.status, 0);
+	unlink(copy);
+	/* And the modules' own, each with its module named. */
+	char *text = test_slurp_must(sample);
+	assert_contains(text, "# Declared by the cuda backend module");
+	assert_contains(text, "\n#cuda_library = libcuda.so.1\n");
+	assert_contains(text, "\n#ze_library = ");
+	assert_contains(text, "\n#hip_library = ");
+	free(text);
+}
+
 static void config_check_validates_a_file(void **state)
 {
 	char dir[] = "/tmp/devcache-test-XXXXXX", good[256], bad[256];
@@ -207,6 +248,7 @@ int main(void)
 		cmocka_unit_test(config_shows_values_and_origins),
 		cmocka_unit_test(config_errors_exit_2_naming_tunable_and_value),
 		cmocka_unit_test(config_check_validates_a_file),
+		cmocka_unit_test(sample_configuration_is_complete_and_valid),
 		cmocka_unit_test(unknown_environment_variables_are_warned_about),
 	};
 	return RUN_TAP(tests);
