@@ -207,11 +207,54 @@ static void the_library_exports_exactly_the_map(void **state)
 	free_names(&dyn);
 }
 
+/* debian/libdevcache0.symbols names the same functions, each in the map's
+ * node: dpkg-gensymbols would fail the package build otherwise, and only
+ * the Debian build would tell. */
+static void the_debian_symbols_file_matches_the_map(void **state)
+{
+	struct names map = {0}, sym = {0};
+	const char *node = NULL;
+	char *path = srcdir_file("debian/libdevcache0.symbols");
+	char *text, *line, *save = NULL;
+
+	(void)state;
+	if (access(path, R_OK) != 0) {
+		free(path);
+		skip_because("no debian/ directory (it is not in the release tarball)");
+	}
+	text = test_slurp_must(path);
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		size_t len;
+
+		if (line[0] != ' ' || strncmp(line + 1, "devcache_", 9) != 0)
+			continue; /* the header line, comments, meta-information */
+		len = strcspn(line + 1, "@ ");
+		if (strncmp(line + 1 + len, "@LIBDEVCACHE_0 ", 15) != 0)
+			fail_msg("%s: '%s' is not in the version node LIBDEVCACHE_0", path, line + 1);
+		add(&sym, line + 1, len);
+	}
+	map_names(&map, &node);
+	sort_unique(&map);
+	sort_unique(&sym);
+	for (size_t i = 0; i < map.n; i++)
+		if (!has(&sym, map.v[i]))
+			fail_msg("%s does not list %s, which lib/libdevcache.map exports", path,
+				 map.v[i]);
+	for (size_t i = 0; i < sym.n; i++)
+		if (!has(&map, sym.v[i]))
+			fail_msg("%s lists %s, which lib/libdevcache.map does not", path, sym.v[i]);
+	free_names(&map);
+	free_names(&sym);
+	free(text);
+	free(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(the_map_lists_every_declared_function_by_name),
 		cmocka_unit_test(the_library_exports_exactly_the_map),
+		cmocka_unit_test(the_debian_symbols_file_matches_the_map),
 	};
 
 	return RUN_TAP(tests);
