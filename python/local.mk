@@ -47,7 +47,7 @@ PY_LOG_COMPILER = $(PYTHON) $(srcdir)/tests/python/taprun.py
 AM_TESTS_ENVIRONMENT += \
 	export PYTHON='$(PYTHON)' $(python_build_env);
 endif
-TEST_EXTENSIONS = .py
+TEST_EXTENSIONS += .py
 clean-local: clean-python-pkg
 clean-python-pkg:
 	-rm -rf python/build
