@@ -19,6 +19,7 @@ AM_TESTS_ENVIRONMENT = \
 	export MAN_BUILDDIR='$(abs_top_builddir)/man'; \
 	export GROFF='$(GROFF)'; \
 	export ABIDW='$(ABIDW)' ABIDIFF='$(ABIDIFF)' ABIDW_FLAGS='$(ABIDW_FLAGS)'; \
+	export ABIDIFF_FLAGS='$(ABIDIFF_FLAGS)'; \
 	export ABI_HEADERS='$(abi_headers)' ABI_BASELINE='$(abs_top_srcdir)/lib/libdevcache.abi'; \
 	export ABI_LIBRARY='$(abs_top_builddir)/libdevcache.la';
 

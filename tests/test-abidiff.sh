@@ -3,7 +3,7 @@
 # test-abidiff.sh - the built shared library's ABI (abidw, public headers only) against the stored baseline lib/libdevcache.abi.
 #
 # TAP, run by make check with these from tests/local.mk: ABIDW, ABIDIFF,
-# ABIDW_FLAGS, ABI_HEADERS (the public headers' folders, blank-separated),
+# ABIDW_FLAGS, ABIDIFF_FLAGS, ABI_HEADERS (the public headers' folders, blank-separated),
 # ABI_BASELINE and ABI_LIBRARY (the built libdevcache.la).  Skips, saying
 # why, where abigail-tools is not installed, where the library is not
 # shared or has no debug information, and where the baseline describes
@@ -22,6 +22,7 @@
 : "${ABIDW_FLAGS:=--no-corpus-path --no-comp-dir-path --no-show-locs --drop-undefined-syms --no-elf-needed}"
 : "${ABI_BASELINE:=${TEST_SRCDIR:-tests}/../lib/libdevcache.abi}"
 : "${ABI_LIBRARY:=libdevcache.la}"
+: "${ABIDIFF_FLAGS:=--suppressions ${TEST_SRCDIR:-tests}/../lib/libdevcache.abignore}"
 : "${ABI_HEADERS:=${TEST_SRCDIR:-tests}/../include}"
 
 skip_all() {
@@ -85,7 +86,7 @@ EOF
 # existing interface changed), incompatible or error; abidiff's report is
 # left in $tmp/report.
 classify() {
-	"$ABIDIFF" "$1" "$2" >"$tmp/report" 2>&1
+	"$ABIDIFF" $ABIDIFF_FLAGS "$1" "$2" >"$tmp/report" 2>&1
 	st=$?
 	if [ $((st & 3)) -ne 0 ]; then
 		echo "error (abidiff exit status $st)"
@@ -94,7 +95,8 @@ classify() {
 	elif [ $((st & 4)) -eq 0 ]; then
 		echo same
 	else
-		"$ABIDIFF" --suppressions "$tmp/additions.suppr" "$1" "$2" >/dev/null 2>&1
+		"$ABIDIFF" $ABIDIFF_FLAGS --suppressions "$tmp/additions.suppr" "$1" "$2" \
+			>/dev/null 2>&1
 		st=$?
 		if [ "$st" -eq 0 ]; then
 			echo added
