@@ -117,9 +117,20 @@ EXTRA_tests_test_abi_DEPENDENCIES = libdevcache.la
 endif
 
 # The ABI against the stored baseline, lib/libdevcache.abi (abidiff, from
-# abigail-tools; skipped, saying so, without it).
+# abigail-tools; skipped, saying so, without it).  TAP, as the C tests.
 TESTS += tests/test-abidiff.sh
 TEST_EXTENSIONS += .sh
 SH_LOG_DRIVER = $(LOG_DRIVER)
 SH_LOG_COMPILER = $(SHELL)
 EXTRA_DIST += tests/test-abidiff.sh
+
+# The static library defines devcache_* only (build-aux/localize-static),
+# and links into a program with functions named like the internals, with
+# the flags libdevcache.pc gives for a static link.  automake's plain
+# test-driver runs it (.test): exit 77 is a skip, saying why
+# (--disable-static, no objcopy).
+TESTS += tests/test-static.test
+EXTRA_DIST += tests/test-static.test tests/static-client.c
+TEST_EXTENSIONS += .test
+TEST_LOG_COMPILER = env CC='$(CC)' CFLAGS='$(CFLAGS)' NM='$(NM)' PKG_CONFIG='$(PKG_CONFIG)' \
+	RELOC_LDFLAGS='$(RELOC_LDFLAGS)' TEST_BUILDDIR='$(abs_top_builddir)' $(SHELL)
