@@ -168,13 +168,23 @@ undo:
 	return 0;
 }
 
-static void pending_drop(struct tunable_set *set, size_t i)
+/* Pair i is dealt with: drop it, and pass on rc (0 or the error just set)
+ * to report, keeping the first error in *first; returns rc when there is
+ * no report to collect errors, so the caller stops at the first. */
+static int pending_done(struct tunable_set *set, size_t i, int rc, config_report_fn report,
+			void *user, int *first)
 {
 	free(set->pending[i].key);
 	free(set->pending[i].value);
 	free(set->pending[i].origin);
 	memmove(&set->pending[i], &set->pending[i + 1],
 		(--set->n_pending - i) * sizeof *set->pending);
+	if (rc && report) {
+		report(user, devcache_last_error());
+		*first = *first ? *first : rc;
+		return 0;
+	}
+	return rc;
 }
 
 int module_tunables_apply(struct module_tunables *mt, struct tunable_set *set,
@@ -209,13 +219,8 @@ int module_tunables_apply(struct module_tunables *mt, struct tunable_set *set,
 				rc = set_text(t);
 			}
 		}
-		pending_drop(set, i);
-		if (rc && !report)
+		if ((rc = pending_done(set, i, rc, report, user, &first)))
 			return rc;
-		if (rc) {
-			report(user, devcache_last_error());
-			first = first ? first : rc;
-		}
 	}
 	return first;
 }
@@ -258,13 +263,8 @@ int module_tunables_leftover(struct tunable_set *set, const struct module_tunabl
 			rc = err_set(DEVCACHE_ECONFIG,
 				     _("%s: unknown tunable '%s' (devcache config lists them all)"),
 				     p->origin, p->key);
-		pending_drop(set, 0);
-		if (rc && !report)
+		if ((rc = pending_done(set, 0, rc, report, user, &first)))
 			return rc;
-		if (rc) {
-			report(user, devcache_last_error());
-			first = first ? first : rc;
-		}
 	}
 	return first;
 }
