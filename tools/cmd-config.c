@@ -57,8 +57,10 @@ static int print_table(const struct tool *t)
 			status = EXIT_RUNTIME;
 			continue;
 		}
-		/* TRANSLATORS: after a tunable's summary: the module that declares it. */
-		snprintf(from, sizeof from, d.module ? _(" (%s module)") : "", d.module);
+		from[0] = '\0';
+		if (d.module)
+			/* TRANSLATORS: after a tunable's summary: the module that declares it. */
+			snprintf(from, sizeof from, _(" (%s module)"), d.module);
 		printf("%-*s  %-*s  %-16s %s%s%s\n", (int)wname, d.name, (int)wvalue, value, origin,
 		       d.summary, from, d.effective ? "" : _(" (no effect yet)"));
 	}
