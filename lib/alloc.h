@@ -154,9 +154,31 @@ size_t index_largest(const struct free_index *ix);
 int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct allocator **a_p);
 void allocator_destroy(struct allocator *a);
 size_t alloc_round_size(const struct allocator *a, size_t size);
+/* What alloc-expand.c shares with the rest: the driver's refusal kept for
+ * the error message, block structs, the free lists and the segment list. */
+int driver_refused(struct allocator *a, int rc);
+struct block *block_new(struct allocator *a);
+void block_delete(struct allocator *a, struct block *b);
+void make_free(struct allocator *a, struct block *b);
+void take_free(struct allocator *a, struct block *b);
+void merge_free(struct allocator *a, struct block *b);
+void segment_add(struct allocator *a, struct segment *seg, struct block *b);
+
+/* alloc-expand.c: expandable segments */
+struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, bool small,
+			      size_t rsize, bool retry, bool *capped);
+void expandable_release_all(struct allocator *a, uint64_t limit);
+/* Make n the block after at, covering [addr, addr + size). */
+void link_after(struct block *n, struct block *at, uintptr_t addr, size_t size);
+void unmap_page(struct allocator *a, struct segment *seg, size_t i);
 
 /* alloc-stats.c */
 void allocator_stats(struct allocator *a, devcache_stats_t *out);
+
+static inline size_t round_up(size_t size, size_t unit)
+{
+	return (size + unit - 1) / unit * unit;
+}
 
 /* Statistics change on every allocation and free: inline, branch-light. */
 static inline void stat_change(devcache_stat_t *s, int64_t delta)
