@@ -546,6 +546,60 @@ static void injected_faults_leave_nothing(void **state)
 	dlclose(f.lib);
 }
 
+/* A runtime that fails while the backend starts: the backend says why,
+ * in the runtime's words, and keeps nothing of the runtime's.  (Under
+ * AddressSanitizer the CI build also sees that it keeps none of its own.) */
+static void a_failing_start_leaves_nothing(void **state)
+{
+	const struct target *t = *state;
+	static const struct {
+		const char *backend, *function;
+		int error;
+		bool loads; /* with no device, rather than refused */
+	} faults[] = {
+		{"cuda", "cuInit", 100, true},                 /* CUDA_ERROR_NO_DEVICE */
+		{"hip", "hipGetDeviceCount", 100, true},       /* hipErrorNoDevice */
+		{"ze", "zeContextCreate", 0x70000002, false},  /* out of host memory */
+	};
+	struct fake f = {0};
+	devcache_device_t *dev;
+
+	if (t->kind != T_FAKE)
+		skip_because("fault injection needs a fake runtime");
+	/* A first context loads the fake runtime, which stays loaded. */
+	devcache_ctx_t *ctx = open_target(t, NULL, &dev);
+	assert_true(fake_controls(t, &f));
+	devcache_close(ctx);
+	for (size_t i = 0; i < sizeof faults / sizeof *faults; i++) {
+		char opts[8192];
+		devcache_open_args_t args = {.struct_size = sizeof args,
+					     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV,
+					     .options = opts};
+		devcache_backend_info_t b = {0};
+
+		if (strcmp(faults[i].backend, t->backend) != 0)
+			continue;
+		snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:%s,%s_library:%s/%s",
+			 test_env("TEST_BACKENDS"), t->backend, t->backend, test_env("TEST_FAKES"),
+			 t->fake);
+		f.inject(faults[i].function, 1, faults[i].error);
+		assert_int_equal(devcache_open_ex(&ctx, &args), 0);
+		f.inject(faults[i].function, 0, 0);
+		for (size_t k = 0; k < devcache_backend_count(ctx); k++)
+			if (devcache_backend_info(ctx, k, &b) == 0 && strcmp(b.name, t->backend) == 0)
+				break;
+		assert_string_equal(b.name, t->backend);
+		assert_int_equal(b.status, faults[i].loads ? DEVCACHE_BACKEND_LOADED
+							   : DEVCACHE_BACKEND_UNAVAILABLE);
+		assert_int_equal(b.device_count, 0);
+		assert_contains(b.reason, faults[i].function);
+		devcache_close(ctx);
+		if (f.live() != 0)
+			fail_msg("%s: %zu runtime objects left", faults[i].function, f.live());
+	}
+	dlclose(f.lib);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -575,6 +629,10 @@ int main(void)
 		FOR_EACH_TARGET(a_model_set_uploads_byte_exact),
 		FOR_EACH_TARGET(expandable_segments_where_the_device_maps),
 		FOR_EACH_TARGET(injected_faults_leave_nothing),
+		/* On the fakes only: the faults are injected in them. */
+		ON(a_failing_start_leaves_nothing, 2),
+		ON(a_failing_start_leaves_nothing, 4),
+		ON(a_failing_start_leaves_nothing, 6),
 		ON_THE_STUB(round_trips_are_byte_exact),
 		ON_THE_STUB(streams_keep_their_order),
 		ON_THE_STUB(record_stream_waits_for_the_other_stream),

@@ -299,6 +299,8 @@ static int find_devices(struct cuda_state *s, char *why, size_t why_size)
 
 /* No driver, a stub, a driver without a device: the backend loads with zero
  * devices and says why in the driver's own words. */
+static void cuda_fini(void *state);
+
 static int cuda_init(const struct devcache_backend_host *host, void **state_p, int *n_devices_p,
 		       char *why, size_t why_size)
 {
@@ -319,8 +321,12 @@ static int cuda_init(const struct devcache_backend_host *host, void **state_p, i
 		s->lib = NULL;
 		return 0;
 	}
-	if ((rc = find_devices(s, why, why_size)))
+	if ((rc = find_devices(s, why, why_size))) {
+		/* A failed init releases what it made: fini is not called. */
+		cuda_fini(s);
+		*state_p = NULL;
 		return rc;
+	}
 	s->cuDriverGetVersion(&version);
 	host->log(host->cookie, DEVCACHE_LOG_DEBUG, "cuda: %s, driver version %d.%d, %d device(s)",
 		  s->lib_name, version / 1000, version % 1000 / 10, s->n_devices);

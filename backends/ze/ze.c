@@ -301,6 +301,8 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 	return 0;
 }
 
+static void ze_fini(void *state);
+
 static int ze_init(const struct devcache_backend_host *host, void **state_p, int *n_devices_p,
 		     char *why, size_t why_size)
 {
@@ -327,7 +329,9 @@ static int ze_init(const struct devcache_backend_host *host, void **state_p, int
 		return 0;
 	}
 	if ((rc = enumerate(s, why, why_size))) {
-		teardown(s);
+		/* A failed init releases what it made: fini is not called. */
+		ze_fini(s);
+		*state_p = NULL;
 		return rc;
 	}
 	host->log(host->cookie, DEVCACHE_LOG_DEBUG, "ze: %s, %d GPU(s)", s->lib_name, s->n_devices);
