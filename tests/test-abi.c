@@ -55,6 +55,23 @@ static void free_names(struct names *s)
 	s->n = 0;
 }
 
+/* Sort a and b, fail naming any name one has and the other lacks (the
+ * message is before NAME after, one pair of words for each side), free both. */
+static void same_names(struct names *a, struct names *b, const char *only_a[2],
+		       const char *only_b[2])
+{
+	sort_unique(a);
+	sort_unique(b);
+	for (size_t i = 0; i < a->n; i++)
+		if (!has(b, a->v[i]))
+			fail_msg("%s%s%s", only_a[0], a->v[i], only_a[1]);
+	for (size_t i = 0; i < b->n; i++)
+		if (!has(a, b->v[i]))
+			fail_msg("%s%s%s", only_b[0], b->v[i], only_b[1]);
+	free_names(a);
+	free_names(b);
+}
+
 static char *srcdir_file(const char *rel)
 {
 	char *path;
@@ -150,19 +167,13 @@ static void the_map_lists_every_declared_function_by_name(void **state)
 	map_names(&map, &node);
 	all_header_names(&hdr);
 	assert_non_null(node);
-	sort_unique(&map);
 	sort_unique(&hdr);
 	assert_true(hdr.n > 60);
-	for (size_t i = 0; i < hdr.n; i++)
-		if (!has(&map, hdr.v[i]))
-			fail_msg("%s is declared DEVCACHE_API but not listed in lib/libdevcache.map",
-				 hdr.v[i]);
-	for (size_t i = 0; i < map.n; i++)
-		if (!has(&hdr, map.v[i]))
-			fail_msg("lib/libdevcache.map lists %s, which no installed header declares",
-				 map.v[i]);
-	free_names(&map);
-	free_names(&hdr);
+	same_names(&hdr, &map,
+		   (const char *[]){"", " is declared DEVCACHE_API but not listed in "
+				    "lib/libdevcache.map"},
+		   (const char *[]){"lib/libdevcache.map lists ",
+				    ", which no installed header declares"});
 }
 
 /* What the built library exports (its dynamic symbol table, as nm -D
@@ -193,18 +204,11 @@ static void the_library_exports_exactly_the_map(void **state)
 	if (pclose(p) != 0 || dyn.n == 0)
 		skip_because("nm -D found no symbols (binutils missing?)");
 	map_names(&map, &node);
-	sort_unique(&map);
-	sort_unique(&dyn);
-	for (size_t i = 0; i < dyn.n; i++)
-		if (!has(&map, dyn.v[i]))
-			fail_msg("the library exports %s, which lib/libdevcache.map does not list",
-				 dyn.v[i]);
-	for (size_t i = 0; i < map.n; i++)
-		if (!has(&dyn, map.v[i]))
-			fail_msg("%s is in lib/libdevcache.map but the library does not export it",
-				 map.v[i]);
-	free_names(&map);
-	free_names(&dyn);
+	same_names(&dyn, &map,
+		   (const char *[]){"the library exports ",
+				    ", which lib/libdevcache.map does not list"},
+		   (const char *[]){"", " is in lib/libdevcache.map but the library does not "
+				    "export it"});
 }
 
 /* debian/libdevcache0.symbols names the same functions, each in the map's
@@ -234,17 +238,14 @@ static void the_debian_symbols_file_matches_the_map(void **state)
 		add(&sym, line + 1, len);
 	}
 	map_names(&map, &node);
-	sort_unique(&map);
-	sort_unique(&sym);
-	for (size_t i = 0; i < map.n; i++)
-		if (!has(&sym, map.v[i]))
-			fail_msg("%s does not list %s, which lib/libdevcache.map exports", path,
-				 map.v[i]);
-	for (size_t i = 0; i < sym.n; i++)
-		if (!has(&map, sym.v[i]))
-			fail_msg("%s lists %s, which lib/libdevcache.map does not", path, sym.v[i]);
-	free_names(&map);
-	free_names(&sym);
+	char *lists = NULL, *lacks = NULL;
+	assert_true(asprintf(&lacks, "%s does not list ", path) > 0);
+	assert_true(asprintf(&lists, "%s lists ", path) > 0);
+	same_names(&map, &sym,
+		   (const char *[]){lacks, ", which lib/libdevcache.map exports"},
+		   (const char *[]){lists, ", which lib/libdevcache.map does not"});
+	free(lacks);
+	free(lists);
 	free(text);
 	free(path);
 }
