@@ -241,6 +241,9 @@ int config_apply_sources(struct tunable_set *set, const struct config_sources *s
 	 * DEVCACHE_OPTIONS, so that ours can override a setting made for torch. */
 	if (!rc && src->torch_options)
 		rc = config_apply_string(set, src->torch_options, "PYTORCH_CUDA_ALLOC_CONF", log);
+	/* Set at all, whatever its value, as PyTorch reads it: no caching. */
+	if (!rc && src->torch_no_caching)
+		rc = config_apply_string(set, "caching:false", "PYTORCH_NO_CUDA_MEMORY_CACHING", log);
 	if (!rc && src->env_options)
 		rc = config_apply_string(set, src->env_options, "DEVCACHE_OPTIONS", log);
 	if (!rc && src->options)

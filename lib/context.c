@@ -26,7 +26,7 @@ static void ctx_free(devcache_ctx_t *ctx)
 }
 
 static int configure(devcache_ctx_t *ctx, const devcache_open_args_t *args,
-		     const char *torch_options)
+		     const char *torch_options, bool torch_no_caching)
 {
 	struct config_sources src = {.system_file = SYSCONFDIR "/devcache.conf"};
 	char *user = NULL;
@@ -41,6 +41,7 @@ static int configure(devcache_ctx_t *ctx, const devcache_open_args_t *args,
 	if (args->flags & DEVCACHE_OPEN_NO_FILES)
 		src.system_file = src.user_file = src.conf_file = NULL;
 	src.torch_options = torch_options;
+	src.torch_no_caching = torch_no_caching;
 	src.options = args->options;
 	rc = config_apply_sources(&ctx->tun, &src, &ctx->log);
 	free(user);
@@ -55,7 +56,7 @@ static int configure(devcache_ctx_t *ctx, const devcache_open_args_t *args,
 }
 
 int context_open(devcache_ctx_t **ctx_p, const devcache_open_args_t *args,
-		 const char *torch_options)
+		 const char *torch_options, bool torch_no_caching)
 {
 	devcache_open_args_t a = {0};
 	devcache_ctx_t *ctx;
@@ -78,7 +79,7 @@ int context_open(devcache_ctx_t **ctx_p, const devcache_open_args_t *args,
 	log_init(&ctx->log, a.log_fn, a.log_user);
 	pthread_mutex_init(&ctx->lock, NULL);
 	err_clear();
-	rc = configure(ctx, &a, torch_options);
+	rc = configure(ctx, &a, torch_options, torch_no_caching);
 	/* Messages queued while reading the configuration pass at the level it
 	 * asked for, or at the default one when it could not be read. */
 	log_flush(&ctx->log, rc ? DEVCACHE_LOG_WARNING : ctx->tun.v[TUN_log_level].u.e);
@@ -101,7 +102,7 @@ int context_open(devcache_ctx_t **ctx_p, const devcache_open_args_t *args,
 
 int devcache_open_ex(devcache_ctx_t **ctx_p, const devcache_open_args_t *args)
 {
-	return context_open(ctx_p, args, NULL);
+	return context_open(ctx_p, args, NULL, false);
 }
 
 int devcache_open(devcache_ctx_t **ctx_p, const char *options)

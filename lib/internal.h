@@ -66,6 +66,7 @@ struct config_sources {
 	const char *conf_file;    /* DEVCACHE_CONF: missing is an error */
 	const char *backend_path; /* DEVCACHE_BACKEND_PATH */
 	const char *torch_options; /* PYTORCH_CUDA_ALLOC_CONF: the torch entry points only */
+	bool torch_no_caching;     /* PYTORCH_NO_CUDA_MEMORY_CACHING is set: likewise */
 	const char *env_options;  /* DEVCACHE_OPTIONS */
 	const char *options;      /* devcache_open's string */
 };
@@ -137,10 +138,11 @@ struct pressure_cb {
 };
 
 /* devcache_open_ex, and with torch_options (PYTORCH_CUDA_ALLOC_CONF, or NULL)
- * applied between DEVCACHE_BACKEND_PATH and DEVCACHE_OPTIONS: the torch
- * entry points' process-wide context (torch.c). */
+ * and torch_no_caching (PYTORCH_NO_CUDA_MEMORY_CACHING is set) applied
+ * between DEVCACHE_BACKEND_PATH and DEVCACHE_OPTIONS: the torch entry
+ * points' process-wide context (torch.c). */
 int context_open(devcache_ctx_t **ctx_p, const devcache_open_args_t *args,
-		 const char *torch_options);
+		 const char *torch_options, bool torch_no_caching);
 
 struct devcache_ctx {
 	struct log_state log;

@@ -42,7 +42,8 @@ static void torch_open(void)
 {
 	devcache_open_args_t args = {.struct_size = sizeof args};
 
-	torch.rc = context_open(&torch.ctx, &args, secure_getenv("PYTORCH_CUDA_ALLOC_CONF"));
+	torch.rc = context_open(&torch.ctx, &args, secure_getenv("PYTORCH_CUDA_ALLOC_CONF"),
+				secure_getenv("PYTORCH_NO_CUDA_MEMORY_CACHING") != NULL);
 	if (torch.rc)
 		snprintf(torch.error, sizeof torch.error, "%s", devcache_last_error());
 }

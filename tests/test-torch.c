@@ -213,6 +213,33 @@ static void sc_pytorch_conf(void **state)
 	devcache_close(plain);
 }
 
+/* With PYTORCH_NO_CUDA_MEMORY_CACHING=0: set at all, as PyTorch reads it. */
+static void sc_no_caching(void **state)
+{
+	devcache_ctx_t *plain;
+	const char *from = NULL;
+	char buf[256];
+
+	(void)state;
+	expect_config("caching", "false", "PYTORCH_NO_CUDA_MEMORY_CACHING");
+	devcache_device_t *dev = torch_device(0);
+	devcache_stats_t before = stats_of(dev);
+	void *p = devcache_torch_malloc(1000, 0, NULL);
+	assert_non_null(p);
+	devcache_torch_free(p, 1000, 0, NULL);
+	devcache_stats_t after = stats_of(dev);
+	/* Straight to the driver and back, of the size asked for. */
+	assert_int_equal(after.num_device_alloc, before.num_device_alloc + 1);
+	assert_int_equal(after.num_device_free, before.num_device_free + 1);
+	assert_int_equal(after.reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(after.reserved_bytes[DEVCACHE_POOL_ALL].peak, 1000);
+	/* devcache_open() is not torch's: it does not read the variable. */
+	assert_int_equal(devcache_open(&plain, NULL), 0);
+	assert_int_equal(devcache_config_get(plain, "caching", buf, sizeof buf, &from), 0);
+	assert_string_equal(from, "default");
+	devcache_close(plain);
+}
+
 /* With PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64,garbage_collection_threshold:0.5,
  * DEVCACHE_OPTIONS=...,max_split_size_mb:128 and DEVCACHE_CONF setting
  * garbage_collection_threshold and roundup_power2_divisions. */
@@ -510,6 +537,7 @@ static const struct CMUnitTest scenarios[] = {
 	cmocka_unit_test(sc_devices),     cmocka_unit_test(sc_sizes),
 	cmocka_unit_test(sc_log_handler), cmocka_unit_test(sc_threads),
 	cmocka_unit_test(sc_hip),         cmocka_unit_test(sc_shared),
+	cmocka_unit_test(sc_no_caching),
 };
 
 /* ---- in the test's process: run a scenario --------------------------------------- */
@@ -583,6 +611,7 @@ static void run_scenario(struct run *r, const char *name, const char *const *mor
 			"-DEVCACHE_CONF",
 			"-DEVCACHE_BACKEND_PATH",
 			"-PYTORCH_CUDA_ALLOC_CONF",
+			"-PYTORCH_NO_CUDA_MEMORY_CACHING",
 			"-CUDA_VISIBLE_DEVICES",
 			"-HIP_VISIBLE_DEVICES",
 			"-FAKE_CUDA_FAIL",
@@ -724,6 +753,15 @@ static void pytorch_conf_is_read_and_named(void **state)
 	quiet_pass("sc_pytorch_conf", env);
 }
 
+static void pytorch_no_cuda_memory_caching_turns_caching_off(void **state)
+{
+	const char *env[] = {"PYTORCH_NO_CUDA_MEMORY_CACHING=0", NULL};
+
+	(void)state;
+	need_fake("cuda");
+	quiet_pass("sc_no_caching", env);
+}
+
 static void devcache_options_override_pytorch_conf(void **state)
 {
 	char dir[64], conf[128], conf_env[160], options[16384];
@@ -862,6 +900,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(a_freed_block_is_reused_on_its_stream),
 		cmocka_unit_test(statistics_through_the_torch_context),
 		cmocka_unit_test(pytorch_conf_is_read_and_named),
+		cmocka_unit_test(pytorch_no_cuda_memory_caching_turns_caching_off),
 		cmocka_unit_test(devcache_options_override_pytorch_conf),
 		cmocka_unit_test(a_bad_pytorch_conf_fails_every_call_said_once),
 		cmocka_unit_test(device_indices_that_are_no_device),
