@@ -123,7 +123,7 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
  * before a hole counts toward the request, so a growing tensor extends in
  * place instead of taking a new range. */
 struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, bool small,
-			      size_t rsize, bool retry, bool *capped)
+			      size_t rsize, size_t seg_size, bool retry, bool *capped)
 {
 	struct segment *seg = pool->expandable[small];
 	struct block *best = NULL, *nb;
@@ -131,6 +131,14 @@ struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, boo
 
 	if (retry)
 		a->stats.num_alloc_retries++;
+	/* PyTorch checks a set memory_fraction against the size of the
+	 * segment the request would have had without expandable segments,
+	 * before it looks at the pages it needs. */
+	if (a->fraction_set &&
+	    (a->reserved_total + seg_size > a->cap || a->reserved_total + seg_size < seg_size)) {
+		*capped = true;
+		return NULL;
+	}
 	for (struct segment *s = seg; s; s = s->enext)
 		for (struct block *h = s->holes; h; h = h->inext) {
 			size_t before = h->prev && h->prev->is_free ? h->prev->size : 0;

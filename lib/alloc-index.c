@@ -1,146 +1,257 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* alloc-index.c - the free-block index: O(1) segregated size classes with bitmaps, and the oversize list. */
+/* alloc-index.c - the free-block index: a red-black tree of free blocks by size, then address, for PyTorch's best fit. */
 #include "alloc.h"
 
-/* The class of a size: fl is the power of two below it, sl the next
- * INDEX_SL_BITS bits.  Sizes are multiples of 512, so fl >= 9 > INDEX_SL_BITS. */
-static void size_class(size_t size, unsigned *fl, unsigned *sl)
+/* Blocks are ordered as PyTorch orders its free set within a stream. */
+static bool before(const struct block *x, const struct block *y)
 {
-	unsigned f = 63u - (unsigned)__builtin_clzll(size);
-
-	*fl = f;
-	*sl = (unsigned)(size >> (f - INDEX_SL_BITS)) & (INDEX_SL - 1);
+	return x->size < y->size || (x->size == y->size && x->addr < y->addr);
 }
 
-static void oversize_insert(struct free_index *ix, struct block *b)
+/* Put v where u is under u's parent. */
+static void replace_child(struct free_index *ix, struct block *u, struct block *v)
 {
-	struct block **link = &ix->oversize, *prev = NULL;
-
-	/* Ascending by size, then by address, so the first fit is the best. */
-	while (*link && ((*link)->size < b->size ||
-			 ((*link)->size == b->size && (*link)->addr < b->addr))) {
-		prev = *link;
-		link = &(*link)->fnext;
-	}
-	b->fnext = *link;
-	b->fprev = prev;
-	if (*link)
-		(*link)->fprev = b;
-	*link = b;
-	b->oversize = true;
+	if (!u->tp)
+		ix->root = v;
+	else if (u == u->tp->tl)
+		u->tp->tl = v;
+	else
+		u->tp->tr = v;
+	if (v)
+		v->tp = u->tp;
 }
 
-void index_insert(struct free_index *ix, struct block *b, size_t max_split)
+/* Rotations: x's child on the other side takes x's place, x becomes its
+ * child on this side. */
+static void rotate_left(struct free_index *ix, struct block *x)
 {
-	unsigned fl, sl;
+	struct block *y = x->tr;
+
+	x->tr = y->tl;
+	if (y->tl)
+		y->tl->tp = x;
+	replace_child(ix, x, y);
+	y->tl = x;
+	x->tp = y;
+}
+
+static void rotate_right(struct free_index *ix, struct block *x)
+{
+	struct block *y = x->tl;
+
+	x->tl = y->tr;
+	if (y->tr)
+		y->tr->tp = x;
+	replace_child(ix, x, y);
+	y->tr = x;
+	x->tp = y;
+}
+
+static bool is_red(const struct block *b)
+{
+	return b && b->red;
+}
+
+void index_insert(struct free_index *ix, struct block *b)
+{
+	struct block *p = NULL, **link = &ix->root;
 
 	b->is_free = true;
 	ix->count++;
-	if (b->size >= max_split) {
-		oversize_insert(ix, b);
-		return;
+	while (*link) {
+		p = *link;
+		link = before(b, p) ? &p->tl : &p->tr;
 	}
-	size_class(b->size, &fl, &sl);
-	b->fl = (uint8_t)fl;
-	b->sl = (uint8_t)sl;
-	b->oversize = false;
-	b->fprev = NULL;
-	b->fnext = ix->heads[fl][sl];
-	if (b->fnext)
-		b->fnext->fprev = b;
-	ix->heads[fl][sl] = b;
-	ix->sl_bitmap[fl] |= 1u << sl;
-	ix->fl_bitmap |= 1ull << fl;
+	b->tp = p;
+	b->tl = b->tr = NULL;
+	b->red = true;
+	*link = b;
+	/* A red node under a red parent: recolour while the uncle is red,
+	 * else one or two rotations end it. */
+	while ((p = b->tp) && p->red) {
+		struct block *g = p->tp, *u;
+
+		if (p == g->tl) {
+			u = g->tr;
+			if (is_red(u)) {
+				p->red = u->red = false;
+				g->red = true;
+				b = g;
+				continue;
+			}
+			if (b == p->tr) {
+				rotate_left(ix, p);
+				b = p;
+				p = b->tp;
+			}
+			p->red = false;
+			g->red = true;
+			rotate_right(ix, g);
+		} else {
+			u = g->tl;
+			if (is_red(u)) {
+				p->red = u->red = false;
+				g->red = true;
+				b = g;
+				continue;
+			}
+			if (b == p->tl) {
+				rotate_right(ix, p);
+				b = p;
+				p = b->tp;
+			}
+			p->red = false;
+			g->red = true;
+			rotate_left(ix, g);
+		}
+	}
+	ix->root->red = false;
+}
+
+static struct block *leftmost(struct block *b)
+{
+	while (b->tl)
+		b = b->tl;
+	return b;
+}
+
+/* Restore the black height after a black node left the tree above x
+ * (which may be empty: xp is its parent). */
+static void remove_fixup(struct free_index *ix, struct block *x, struct block *xp)
+{
+	while (x != ix->root && !is_red(x)) {
+		struct block *w;
+
+		if (x == xp->tl) {
+			w = xp->tr;
+			if (w->red) {
+				w->red = false;
+				xp->red = true;
+				rotate_left(ix, xp);
+				w = xp->tr;
+			}
+			if (!is_red(w->tl) && !is_red(w->tr)) {
+				w->red = true;
+				x = xp;
+				xp = x->tp;
+				continue;
+			}
+			if (!is_red(w->tr)) {
+				w->tl->red = false;
+				w->red = true;
+				rotate_right(ix, w);
+				w = xp->tr;
+			}
+			w->red = xp->red;
+			xp->red = false;
+			w->tr->red = false;
+			rotate_left(ix, xp);
+		} else {
+			w = xp->tl;
+			if (w->red) {
+				w->red = false;
+				xp->red = true;
+				rotate_right(ix, xp);
+				w = xp->tl;
+			}
+			if (!is_red(w->tl) && !is_red(w->tr)) {
+				w->red = true;
+				x = xp;
+				xp = x->tp;
+				continue;
+			}
+			if (!is_red(w->tl)) {
+				w->tr->red = false;
+				w->red = true;
+				rotate_left(ix, w);
+				w = xp->tl;
+			}
+			w->red = xp->red;
+			xp->red = false;
+			w->tl->red = false;
+			rotate_right(ix, xp);
+		}
+		x = ix->root;
+	}
+	if (x)
+		x->red = false;
 }
 
 void index_remove(struct free_index *ix, struct block *b)
 {
+	struct block *x, *xp;
+	bool removed_red = b->red;
+
 	ix->count--;
 	b->is_free = false;
-	if (b->fnext)
-		b->fnext->fprev = b->fprev;
-	if (b->oversize) {
-		if (b->fprev)
-			b->fprev->fnext = b->fnext;
-		else
-			ix->oversize = b->fnext;
-		b->oversize = false;
-	} else if (b->fprev) {
-		b->fprev->fnext = b->fnext;
+	if (!b->tl || !b->tr) {
+		x = b->tl ? b->tl : b->tr;
+		xp = b->tp;
+		replace_child(ix, b, x);
 	} else {
-		ix->heads[b->fl][b->sl] = b->fnext;
-		if (!b->fnext) {
-			ix->sl_bitmap[b->fl] &= ~(1u << b->sl);
-			if (!ix->sl_bitmap[b->fl])
-				ix->fl_bitmap &= ~(1ull << b->fl);
+		/* Two children: b's successor takes its place and colour. */
+		struct block *y = leftmost(b->tr);
+
+		removed_red = y->red;
+		x = y->tr;
+		if (y->tp == b) {
+			xp = y;
+		} else {
+			xp = y->tp;
+			replace_child(ix, y, y->tr);
+			y->tr = b->tr;
+			y->tr->tp = y;
 		}
+		replace_child(ix, b, y);
+		y->tl = b->tl;
+		y->tl->tp = y;
+		y->red = b->red;
 	}
-	b->fprev = b->fnext = NULL;
+	if (!removed_red)
+		remove_fixup(ix, x, xp);
+	b->tl = b->tr = b->tp = NULL;
 }
 
-/* The smallest class at or above (fl, sl) with a block, or NULL. */
-static struct block *first_at_or_above(struct free_index *ix, unsigned fl, unsigned sl)
+struct block *index_lower_bound(const struct free_index *ix, size_t size)
 {
-	uint32_t sl_map = sl < INDEX_SL ? ix->sl_bitmap[fl] & (~0u << sl) : 0;
+	struct block *best = NULL;
 
-	if (!sl_map) {
-		uint64_t fl_map = fl + 1 < INDEX_FL ? ix->fl_bitmap & (~0ull << (fl + 1)) : 0;
-
-		if (!fl_map)
-			return NULL;
-		fl = (unsigned)__builtin_ctzll(fl_map);
-		sl_map = ix->sl_bitmap[fl];
-	}
-	return ix->heads[fl][__builtin_ctz(sl_map)];
+	for (struct block *n = ix->root; n;)
+		if (n->size >= size) {
+			best = n;
+			n = n->tl;
+		} else {
+			n = n->tr;
+		}
+	return best;
 }
 
-/* A block of at least size below max_split.  Every block in a class above
- * the request's own fits, so only the request's own class needs a look at
- * its members; that look is bounded, so the search stays O(1). */
-struct block *index_find(struct free_index *ix, size_t size)
+struct block *index_last(const struct free_index *ix)
 {
-	unsigned fl, sl;
-	int budget = 8;
+	struct block *b = ix->root;
 
-	size_class(size, &fl, &sl);
-	for (struct block *b = ix->heads[fl][sl]; b && budget-- > 0; b = b->fnext)
-		if (b->size >= size)
-			return b;
-	return first_at_or_above(ix, fl, sl + 1);
-}
-
-/* The smallest oversize block of at least size. */
-struct block *index_find_oversize(struct free_index *ix, size_t size)
-{
-	struct block *b = ix->oversize;
-
-	while (b && b->size < size)
-		b = b->fnext;
+	while (b && b->tr)
+		b = b->tr;
 	return b;
 }
 
-struct block *index_largest_oversize(struct free_index *ix)
+struct block *index_prev(const struct block *b)
 {
-	struct block *b = ix->oversize;
-
-	while (b && b->fnext)
-		b = b->fnext;
-	return b;
+	if (b->tl) {
+		b = b->tl;
+		while (b->tr)
+			b = b->tr;
+		return (struct block *)b;
+	}
+	while (b->tp && b == b->tp->tl)
+		b = b->tp;
+	return b->tp;
 }
 
 /* The size of the largest free block, for the fragmentation figure. */
 size_t index_largest(const struct free_index *ix)
 {
-	size_t best = 0;
+	const struct block *b = index_last(ix);
 
-	for (const struct block *b = ix->oversize; b; b = b->fnext)
-		best = b->size > best ? b->size : best;
-	if (ix->fl_bitmap) {
-		unsigned fl = 63u - (unsigned)__builtin_clzll(ix->fl_bitmap);
-		unsigned sl = 31u - (unsigned)__builtin_clz(ix->sl_bitmap[fl]);
-
-		for (const struct block *b = ix->heads[fl][sl]; b; b = b->fnext)
-			best = b->size > best ? b->size : best;
-	}
-	return best;
+	return b ? b->size : 0;
 }

@@ -61,10 +61,10 @@ struct block *block_new(struct allocator *a)
 	struct block *b = a->spare_blocks;
 	a->spare_blocks = b->hnext;
 	/* Every field the allocator reads before writing, and no more. */
-	b->prev = b->next = b->fprev = b->fnext = b->iprev = b->inext = NULL;
+	b->prev = b->next = b->iprev = b->inext = NULL;
 	b->uses = NULL;
 	b->pending_events = 0;
-	b->allocated = b->is_free = b->oversize = b->unmapped = false;
+	b->allocated = b->is_free = b->unmapped = false;
 	b->requested = 0;
 	b->trace_id = 0;
 	return b;
@@ -182,6 +182,10 @@ static size_t round_divisions(size_t size, unsigned divisions)
 
 size_t alloc_round_size(const struct allocator *a, size_t size)
 {
+	/* Without caching every request is its own driver allocation, of
+	 * the size asked for, as PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING. */
+	if (!a->caching)
+		return size;
 	if (size < ALLOC_ROUND)
 		return ALLOC_ROUND;
 	int idx = 63 - __builtin_clzll(size) - 20;
@@ -257,10 +261,10 @@ static void idle_remove(struct allocator *a, struct block *b)
 
 void make_free(struct allocator *a, struct block *b)
 {
-	index_insert(index_of(b->seg), b, a->max_split_size);
+	index_insert(index_of(b->seg), b);
+	/* Its age for garbage collection counts from here, as PyTorch's. */
+	b->gc_base = a->large_lookups;
 	if (whole_segment(b)) {
-		/* Idle segments are released oldest first by garbage collection. */
-		b->idle_since = a->clock;
 		b->iprev = a->idle_tail;
 		b->inext = NULL;
 		if (a->idle_tail)
@@ -268,7 +272,9 @@ void make_free(struct allocator *a, struct block *b)
 		else
 			a->idle_head = b;
 		a->idle_tail = b;
-	} else {
+	} else if (!b->seg->expandable) {
+		/* As PyTorch, inactive_split leaves expandable segments out:
+		 * their free pages can always be released. */
 		stats_change(a->stats.inactive_split, b->seg->small, 1);
 		stats_change(a->stats.inactive_split_bytes, b->seg->small, (int64_t)b->size);
 	}
@@ -279,7 +285,7 @@ void take_free(struct allocator *a, struct block *b)
 	index_remove(index_of(b->seg), b);
 	if (whole_segment(b)) {
 		idle_remove(a, b);
-	} else {
+	} else if (!b->seg->expandable) {
 		stats_change(a->stats.inactive_split, b->seg->small, -1);
 		stats_change(a->stats.inactive_split_bytes, b->seg->small, -(int64_t)b->size);
 	}
@@ -340,8 +346,12 @@ static void free_block(struct allocator *a, struct block *b)
 {
 	bool small = b->seg->small;
 
+	/* Requested bytes go with active ones, when the block is free at
+	 * last, as PyTorch counts them. */
 	stats_change(a->stats.active, small, -1);
 	stats_change(a->stats.active_bytes, small, -(int64_t)b->size);
+	stats_change(a->stats.requested_bytes, small, -(int64_t)b->requested);
+	b->requested = 0;
 	merge_free(a, b);
 	make_free(a, b);
 	/* Pass-through (caching off): straight back to the driver. */
@@ -483,20 +493,48 @@ static struct block *grow(struct allocator *a, struct stream_pool *pool, bool sm
 			  size_t seg_size, bool retry, bool *capped)
 {
 	if (a->expandable)
-		return expandable_grow(a, pool, small, rsize, retry, capped);
+		return expandable_grow(a, pool, small, rsize, seg_size, retry, capped);
 	return alloc_segment(a, pool, small, seg_size, retry, capped);
 }
 
-/* Garbage collection: before reserved memory would pass the threshold,
- * release idle segments, those idle longest first. */
-static void collect_garbage(struct allocator *a, size_t incoming)
+/* Garbage collection, PyTorch's: when reserved memory is above the
+ * threshold (a fraction of memory_fraction's cap), release whole cached
+ * segments of the large pools, those unused for longer than the average
+ * first, pass after pass, until enough is released or none is left.  A
+ * block's age is the number of large-pool lookups since it was freed; a
+ * pass does not stop at the target, so that collection stays rare. */
+static void collect_garbage(struct allocator *a)
 {
 	uint64_t limit = (uint64_t)(a->gc_threshold * (double)a->cap);
+	uint64_t target, reclaimed = 0, total_age = 0, n = 0;
+	bool freed = true;
 
-	while (a->idle_head && a->reserved_total + incoming > limit)
-		release_segment(a, a->idle_head);
-	if (a->expandable && a->reserved_total + incoming > limit)
-		expandable_release_all(a, limit > incoming ? limit - incoming : 0);
+	if (a->reserved_total <= limit)
+		return;
+	target = a->reserved_total - limit;
+	for (struct block *b = a->idle_head; b; b = b->inext)
+		if (!b->seg->small) {
+			total_age += a->large_lookups - b->gc_base;
+			n++;
+		}
+	while (reclaimed < target && freed && n > 0) {
+		double threshold = (double)total_age / (double)n;
+		struct block *next;
+
+		freed = false;
+		for (struct block *b = a->idle_head; b; b = next) {
+			uint64_t age = a->large_lookups - b->gc_base;
+
+			next = b->inext;
+			if (b->seg->small || (double)age < threshold)
+				continue;
+			freed = true;
+			reclaimed += b->size;
+			total_age -= age;
+			n--;
+			release_segment(a, b);
+		}
+	}
 }
 
 /* PyTorch's release_available_cached_blocks: free one cached oversize block
@@ -507,18 +545,22 @@ static bool release_oversize(struct allocator *a, struct stream_pool *pool, size
 	if (a->max_split_size == SIZE_MAX)
 		return false;
 	size_t want = rsize > a->max_split_size ? rsize : a->max_split_size;
-	struct block *b = index_find_oversize(&pool->large, want);
+	struct block *b = index_lower_bound(&pool->large, want);
 
 	if (b) {
 		release_segment(a, b);
 		return true;
 	}
+	/* Else the largest, while they are oversize, until want is released. */
 	size_t released = 0;
-	while (released < rsize && (b = index_largest_oversize(&pool->large))) {
+	for (b = index_last(&pool->large); b && released < want && b->size >= a->max_split_size;) {
+		struct block *prev = index_prev(b);
+
 		released += b->size;
 		release_segment(a, b);
+		b = prev;
 	}
-	return released >= rsize;
+	return released >= want;
 }
 
 /* Wait for every pending event, then give every idle segment back. */
@@ -536,19 +578,22 @@ static void release_cached(struct allocator *a)
 
 /* ---- finding a block ------------------------------------------------------- */
 
+/* PyTorch's get_free_block: the best fit, unless it is an oversize block
+ * for a request that is not, or more than max_non_split_rounding_mb larger
+ * than an oversize request. */
 static struct block *find_cached(struct allocator *a, struct stream_pool *pool, bool small,
 				 size_t rsize)
 {
 	struct free_index *ix = small ? &pool->small : &pool->large;
+	struct block *b;
 
-	if (!a->caching || ix->count == 0)
+	if (a->gc_active && !small)
+		a->large_lookups++;
+	if (!a->caching || !(b = index_lower_bound(ix, rsize)))
 		return NULL;
 	if (rsize < a->max_split_size)
-		return index_find(ix, rsize);
-	/* An oversize request takes a cached oversize block only if the waste
-	 * stays under max_non_split_rounding_mb. */
-	struct block *b = index_find_oversize(ix, rsize);
-	return b && b->size < rsize + a->max_non_split_rounding ? b : NULL;
+		return b->size < a->max_split_size ? b : NULL;
+	return b->size < rsize + a->max_non_split_rounding ? b : NULL;
 }
 
 static bool should_split(const struct allocator *a, const struct block *b, size_t rsize)
@@ -557,7 +602,7 @@ static bool should_split(const struct allocator *a, const struct block *b, size_
 
 	if (!a->caching)
 		return false;
-	if (b->seg->small)
+	if (b->seg->small || b->seg->expandable)
 		return rest >= ALLOC_ROUND;
 	return rsize < a->max_split_size && rest > ALLOC_SMALL_SIZE;
 }
@@ -595,11 +640,31 @@ static int use_block(struct allocator *a, struct block *b, size_t rsize, size_t 
 
 static size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need);
 
+/* Sizes as PyTorch's messages write them: bytes up to 1 KiB, then KiB,
+ * MiB or GiB with two decimals. */
+static void format_mem(uint64_t n, char *buf, size_t size)
+{
+	if (n <= 1024)
+		snprintf(buf, size, _("%llu bytes"), (unsigned long long)n);
+	else if (n <= (uint64_t)1 << 20)
+		snprintf(buf, size, "%.2f KiB", (double)n / 1024.0);
+	else if (n <= (uint64_t)1 << 30)
+		snprintf(buf, size, "%.2f MiB", (double)n / 1048576.0);
+	else
+		snprintf(buf, size, "%.2f GiB", (double)n / 1073741824.0);
+}
+
+/* PyTorch's OutOfMemoryError, in its order and units: what was asked
+ * for, the device's capacity and free memory, what this process holds,
+ * the cap when one is set, what is allocated and what is reserved but
+ * unallocated; then only the advice that can help. */
 static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool capped)
 {
-	uint64_t free_mem = 0, total = 0;
-	char req[32], cap[32], fr[32], tot[32], alloc[32], unused[32];
-	int64_t allocated = a->stats.allocated_bytes[DEVCACHE_POOL_ALL].current;
+	uint64_t free_mem = 0, total = a->dev->info.total_memory;
+	uint64_t allocated = (uint64_t)a->stats.allocated_bytes[DEVCACHE_POOL_ALL].current;
+	uint64_t unused = a->reserved_total - allocated;
+	char req[32], fr[32], tot[32], held[32], alloc[32], un[32], cap[160] = "", hint[512] = "";
+	char said[600] = "";
 
 	/* A driver that failed for another reason than memory (a lost
 	 * device, a context it would not make) is not out of memory: its own
@@ -608,35 +673,56 @@ static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size,
 		return err_set(a->driver_rc, _("%s: cannot allocate %zu bytes: %s"), a->dev->id,
 			       requested, a->driver_why);
 	a->stats.num_ooms++;
-	if (a->kind == ALLOC_PINNED) {
-		format_size(seg_size, req, sizeof req);
-		format_size((uint64_t)allocated, alloc, sizeof alloc);
-		format_size(a->reserved_total - (uint64_t)allocated, unused, sizeof unused);
+	format_mem(seg_size, req, sizeof req);
+	format_mem(allocated, alloc, sizeof alloc);
+	format_mem(unused, un, sizeof un);
+	if (a->driver_rc)
+		snprintf(said, sizeof said, _(" The driver said: %s"), a->driver_why);
+	if (a->kind == ALLOC_PINNED)
 		return err_set(DEVCACHE_ENOMEM,
-			       _("%s: out of pinned host memory: cannot allocate %zu bytes (a %s "
-				 "segment); libdevcache has %s of it allocated and %s cached; the "
-				 "driver said: %s"),
-			       a->dev->id, requested, req, alloc, unused, a->driver_why);
+			       _("%s: out of pinned host memory. Tried to allocate %s for a request "
+				 "of %zu bytes. Of the pinned memory %s is allocated by libdevcache, "
+				 "and %s is cached but unallocated.%s"),
+			       a->dev->id, req, requested, alloc, un, said);
+	if (bk_mem_get_info(a->dev, &free_mem, &total))
+		free_mem = 0;
+	format_mem(free_mem, fr, sizeof fr);
+	format_mem(total, tot, sizeof tot);
+	format_mem(a->reserved_total, held, sizeof held);
+	if (a->fraction_set) {
+		char c[32];
+
+		format_mem(a->cap, c, sizeof c);
+		snprintf(cap, sizeof cap, _(" %s allowed (memory_fraction);"), c);
 	}
-	bk_mem_get_info(a->dev, &free_mem, &total);
-	format_size(seg_size, req, sizeof req);
-	format_size(a->cap, cap, sizeof cap);
-	format_size(free_mem, fr, sizeof fr);
-	format_size(total, tot, sizeof tot);
-	format_size((uint64_t)allocated, alloc, sizeof alloc);
-	format_size(a->reserved_total - (uint64_t)allocated, unused, sizeof unused);
+	if (seg_size > total)
+		snprintf(hint, sizeof hint, _(" The request is larger than the device's memory."));
+	else if (capped && a->cap < total && seg_size <= a->cap)
+		snprintf(hint, sizeof hint,
+			 _(" The memory_fraction cap stopped it: raise memory_fraction "
+			   "(devcache.conf(5))."));
+	else if (capped && a->cap < total)
+		snprintf(hint, sizeof hint,
+			 _(" The request is larger than the memory_fraction cap: raise "
+			   "memory_fraction (devcache.conf(5))."));
+	else if (unused > 0 && unused + free_mem >= seg_size && a->expandable)
+		snprintf(hint, sizeof hint,
+			 _(" Reserved but unallocated memory would be enough: it is "
+			   "fragmented."));
+	else if (unused > 0 && unused + free_mem >= seg_size && (a->dev->info.caps & DEVCACHE_CAP_VMM))
+		snprintf(hint, sizeof hint,
+			 _(" Reserved but unallocated memory would be enough: to avoid this "
+			   "fragmentation, try expandable_segments:true (devcache.conf(5))."));
+	else if (unused > 0 && unused + free_mem >= seg_size && a->max_split_size == SIZE_MAX)
+		snprintf(hint, sizeof hint,
+			 _(" Reserved but unallocated memory would be enough: to avoid this "
+			   "fragmentation, try max_split_size_mb (devcache.conf(5))."));
 	return err_set(DEVCACHE_ENOMEM,
-		       _("%s: out of memory: cannot allocate %zu bytes (a %s segment)%s; "
-			 "the device has %s of which %s is free; libdevcache has %s allocated "
-			 "and %s reserved but unallocated%s%s%s"),
-		       a->dev->id, requested, req,
-		       capped ? _(" without passing the memory_fraction cap") : "", tot, fr, alloc,
-		       unused,
-		       a->reserved_total - (uint64_t)allocated > a->reserved_total / 4
-			       ? _("; that much unallocated memory means fragmentation: try "
-				   "max_split_size_mb or expandable_segments (devcache.conf(5))")
-			       : capped ? _("; raise memory_fraction (devcache.conf(5))") : "",
-		       a->driver_rc ? _("; the driver said: ") : "", a->driver_rc ? a->driver_why : "");
+		       _("%s: out of memory. Tried to allocate %s for a request of %zu bytes. The "
+			 "device has a total capacity of %s of which %s is free. This process has %s "
+			 "in use through libdevcache.%s Of the allocated memory %s is allocated by "
+			 "libdevcache, and %s is reserved by libdevcache but unallocated.%s%s"),
+		       a->dev->id, req, requested, tot, fr, held, cap, alloc, un, hint, said);
 }
 
 /* The whole allocation path; called and returns with a->lock held, though
@@ -650,7 +736,6 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 
 	if (!pool)
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
-	a->clock++;
 	if (a->events_head)
 		process_events(a, false);
 	size_t seg = segment_size(a, rsize);
@@ -658,13 +743,14 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 		/* Only a miss asks the driver: only then can it refuse. */
 		a->driver_rc = 0;
 		a->driver_why[0] = '\0';
-		if (a->gc_threshold > 0)
-			collect_garbage(a, seg);
+		if (a->gc_active)
+			collect_garbage(a);
 		b = grow(a, pool, small, rsize, seg, false, &capped);
 		/* Expandable segments have no oversize segments: their free
-		 * pages go back in the next step. */
+		 * pages go back in the next step.  As PyTorch, only the
+		 * attempt after releasing everything counts as a retry. */
 		if (!b && !a->expandable && release_oversize(a, pool, rsize))
-			b = alloc_segment(a, pool, small, seg, true, &capped);
+			b = alloc_segment(a, pool, small, seg, false, &capped);
 		if (!b) {
 			release_cached(a);
 			b = grow(a, pool, small, rsize, seg, true, &capped);
@@ -806,6 +892,14 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 	a->large_segment_size = round_up(t->v[TUN_large_segment_size_mb].u.size, ALLOC_ROUND_LARGE);
 	memcpy(a->divisions, t->v[TUN_roundup_power2_divisions].divisions, sizeof a->divisions);
 	a->gc_threshold = t->v[TUN_garbage_collection_threshold].u.f;
+	/* PyTorch's set_fraction: any memory_fraction given, 1 included. */
+	a->fraction_set = strcmp(t->v[TUN_memory_fraction].origin, "default") != 0;
+	a->gc_active = a->gc_threshold > 0 && a->fraction_set && kind == ALLOC_DEVICE;
+	if (a->gc_threshold > 0 && !a->fraction_set && kind == ALLOC_DEVICE)
+		log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
+			_("%s: garbage_collection_threshold does nothing without memory_fraction, "
+			  "as in PyTorch"),
+			dev->id);
 	/* The total the backend gave at start-up: asking the driver again
 	 * (cuMemGetInfo) would make every device's context at devcache_open(),
 	 * where a context costs device memory and only the devices used need one. */
@@ -924,7 +1018,6 @@ static int do_free(struct allocator *a, void *ptr, const char *what)
 		b->allocated = false;
 		stats_change(a->stats.allocation, small, -1);
 		stats_change(a->stats.allocated_bytes, small, -(int64_t)b->size);
-		stats_change(a->stats.requested_bytes, small, -(int64_t)b->requested);
 		if (b->size >= a->max_split_size)
 			stat_change(&a->stats.oversize_allocations, -1);
 		if (a->trace)

@@ -12,26 +12,18 @@
 #define ALLOC_MIN_LARGE ((size_t)10 << 20)  /* requests below: a large_segment_size_mb segment */
 #define ALLOC_ROUND_LARGE ((size_t)2 << 20) /* larger requests are rounded to this */
 
-/* The free-block index: two-level segregated lists, in the manner of TLSF.
- * The first level is the power of two below a block's size; the second
- * splits each power of two into INDEX_SL equal classes.  A bitmap per level
- * says which lists are non-empty, so finding the smallest class that can
- * hold a request is two find-first-set instructions, whatever the number of
- * free blocks: O(1), where PyTorch walks a balanced tree. */
-#define INDEX_SL_BITS 5
-#define INDEX_SL (1u << INDEX_SL_BITS)
-#define INDEX_FL 64
-
+/* The free-block index of a pool: its free blocks ordered by size, then
+ * by address, in a red-black tree threaded through the blocks themselves.
+ * The first block at or above a size is PyTorch's best fit (the smallest
+ * block that fits, the lowest address among equals), found in O(log n) as
+ * PyTorch finds it in its std::set; oversize blocks (at or above
+ * max_split_size_mb) are at the tree's right end, so the largest come
+ * first when they are released. */
 struct block;
 
 struct free_index {
-	uint64_t fl_bitmap;
-	uint32_t sl_bitmap[INDEX_FL];
-	struct block *heads[INDEX_FL][INDEX_SL];
-	/* Blocks at or above max_split_size_mb are few and never split: an
-	 * ordered list gives PyTorch's exact best fit among them. */
-	struct block *oversize;
-	size_t count; /* blocks in the index and the oversize list */
+	struct block *root;
+	size_t count; /* blocks in the tree */
 };
 
 struct segment;
@@ -42,19 +34,18 @@ struct block {
 	size_t size;      /* after rounding */
 	size_t requested; /* as asked, while allocated */
 	struct block *prev, *next;   /* address neighbours in the segment */
-	struct block *fprev, *fnext; /* free list, or pending list */
+	struct block *tl, *tr, *tp;  /* free-block index: children and parent */
 	struct block *iprev, *inext; /* idle list: free whole segments, oldest first */
 	struct block *hnext;         /* unused slab link */
 	struct segment *seg;
 	uint64_t trace_id;
-	uint64_t idle_since;         /* allocator clock when it became an idle segment */
+	uint64_t gc_base;            /* large-pool lookups when it was freed: its age's origin */
 	struct stream_use *uses;     /* streams named by devcache_record_stream */
 	int pending_events;          /* events to complete before it is free */
 	bool allocated;
 	bool is_free;                /* in a free list */
 	bool unmapped;               /* address space of an expandable segment, no memory */
-	bool oversize;               /* in the oversize list */
-	uint8_t fl, sl;
+	bool red;                    /* free-block index: the node's colour */
 };
 
 /* An ordinary segment is one driver allocation.  An expandable segment is
@@ -113,11 +104,13 @@ struct allocator {
 	unsigned divisions[DIVISION_INTERVALS];
 	double gc_threshold;
 	uint64_t cap; /* memory_fraction of the device's memory */
+	bool fraction_set;    /* memory_fraction was set: PyTorch's set_fraction */
+	bool gc_active;       /* garbage collection: a threshold and fraction_set */
 	bool expandable;      /* expandable_segments, on a device that can map */
 	size_t vm_granularity;
 	size_t vm_space;      /* address space an expandable segment reserves */
 	uint64_t reserved_total;
-	uint64_t clock; /* counts allocations; ages idle segments */
+	uint64_t large_lookups; /* large-pool lookups while gc_active: ages free blocks */
 	/* The driver's last refusal during the allocation under way: its code
 	 * and detail message, so that the error says what the driver said. */
 	int driver_rc;
@@ -143,11 +136,13 @@ struct allocator {
 };
 
 /* alloc-index.c */
-void index_insert(struct free_index *ix, struct block *b, size_t max_split);
+void index_insert(struct free_index *ix, struct block *b);
 void index_remove(struct free_index *ix, struct block *b);
-struct block *index_find(struct free_index *ix, size_t size);
-struct block *index_find_oversize(struct free_index *ix, size_t size);
-struct block *index_largest_oversize(struct free_index *ix);
+/* The smallest block of at least size, the lowest address among equals. */
+struct block *index_lower_bound(const struct free_index *ix, size_t size);
+/* The largest block, and the block before b in the index's order. */
+struct block *index_last(const struct free_index *ix);
+struct block *index_prev(const struct block *b);
 size_t index_largest(const struct free_index *ix);
 
 /* alloc.c */
@@ -166,7 +161,7 @@ void segment_add(struct allocator *a, struct segment *seg, struct block *b);
 
 /* alloc-expand.c: expandable segments */
 struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, bool small,
-			      size_t rsize, bool retry, bool *capped);
+			      size_t rsize, size_t seg_size, bool retry, bool *capped);
 void expandable_release_all(struct allocator *a, uint64_t limit);
 /* Make n the block after at, covering [addr, addr + size). */
 void link_after(struct block *n, struct block *at, uintptr_t addr, size_t size);

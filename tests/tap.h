@@ -24,6 +24,13 @@
 			fail_msg("expected \"%s\" in \"%s\"", n_, h_ ? h_ : "(null)");           \
 	} while (0)
 
+#define assert_not_contains(haystack, needle)                                                   \
+	do {                                                                                   \
+		const char *h_ = (haystack), *n_ = (needle);                                       \
+		if (h_ && strstr(h_, n_))                                                          \
+			fail_msg("did not expect \"%s\" in \"%s\"", n_, h_);                       \
+	} while (0)
+
 /* Skip the current test, saying why (tests/run-tap.sh puts the reason on the
  * TAP line: "ok N # SKIP reason"). */
 #define skip_because(...)                                                                      \

@@ -148,29 +148,173 @@ static void oversize_blocks_are_never_split(void **state)
 	devcache_close(f.ctx);
 }
 
-static void garbage_collection_releases_longest_idle_first(void **state)
+/* Four idle 100 MiB segments whose ages, counted in large-pool lookups,
+ * are 7, 4, 1 and 1 when a 150 MiB request misses the cache.  *left
+ * says which of the four are still cached after it: bit i for the i-th. */
+static devcache_stats_t age_four_segments_then_miss(const char *options, unsigned *left)
 {
 	struct fx f;
 	void *s[4];
 
-	(void)state;
-	fx_open(&f, "good:0", "garbage_collection_threshold:0.5"); /* 512 MiB of 1 GiB */
+	fx_open(&f, "good:0", options);
+	/* A 20 MiB segment whose free 15 MiB serve the 2 MiB lookups. */
+	void *keep = fx_alloc(&f, 5 * MiB, NULL);
 	for (int i = 0; i < 4; i++)
 		s[i] = fx_alloc(&f, 100 * MiB, NULL);
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 4; i++) {
 		fx_free(&f, s[i]);
-	/* 400 MiB reserved + 150 MiB would pass 512 MiB: the oldest goes. */
-	fx_alloc(&f, 150 * MiB, NULL);
-	devcache_stats_t st = fx_stats(&f);
-	assert_int_equal(st.num_device_free, 1);
-	assert_int_equal(st.reserved_bytes[DEVCACHE_POOL_ALL].current, 450 * MiB);
-	struct block *idle = f.a->idle_head;
-	for (int i = 1; i < 4; i++, idle = idle->inext) {
-		assert_non_null(idle);
-		assert_int_equal(idle->addr, (uintptr_t)s[i]);
+		for (int k = 0; k < (i < 2 ? 3 : 0); k++)
+			fx_free(&f, fx_alloc(&f, 2 * MiB, NULL));
 	}
-	assert_null(idle);
+	void *big = fx_alloc(&f, 150 * MiB, NULL);
+	devcache_stats_t st = fx_stats(&f);
+	*left = 0;
+	for (struct block *idle = f.a->idle_head; idle; idle = idle->inext)
+		for (int i = 0; i < 4; i++)
+			if (idle->addr == (uintptr_t)s[i])
+				*left |= 1u << i;
+	fx_free(&f, big);
+	fx_free(&f, keep);
 	devcache_close(f.ctx);
+	return st;
+}
+
+static void garbage_collection_releases_longest_idle_first(void **state)
+{
+	unsigned left;
+
+	(void)state;
+	/* 420 MiB reserved is past 30% of 1 GiB by 113 MiB.  The average age
+	 * is 3.25: the segments aged 7 and 4 go, both in the first pass,
+	 * which does not stop at the target; the two youngest stay. */
+	devcache_stats_t st = age_four_segments_then_miss(
+		"memory_fraction:1,garbage_collection_threshold:0.3", &left);
+	assert_int_equal(st.num_device_free, 2);
+	assert_int_equal(st.reserved_bytes[DEVCACHE_POOL_ALL].current, 370 * MiB);
+	assert_int_equal(left, 0xc);
+	/* As in PyTorch, without memory_fraction the threshold does nothing. */
+	st = age_four_segments_then_miss("garbage_collection_threshold:0.3", &left);
+	assert_int_equal(st.num_device_free, 0);
+	assert_int_equal(st.reserved_bytes[DEVCACHE_POOL_ALL].current, 570 * MiB);
+	assert_int_equal(left, 0xf);
+	/* Below the threshold nothing goes. */
+	st = age_four_segments_then_miss("memory_fraction:1,garbage_collection_threshold:0.5",
+					 &left);
+	assert_int_equal(st.num_device_free, 0);
+	assert_int_equal(left, 0xf);
+}
+
+/* PyTorch's best fit: the smallest free block that fits, the lowest
+ * address among equals, whatever the order they were freed in. */
+static void best_fit_smallest_then_lowest_address(void **state)
+{
+	struct fx f;
+	char *a, *b, *c, *d;
+
+	(void)state;
+	fx_open(&f, "host", NULL);
+	a = fx_alloc(&f, 14 * MiB, NULL);
+	b = fx_alloc(&f, 12 * MiB, NULL);
+	c = fx_alloc(&f, 16 * MiB, NULL);
+	d = fx_alloc(&f, 12 * MiB, NULL);
+	char *lo = b < d ? b : d, *hi = b < d ? d : b;
+	/* The higher of the two 12 MiB blocks is freed last. */
+	fx_free(&f, lo);
+	fx_free(&f, a);
+	fx_free(&f, c);
+	fx_free(&f, hi);
+	assert_ptr_equal(fx_alloc(&f, 11 * MiB, NULL), lo);
+	assert_ptr_equal(fx_alloc(&f, 13 * MiB, NULL), a);
+	assert_ptr_equal(fx_alloc(&f, 11 * MiB, NULL), hi);
+	assert_ptr_equal(fx_alloc(&f, 11 * MiB, NULL), c);
+	assert_int_equal(fx_stats(&f).num_device_alloc, 4);
+	devcache_close(f.ctx);
+}
+
+/* ---- the free-block index against a sorted array ---------------------------- */
+
+static int rb_check(const struct block *n, const struct block *parent)
+{
+	if (!n)
+		return 1;
+	assert_ptr_equal(n->tp, parent);
+	if (n->red) {
+		assert_false(n->tl && n->tl->red);
+		assert_false(n->tr && n->tr->red);
+	}
+	if (n->tl)
+		assert_true(n->tl->size < n->size || (n->tl->size == n->size && n->tl->addr < n->addr));
+	if (n->tr)
+		assert_true(n->size < n->tr->size || (n->size == n->tr->size && n->addr < n->tr->addr));
+	int l = rb_check(n->tl, n), r = rb_check(n->tr, n);
+	assert_int_equal(l, r);
+	return l + !n->red;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static void free_index_is_an_ordered_set(void **state)
+{
+	enum { N = 2000, OPS = 40000 };
+	struct block *blocks = calloc(N, sizeof *blocks);
+	struct free_index ix = {0};
+	uint64_t seed = 0x9e3779b97f4a7c15ull;
+	size_t in = 0;
+
+	(void)state;
+	assert_non_null(blocks);
+	for (int i = 0; i < N; i++) {
+		/* Few distinct sizes, so that equal sizes are common. */
+		blocks[i].size = (1 + xorshift(&seed) % 64) * 512;
+		blocks[i].addr = (uintptr_t)(i + 1) * 4096;
+	}
+	for (int op = 0; op < OPS; op++) {
+		struct block *b = &blocks[xorshift(&seed) % N];
+
+		if (b->is_free) {
+			index_remove(&ix, b);
+			in--;
+		} else {
+			index_insert(&ix, b);
+			in++;
+		}
+		assert_int_equal(ix.count, in);
+		size_t want = (1 + xorshift(&seed) % 66) * 512;
+		const struct block *best = NULL, *last = NULL;
+		for (int i = 0; i < N; i++) {
+			const struct block *x = &blocks[i];
+
+			if (!x->is_free)
+				continue;
+			if (x->size >= want && (!best || x->size < best->size ||
+						(x->size == best->size && x->addr < best->addr)))
+				best = x;
+			if (!last || x->size > last->size || (x->size == last->size && x->addr > last->addr))
+				last = x;
+		}
+		assert_ptr_equal(index_lower_bound(&ix, want), best);
+		assert_ptr_equal(index_last(&ix), last);
+		if (op % 1000 == 0) {
+			assert_false(ix.root && ix.root->red);
+			rb_check(ix.root, NULL);
+			/* Walking back from the largest visits every block once, in order. */
+			size_t n = 0;
+			for (const struct block *x = index_last(&ix), *prev; x; x = prev, n++) {
+				prev = index_prev(x);
+				if (prev)
+					assert_true(prev->size < x->size ||
+						    (prev->size == x->size && prev->addr < x->addr));
+			}
+			assert_int_equal(n, in);
+		}
+	}
+	free(blocks);
 }
 
 static void memory_fraction_caps_without_calling_the_driver(void **state)
@@ -206,14 +350,15 @@ static void caching_off_passes_through(void **state)
 	for (int i = 0; i < 10; i++) {
 		void *p = fx_alloc(&f, 1000, NULL);
 
-		assert_int_equal(fx_segment_size(&f, p), 1024);
+		/* The size asked for, as the driver would be asked without libdevcache. */
+		assert_int_equal(fx_segment_size(&f, p), 1000);
 		fx_free(&f, p);
 	}
 	devcache_stats_t s = fx_stats(&f);
 	assert_int_equal(s.num_device_alloc, 10);
 	assert_int_equal(s.num_device_free, 10);
 	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
-	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].peak, 1024);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].peak, 1000);
 	devcache_close(f.ctx);
 }
 
@@ -358,6 +503,8 @@ int main(void)
 		cmocka_unit_test(free_coalesces_neighbours),
 		cmocka_unit_test(oversize_blocks_are_never_split),
 		cmocka_unit_test(garbage_collection_releases_longest_idle_first),
+		cmocka_unit_test(best_fit_smallest_then_lowest_address),
+		cmocka_unit_test(free_index_is_an_ordered_set),
 		cmocka_unit_test(memory_fraction_caps_without_calling_the_driver),
 		cmocka_unit_test(caching_off_passes_through),
 		cmocka_unit_test(empty_cache_returns_unused_segments),

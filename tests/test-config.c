@@ -655,7 +655,7 @@ static void file_report_mode(void **state)
 	xsnprintf(expect, sizeof expect, "%s:4: expected 'KEY = VALUE', found 'nonsense'", path);
 	assert_string_equal(fx->reports[2], expect);
 	xsnprintf(expect, sizeof expect,
-		 "%s:5: max_split_size_mb: '10' is out of range (accepted: at least 20M, or unlimited)",
+		 "%s:5: max_split_size_mb: '10' is out of range (accepted: greater than 20M, or unlimited)",
 		 path);
 	assert_string_equal(fx->reports[3], expect);
 	/* the good lines around the errors still apply */
@@ -990,7 +990,7 @@ static void check_file_reports_every_error(void **state)
 		 "%s:4: unknown tunable 'log_levle' (did you mean 'log_level'?)", path);
 	xsnprintf(expect[2], sizeof expect[2], "%s:6: expected 'KEY = VALUE', found 'nonsense'", path);
 	xsnprintf(expect[3], sizeof expect[3],
-		 "%s:7: max_split_size_mb: '10' is out of range (accepted: at least 20M, or unlimited)",
+		 "%s:7: max_split_size_mb: '10' is out of range (accepted: greater than 20M, or unlimited)",
 		 path);
 	assert_int_equal(devcache_config_check_file(path, capture_fn, &fx->cap), DEVCACHE_ECONFIG);
 	assert_int_equal(fx->cap.n, 4);

@@ -274,9 +274,10 @@ static void the_drivers_out_of_memory_is_named(void **state)
 	c.inject("cuMemAlloc_v2", 1 | 0x80000000u, CUDA_ERROR_OUT_OF_MEMORY);
 	assert_int_equal(devcache_alloc(dev, 4096, NULL, &p), DEVCACHE_ENOMEM);
 	c.inject("cuMemAlloc_v2", 0, 0);
-	assert_contains(devcache_last_error(), "cuda:0: out of memory: cannot allocate 4096 bytes");
 	assert_contains(devcache_last_error(),
-			"; the driver said: cuda:0: cuMemAlloc: out of memory (CUDA_ERROR_OUT_OF_MEMORY)");
+			"cuda:0: out of memory. Tried to allocate 4.00 KiB for a request of 4096 bytes");
+	assert_contains(devcache_last_error(),
+			" The driver said: cuda:0: cuMemAlloc: out of memory (CUDA_ERROR_OUT_OF_MEMORY)");
 	assert_int_equal(devcache_alloc(dev, 4096, NULL, &p), 0);
 	assert_int_equal(devcache_free(dev, p), 0);
 	devcache_close(ctx);

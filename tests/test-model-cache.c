@@ -536,7 +536,7 @@ static void driver_faults_mid_load_leave_nothing(void **state)
 	} faults[] = {
 		{"memcpy_htod", 3, DEVCACHE_EBACKEND, "injected failure of memcpy_htod"},
 		{"host_alloc", 1 | 0x80000000u, DEVCACHE_ENOMEM,
-		 "out of pinned host memory: cannot allocate 65536 bytes"},
+		 "out of pinned host memory. Tried to allocate 2.00 MiB for a request of 65536 bytes"},
 		{"event_create", 2, DEVCACHE_EBACKEND, "injected failure of event_create"},
 		{"event_record", 4, DEVCACHE_EBACKEND, "injected failure of event_record"},
 		/* Every call, or the OOM sequence's retry would succeed. */

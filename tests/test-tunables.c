@@ -249,10 +249,11 @@ static void size_mib_default(void **state)
 	(void)state;
 	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "512"), 512 * MiB);
 	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "2G"), 2 * GiB);
-	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "20"), 20 * MiB);
-	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "20M"), 20 * MiB);
-	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "20480K"), 20 * MiB);
-	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "20971520B"), 20 * MiB);
+	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "21"), 21 * MiB);
+	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "21M"), 21 * MiB);
+	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "20481K"), 20 * MiB + 1024);
+	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "20971521B"), 20 * MiB + 1);
+	assert_int_equal(parse_size_value(TUN_max_non_split_rounding_mb, "20"), 20 * MiB);
 	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "20.5"), 41 * MiB / 2);
 	assert_int_equal(parse_size_value(TUN_large_segment_size_mb, "2.5"), 5 * MiB / 2);
 	assert_int_equal(parse_size_value(TUN_max_non_split_rounding_mb, "64"), 64 * MiB);
@@ -265,10 +266,11 @@ static void size_mib_default(void **state)
 static void size_ranges(void **state)
 {
 	(void)state;
-	assert_string_equal(parse_bad(TUN_max_split_size_mb, "19"),
-			    "'19' is out of range (accepted: at least 20M, or unlimited)");
-	assert_contains(parse_bad(TUN_max_split_size_mb, "20971519B"), "'20971519B' is out of range");
-	assert_contains(parse_bad(TUN_max_split_size_mb, "0"), "at least 20M");
+	/* PyTorch's bound: more than 20 MiB. */
+	assert_string_equal(parse_bad(TUN_max_split_size_mb, "20"),
+			    "'20' is out of range (accepted: greater than 20M, or unlimited)");
+	assert_contains(parse_bad(TUN_max_split_size_mb, "20971520B"), "'20971520B' is out of range");
+	assert_contains(parse_bad(TUN_max_split_size_mb, "0"), "greater than 20M");
 	assert_string_equal(parse_bad(TUN_large_segment_size_mb, "4097"),
 			    "'4097' is out of range (accepted: at least 2M and at most 4G)");
 	assert_contains(parse_bad(TUN_large_segment_size_mb, "1"), "'1' is out of range");
