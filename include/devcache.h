@@ -246,7 +246,8 @@ typedef struct devcache_stats {
 	/* Fragmentation, which PyTorch does not report: */
 	uint64_t largest_free_block;   /* the largest cached free block, bytes */
 	double fragmentation;          /* reserved but unallocated, as a fraction of reserved */
-	uint64_t reserved[16];
+	int64_t max_split_size;        /* max_split_size_mb in bytes, -1 unlimited: PyTorch's key */
+	uint64_t reserved[15];
 } devcache_stats_t;
 
 DEVCACHE_API int devcache_stats(devcache_device_t *dev, devcache_stats_t *stats);

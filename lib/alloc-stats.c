@@ -23,6 +23,7 @@ void allocator_stats(struct allocator *a, devcache_stats_t *out)
 	int64_t reserved = out->reserved_bytes[DEVCACHE_POOL_ALL].current;
 	int64_t allocated = out->allocated_bytes[DEVCACHE_POOL_ALL].current;
 	out->fragmentation = reserved ? (double)(reserved - allocated) / (double)reserved : 0.0;
+	out->max_split_size = a->max_split_size == SIZE_MAX ? -1 : (int64_t)a->max_split_size;
 }
 
 int devcache_stats(devcache_device_t *dev, devcache_stats_t *stats)

@@ -141,7 +141,7 @@ static void header(struct table *t, const char *device, const devcache_stats_t *
 	rule(t, '-');
 	snprintf(a, sizeof a, "%" PRIu64, st->num_ooms);
 	snprintf(b, sizeof b, "%" PRIu64, st->num_alloc_retries);
-	facts(t, "Device OOMs", a, "Allocation retries", b);
+	facts(t, "CUDA OOMs", a, "cudaMalloc retries", b);
 	cell_size(a, (int64_t)(st->largest_free_block > INT64_MAX ? INT64_MAX
 								     : st->largest_free_block),
 		    (int64_t)(st->largest_free_block > INT64_MAX ? INT64_MAX
@@ -162,19 +162,20 @@ static void table(struct table *t, const char *device, const devcache_stats_t *s
 	metric(t, "Allocated memory", st->allocated_bytes, cell_size);
 	metric(t, "Active memory", st->active_bytes, cell_size);
 	metric(t, "Requested memory", st->requested_bytes, cell_size);
-	/* PyTorch's "GPU reserved memory"; "Device reserved memory" would not
-	 * fit the column. */
-	metric(t, "Reserved memory", st->reserved_bytes, cell_size);
+	/* PyTorch's labels, word for word, whatever the device, so that what
+	 * reads torch.cuda.memory_summary() reads this (PyTorch's ROCm build
+	 * prints the same). */
+	metric(t, "GPU reserved memory", st->reserved_bytes, cell_size);
 	metric(t, "Non-releasable memory", st->inactive_split_bytes, cell_size);
 	metric(t, "Allocations", st->allocation, cell_count);
 	metric(t, "Active allocs", st->active, cell_count);
-	metric(t, "Reserved segments", st->segment, cell_count);
+	metric(t, "GPU reserved segments", st->segment, cell_count);
 	metric(t, "Non-releasable allocs", st->inactive_split, cell_count);
 	rule(t, '-');
 	row(t, "Oversize allocations", &st->oversize_allocations, &st->oversize_allocations,
 	    cell_count);
 	rule(t, '-');
-	row(t, "Oversize segments", &st->oversize_segments, &st->oversize_segments, cell_count);
+	row(t, "Oversize GPU segments", &st->oversize_segments, &st->oversize_segments, cell_count);
 	rule(t, '=');
 }
 

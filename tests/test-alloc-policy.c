@@ -126,6 +126,8 @@ static void oversize_blocks_are_never_split(void **state)
 	void *big = fx_alloc(&f, 100 * MiB, NULL);
 	fx_free(&f, big);
 	assert_int_equal(fx_stats(&f).oversize_segments.current, 1);
+	/* PyTorch's max_split_size key, in bytes. */
+	assert_int_equal(fx_stats(&f).max_split_size, 64 * MiB);
 	/* A request under max_split_size never takes an oversize block. */
 	void *small = fx_alloc(&f, 30 * MiB, NULL);
 	assert_ptr_not_equal(small, big);
@@ -347,6 +349,7 @@ static void caching_off_passes_through(void **state)
 
 	(void)state;
 	fx_open(&f, "host", "caching:false");
+	assert_int_equal(fx_stats(&f).max_split_size, -1);
 	for (int i = 0; i < 10; i++) {
 		void *p = fx_alloc(&f, 1000, NULL);
 

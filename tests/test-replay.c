@@ -309,8 +309,8 @@ static void summary_table(void **state)
 	assert_contains(table, "| Allocated memory      |      0 B   |");
 	assert_contains(table, "|       from large pool |");
 	assert_contains(table, "| Non-releasable allocs |");
-	assert_contains(table, "| Oversize segments     |");
-	assert_contains(table, "Device OOMs: 0");
+	assert_contains(table, "| Oversize GPU segments |");
+	assert_contains(table, "CUDA OOMs: 0");
 }
 
 static void bad_traces_exit_2(void **state)
@@ -501,7 +501,7 @@ static void summary_from_the_library(void **state)
 			      "       0    |\n"
 			      "|       from small pool |       1    |       1    |       1    |"
 			      "       0    |\n");
-	assert_contains(text, "\n| Reserved segments     |       2    |");
+	assert_contains(text, "\n| GPU reserved segments |       2    |");
 	assert_contains(text, "|                libdevcache memory summary, device ID host                 |\n");
 	free(text);
 	assert_int_equal(devcache_free(dev, small), 0);

@@ -83,7 +83,7 @@ static void pytorch_units(void **state)
 		"|===========================================================================|\n"
 		"|               libdevcache memory summary, device ID cuda:3                |\n"
 		"|---------------------------------------------------------------------------|\n"
-		"|          Device OOMs: 3            |        Allocation retries: 17        |\n"
+		"|            CUDA OOMs: 3            |        cudaMalloc retries: 17        |\n"
 		"|   Largest free block: 20480 KiB    |        Fragmentation: 37.5%          |\n"
 		"|===========================================================================|\n"
 		"|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |\n"
@@ -100,7 +100,7 @@ static void pytorch_units(void **state)
 		"|       from large pool |  12000 B   |    975 KiB |      1 B   |      2 B   |\n"
 		"|       from small pool |    345 B   |      0 KiB |      0 B   |      0 B   |\n"
 		"|---------------------------------------------------------------------------|\n"
-		"| Reserved memory       |  20480 KiB |    768 GiB |    800 GiB |    800 TiB |\n"
+		"| GPU reserved memory   |  20480 KiB |    768 GiB |    800 GiB |    800 TiB |\n"
 		"|       from large pool |  18432 KiB |    767 GiB |    799 GiB |    799 TiB |\n"
 		"|       from small pool |   2048 KiB |      1 GiB |      1 GiB |      1 TiB |\n"
 		"|---------------------------------------------------------------------------|\n"
@@ -116,7 +116,7 @@ static void pytorch_units(void **state)
 		"|       from large pool |       0    |       0    |       0    |       0    |\n"
 		"|       from small pool |       0    |       0    |       0    |       0    |\n"
 		"|---------------------------------------------------------------------------|\n"
-		"| Reserved segments     |       3    |       4    |       5    |       6    |\n"
+		"| GPU reserved segments |       3    |       4    |       5    |       6    |\n"
 		"|       from large pool |       1    |       2    |       3    |       4    |\n"
 		"|       from small pool |       2    |       2    |       2    |       2    |\n"
 		"|---------------------------------------------------------------------------|\n"
@@ -126,7 +126,7 @@ static void pytorch_units(void **state)
 		"|---------------------------------------------------------------------------|\n"
 		"| Oversize allocations  |       1    |       2    |     750 K  |  749999    |\n"
 		"|---------------------------------------------------------------------------|\n"
-		"| Oversize segments     |       0    |       0    |       0    |       0    |\n"
+		"| Oversize GPU segments |       0    |       0    |       0    |       0    |\n"
 		"|===========================================================================|\n";
 
 	(void)state;
@@ -187,7 +187,7 @@ static void extremes_keep_the_box(void **state)
 	assert_contains(text, "| Allocations           |    9223 P  |    9223 P  |");
 	assert_contains(text, "|       from large pool |   8191 PiB |");
 	assert_contains(text, "|     -5 B   |");
-	assert_contains(text, "Device OOMs: 18446744073709551615");
+	assert_contains(text, "CUDA OOMs: 18446744073709551615");
 	assert_contains(text, "Fragmentation: 100.0%");
 	assert_contains(text, "libdevcache memory summary, device ID a-very-long-device-name:31");
 	free(text);

@@ -648,26 +648,6 @@ static int add_int(PyObject *d, const char *key, long long v)
 	return rc;
 }
 
-/* max_split_size_mb as PyTorch reports max_split_size: bytes, -1 unlimited. */
-static long long max_split_size(ContextObject *ctx)
-{
-	char text[64], *end;
-	unsigned long long v;
-
-	if (devcache_config_get(ctx->ctx, "max_split_size_mb", text, sizeof text, NULL) ||
-	    strcasecmp(text, "unlimited") == 0)
-		return -1;
-	v = strtoull(text, &end, 10);
-	switch (*end) {
-	case 'T': case 't': v <<= 10; /* fall through */
-	case 'G': case 'g': v <<= 10; /* fall through */
-	case 'M': case 'm': case '\0': v <<= 10; /* fall through */
-	case 'K': case 'k': v <<= 10; break;
-	default: break;
-	}
-	return (long long)v;
-}
-
 static PyObject *stats_dict(DeviceObject *self, int host)
 {
 	static const char *const pool[] = {"all", "small_pool", "large_pool"};
@@ -680,7 +660,6 @@ static PyObject *stats_dict(DeviceObject *self, int host)
 	Py_BEGIN_ALLOW_THREADS
 	rc = host ? devcache_host_stats(self->dev, &s) : devcache_stats(self->dev, &s);
 	Py_END_ALLOW_THREADS
-	long long mss = max_split_size(self->owner);
 	pdc_leave(self->owner);
 	if (rc)
 		return pdc_raise(rc);
@@ -711,7 +690,7 @@ static PyObject *stats_dict(DeviceObject *self, int host)
 	    add_int(d, "num_sync_all_streams", (long long)s.num_sync_all_streams) < 0 ||
 	    add_int(d, "num_device_alloc", (long long)s.num_device_alloc) < 0 ||
 	    add_int(d, "num_device_free", (long long)s.num_device_free) < 0 ||
-	    add_int(d, "max_split_size", mss) < 0 ||
+	    add_int(d, "max_split_size", (long long)s.max_split_size) < 0 ||
 	    add_int(d, "largest_free_block", (long long)s.largest_free_block) < 0)
 		goto err;
 	PyObject *frag = PyFloat_FromDouble(s.fragmentation);

@@ -427,8 +427,8 @@ class Allocator(unittest.TestCase):
         text = self.host.summary()
         self.assertIsInstance(text, str)
         for label in ("memory summary, device ID host", "Allocated memory", "Active memory",
-                      "Requested memory", "Reserved memory", "Non-releasable memory",
-                      "Allocations", "Active allocs", "Reserved segments", "Oversize allocations",
+                      "Requested memory", "GPU reserved memory", "Non-releasable memory",
+                      "Allocations", "Active allocs", "GPU reserved segments", "Oversize allocations",
                       "from large pool", "from small pool", "Cur Usage", "Peak Usage"):
             self.assertIn(label, text)
         if TOOL:
