@@ -214,8 +214,7 @@ struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, boo
 		best->addr += map;
 		best->size -= map;
 	}
-	merge_free(a, nb);
-	make_free(a, nb);
+	free_merged(a, nb);
 	return nb;
 }
 

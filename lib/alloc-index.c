@@ -235,6 +235,41 @@ struct block *index_last(const struct free_index *ix)
 	return b;
 }
 
+struct block *index_next(const struct block *b)
+{
+	if (b->tr) {
+		b = b->tr;
+		while (b->tl)
+			b = b->tl;
+		return (struct block *)b;
+	}
+	while (b->tp && b == b->tp->tr)
+		b = b->tp;
+	return b->tp;
+}
+
+void index_replace(struct free_index *ix, struct block *old, struct block *b)
+{
+	struct block *p = index_prev(old), *n = index_next(old);
+
+	if ((p && !before(p, b)) || (n && !before(b, n))) {
+		index_remove(ix, old);
+		index_insert(ix, b);
+		return;
+	}
+	b->tl = old->tl;
+	b->tr = old->tr;
+	b->red = old->red;
+	replace_child(ix, old, b);
+	if (b->tl)
+		b->tl->tp = b;
+	if (b->tr)
+		b->tr->tp = b;
+	b->is_free = true;
+	old->is_free = false;
+	old->tl = old->tr = old->tp = NULL;
+}
+
 struct block *index_prev(const struct block *b)
 {
 	if (b->tl) {

@@ -259,9 +259,9 @@ static void idle_remove(struct allocator *a, struct block *b)
 	b->iprev = b->inext = NULL;
 }
 
-void make_free(struct allocator *a, struct block *b)
+/* The bookkeeping of a block entering the free set, apart from the index. */
+static void note_free(struct allocator *a, struct block *b)
 {
-	index_insert(index_of(b->seg), b);
 	/* Its age for garbage collection counts from here, as PyTorch's. */
 	b->gc_base = a->large_lookups;
 	if (whole_segment(b)) {
@@ -280,15 +280,27 @@ void make_free(struct allocator *a, struct block *b)
 	}
 }
 
-void take_free(struct allocator *a, struct block *b)
+/* And of one leaving it, before its neighbours or size change. */
+static void note_taken(struct allocator *a, struct block *b)
 {
-	index_remove(index_of(b->seg), b);
 	if (whole_segment(b)) {
 		idle_remove(a, b);
 	} else if (!b->seg->expandable) {
 		stats_change(a->stats.inactive_split, b->seg->small, -1);
 		stats_change(a->stats.inactive_split_bytes, b->seg->small, -(int64_t)b->size);
 	}
+}
+
+void make_free(struct allocator *a, struct block *b)
+{
+	index_insert(index_of(b->seg), b);
+	note_free(a, b);
+}
+
+void take_free(struct allocator *a, struct block *b)
+{
+	index_remove(index_of(b->seg), b);
+	note_taken(a, b);
 }
 
 /* Give a whole free segment back to the driver. */
@@ -314,15 +326,18 @@ static void release_segment(struct allocator *a, struct block *b)
 	block_delete(a, b);
 }
 
-/* Merge b, which is in no free list, with its free neighbours. */
-void merge_free(struct allocator *a, struct block *b)
+/* b takes the index place of the first neighbour it absorbs. */
+void free_merged(struct allocator *a, struct block *b)
 {
+	struct free_index *ix = index_of(b->seg);
+	struct block *slot = NULL;
+
 	for (int side = 0; side < 2; side++) {
 		struct block *n = side ? b->next : b->prev;
 
 		if (!n || !n->is_free)
 			continue;
-		take_free(a, n);
+		note_taken(a, n);
 		if (side) {
 			b->size += n->size;
 			b->next = n->next;
@@ -337,8 +352,20 @@ void merge_free(struct allocator *a, struct block *b)
 			b->next->prev = b;
 		if (b->prev)
 			b->prev->next = b;
-		block_delete(a, n);
+		if (slot) {
+			index_remove(ix, n);
+			block_delete(a, n);
+		} else {
+			slot = n;
+		}
 	}
+	if (slot) {
+		index_replace(ix, slot, b);
+		block_delete(a, slot);
+	} else {
+		index_insert(ix, b);
+	}
+	note_free(a, b);
 }
 
 /* Return a freed block to its pool, merging it with free neighbours. */
@@ -352,8 +379,7 @@ static void free_block(struct allocator *a, struct block *b)
 	stats_change(a->stats.active_bytes, small, -(int64_t)b->size);
 	stats_change(a->stats.requested_bytes, small, -(int64_t)b->requested);
 	b->requested = 0;
-	merge_free(a, b);
-	make_free(a, b);
+	free_merged(a, b);
 	/* Pass-through (caching off): straight back to the driver. */
 	if (!a->caching && whole_segment(b))
 		release_segment(a, b);
@@ -616,11 +642,15 @@ static int use_block(struct allocator *a, struct block *b, size_t rsize, size_t 
 	if ((2 * (a->table_used + 1) > a->table_cap && table_grow(a)) ||
 	    (should_split(a, b, rsize) && !(rest = block_new(a))))
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
-	take_free(a, b);
+	note_taken(a, b);
 	if (rest) {
+		/* What is left takes the block's place in the index. */
 		link_after(rest, b, b->addr + rsize, b->size - rsize);
 		b->size = rsize;
-		make_free(a, rest);
+		index_replace(index_of(b->seg), b, rest);
+		note_free(a, rest);
+	} else {
+		index_remove(index_of(b->seg), b);
 	}
 	table_insert(a, b);
 	bool small = b->seg->small;

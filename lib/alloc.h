@@ -143,6 +143,11 @@ struct block *index_lower_bound(const struct free_index *ix, size_t size);
 /* The largest block, and the block before b in the index's order. */
 struct block *index_last(const struct free_index *ix);
 struct block *index_prev(const struct block *b);
+struct block *index_next(const struct block *b);
+/* b, in no index, takes old's place in it, and old leaves: in place when
+ * b's key falls between old's neighbours (a split or a merge mostly
+ * does), which spares the tree a removal and an insertion. */
+void index_replace(struct free_index *ix, struct block *old, struct block *b);
 size_t index_largest(const struct free_index *ix);
 
 /* alloc.c */
@@ -156,7 +161,8 @@ struct block *block_new(struct allocator *a);
 void block_delete(struct allocator *a, struct block *b);
 void make_free(struct allocator *a, struct block *b);
 void take_free(struct allocator *a, struct block *b);
-void merge_free(struct allocator *a, struct block *b);
+/* Merge b, in no free list, with its free neighbours, and make it free. */
+void free_merged(struct allocator *a, struct block *b);
 void segment_add(struct allocator *a, struct segment *seg, struct block *b);
 
 /* alloc-expand.c: expandable segments */

@@ -277,9 +277,18 @@ static void free_index_is_an_ordered_set(void **state)
 		blocks[i].addr = (uintptr_t)(i + 1) * 4096;
 	}
 	for (int op = 0; op < OPS; op++) {
-		struct block *b = &blocks[xorshift(&seed) % N];
+		struct block *b = &blocks[xorshift(&seed) % N], *old;
 
-		if (b->is_free) {
+		if (op % 3 == 2 && !b->is_free && (old = index_lower_bound(&ix, b->size))) {
+			/* A split or a merge: b replaces old, at old's place or not. */
+			int64_t step = ((int64_t)(xorshift(&seed) % 3) - 1) * 512 *
+				       (int64_t)(xorshift(&seed) % 4);
+
+			b->size = (size_t)((int64_t)old->size + step > 0 ? (int64_t)old->size + step : 512);
+			index_replace(&ix, old, b);
+			assert_false(old->is_free);
+			assert_true(b->is_free);
+		} else if (b->is_free) {
 			index_remove(&ix, b);
 			in--;
 		} else {
