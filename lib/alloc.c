@@ -1,5 +1,53 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* alloc.c - the caching allocator: PyTorch's policy over the backend vtable, for every device. */
+
+/*
+ * The policy, which is PyTorch's CUDA caching allocator's (2.4) unless a
+ * point below says otherwise, so that a PyTorch user's settings mean the
+ * same here and `devcache replay` answers questions about PyTorch:
+ *
+ * - A request is rounded up to a multiple of 512 bytes, or with
+ *   roundup_power2_divisions to the next of N steps between two powers of
+ *   two.  Without caching it is not rounded: it goes to the driver as is.
+ * - Requests up to 1 MiB are the small pool, served from 2 MiB segments;
+ *   larger ones the large pool: under 10 MiB from large_segment_size_mb
+ *   (20 MiB) segments, else a segment of their own, rounded to 2 MiB.
+ *   Each stream has its own pair of pools: a freed block is reused only on
+ *   the stream it was allocated on.
+ * - A request takes the best fit of its pool (alloc-index.c): the smallest
+ *   free block that fits, the lowest address among equals; never a block
+ *   of max_split_size_mb or more for a smaller request, and such a block
+ *   for a larger one only within max_non_split_rounding_mb.  What is left
+ *   is split off when it is at least 512 bytes (small pool, or expandable
+ *   segments) or more than 1 MiB (large pool, requests under
+ *   max_split_size_mb).
+ * - A freed block merges with its free neighbours.  A block used on other
+ *   streams (devcache_record_stream) is free only once events recorded on
+ *   them at the free have completed.
+ * - On a miss: garbage collection if memory_fraction is set and
+ *   garbage_collection_threshold too (PyTorch's age rule: whole large-pool
+ *   segments unused for at least the average number of large-pool lookups
+ *   go, pass after pass); then a new segment, unless memory_fraction's cap
+ *   or the driver refuses; then releasing cached oversize segments toward
+ *   max(request, max_split_size) and trying again; then waiting for every
+ *   pending event, releasing every whole cached segment and every free
+ *   page of the expandable ones and retrying (the one attempt counted in
+ *   num_alloc_retries); then, and here libdevcache adds to PyTorch, the
+ *   context's pressure callbacks (the model cache evicts); then
+ *   DEVCACHE_ENOMEM with PyTorch's message and only the advice that fits.
+ * - With expandable_segments (alloc-expand.c), each pool maps pages into
+ *   one reserved range instead of making segments: 2 MiB pages for the
+ *   small pool, large_segment_size_mb for the large one.  Where PyTorch
+ *   maps at the lowest-address hole that can take the request, this maps
+ *   at the hole that needs the fewest new pages (a free block before a
+ *   hole counts), so a growing tensor grows in place.
+ *
+ * The files: alloc.c the policy and the public calls, alloc-index.c the
+ * free blocks' tree, alloc-table.c the allocated blocks by address,
+ * alloc-expand.c expandable segments, alloc-stats.c the statistics and the
+ * snapshot.  One mutex per allocator guards all of it; the pressure
+ * callbacks run with it released.
+ */
 #include "alloc.h"
 #include "backend-call.h"
 #include "trace.h"
@@ -80,87 +128,6 @@ void block_delete(struct allocator *a, struct block *b)
 	}
 	b->hnext = a->spare_blocks;
 	a->spare_blocks = b;
-}
-
-/* ---- allocated blocks by address: open addressing, linear probing -------- */
-
-static size_t slot_of(const struct allocator *a, uintptr_t addr)
-{
-	return (size_t)(((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull >> 20) & (a->table_cap - 1);
-}
-
-static int table_grow(struct allocator *a)
-{
-	size_t old_cap = a->table_cap, cap = old_cap ? old_cap * 2 : 1024;
-	struct block **old = a->table, **t = calloc(cap, sizeof *t);
-
-	if (!t)
-		return DEVCACHE_ENOMEM;
-	a->table = t;
-	a->table_cap = cap;
-	for (size_t i = 0; i < old_cap; i++)
-		if (old[i]) {
-			size_t s = slot_of(a, old[i]->addr);
-
-			while (t[s])
-				s = (s + 1) & (cap - 1);
-			t[s] = old[i];
-		}
-	free(old);
-	return 0;
-}
-
-static int table_insert(struct allocator *a, struct block *b)
-{
-	if (2 * (a->table_used + 1) > a->table_cap && table_grow(a))
-		return DEVCACHE_ENOMEM;
-	size_t s = slot_of(a, b->addr);
-	while (a->table[s])
-		s = (s + 1) & (a->table_cap - 1);
-	a->table[s] = b;
-	a->table_used++;
-	return 0;
-}
-
-static size_t table_slot(const struct allocator *a, uintptr_t addr)
-{
-	size_t mask = a->table_cap - 1, s = slot_of(a, addr);
-
-	while (a->table[s] && a->table[s]->addr != addr)
-		s = (s + 1) & mask;
-	return s;
-}
-
-static struct block *table_find(const struct allocator *a, uintptr_t addr)
-{
-	return a->table_cap ? a->table[table_slot(a, addr)] : NULL;
-}
-
-/* Remove and return the block at addr.  Backward-shift deletion keeps probe
- * chains whole without tombstones: each following entry moves into the hole
- * unless its home slot lies cyclically between the hole and itself. */
-static struct block *table_take(struct allocator *a, uintptr_t addr)
-{
-	if (!a->table_cap)
-		return NULL;
-	size_t mask = a->table_cap - 1, hole = table_slot(a, addr);
-	struct block *found = a->table[hole];
-
-	if (!found)
-		return NULL;
-	a->table[hole] = NULL;
-	for (size_t j = (hole + 1) & mask; a->table[j]; j = (j + 1) & mask) {
-		size_t home = slot_of(a, a->table[j]->addr);
-		bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-
-		if (stays)
-			continue;
-		a->table[hole] = a->table[j];
-		a->table[j] = NULL;
-		hole = j;
-	}
-	a->table_used--;
-	return found;
 }
 
 /* ---- policy: sizes and pools ---------------------------------------------- */
@@ -639,7 +606,7 @@ static int use_block(struct allocator *a, struct block *b, size_t rsize, size_t 
 {
 	struct block *rest = NULL;
 
-	if ((2 * (a->table_used + 1) > a->table_cap && table_grow(a)) ||
+	if (table_reserve(a) ||
 	    (should_split(a, b, rsize) && !(rest = block_new(a))))
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 	note_taken(a, b);

@@ -150,6 +150,15 @@ struct block *index_next(const struct block *b);
 void index_replace(struct free_index *ix, struct block *old, struct block *b);
 size_t index_largest(const struct free_index *ix);
 
+/* alloc-table.c: allocated blocks by address */
+/* Room for one more entry: 0, or DEVCACHE_ENOMEM. */
+int table_reserve(struct allocator *a);
+/* Insert b; table_reserve() first, which makes this one never fail. */
+int table_insert(struct allocator *a, struct block *b);
+struct block *table_find(const struct allocator *a, uintptr_t addr);
+/* Remove and return the block at addr, or NULL. */
+struct block *table_take(struct allocator *a, uintptr_t addr);
+
 /* alloc.c */
 int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct allocator **a_p);
 void allocator_destroy(struct allocator *a);
