@@ -11,6 +11,7 @@ AM_TESTS_ENVIRONMENT = \
 	export DEVCACHE_LOCALEDIR='$(abs_top_builddir)/tests/locale'; \
 	export TEST_TOOL='$(abs_top_builddir)/tools/devcache'; \
 	export TEST_MODULES='$(abs_top_builddir)/tests/modules/.libs'; \
+	export TEST_ARENA='$(abs_top_builddir)/tests/arena/.libs'; \
 	export TEST_BACKENDS='$(abs_top_builddir)/backends/cuda/.libs:$(abs_top_builddir)/backends/hip/.libs:$(abs_top_builddir)/backends/ze/.libs'; \
 	export TEST_CUDA_STUB='$(CUDA_STUB)'; \
 	export TEST_FAKES='$(abs_top_builddir)/tests/fakes/.libs'; \
@@ -53,6 +54,12 @@ tests_modules_misnamed_la_SOURCES = tests/modules/misnamed.c
 tests_modules_misnamed_la_LDFLAGS = $(test_module_ldflags)
 tests_modules_vmm_la_SOURCES = tests/modules/vmm.c
 tests_modules_vmm_la_LDFLAGS = $(test_module_ldflags)
+# The deterministic device of tests/test-alloc-pytorch, built into a
+# folder of its own (TEST_ARENA): the loader's tests count the modules
+# in tests/modules.
+check_LTLIBRARIES += tests/arena/arena.la
+tests_arena_arena_la_SOURCES = tests/modules/arena.c tests/first-fit.h
+tests_arena_arena_la_LDFLAGS = $(test_module_ldflags)
 
 # ---- the German catalogue, where the tests can find it uninstalled ----------
 tests/locale/de/LC_MESSAGES/$(PACKAGE).mo: $(top_srcdir)/po/de.po
