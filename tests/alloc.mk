@@ -20,3 +20,15 @@ tests_test_alloc_expand_SOURCES = tests/test-alloc-expand.c tests/alloc-fixture.
 tests_test_alloc_expand_CFLAGS = $(test_cflags)
 tests_test_alloc_expand_LDADD = $(test_ldadd)
 endif
+
+# libdevcache against an independent model of PyTorch's policy
+# (tests/pytorch-model.c), on the arena test device (tests/modules/arena.c):
+# the two share one deterministic first-fit driver (tests/first-fit.h).
+if HAVE_CMOCKA
+check_PROGRAMS += tests/test-alloc-pytorch
+TESTS += tests/test-alloc-pytorch
+tests_test_alloc_pytorch_SOURCES = tests/test-alloc-pytorch.c tests/pytorch-model.c \
+	tests/pytorch-model.h tests/first-fit.h tests/tap.h
+tests_test_alloc_pytorch_CFLAGS = $(test_cflags)
+tests_test_alloc_pytorch_LDADD = $(test_ldadd)
+endif

@@ -1,0 +1,1005 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* test-alloc-pytorch.c - the caching allocator against an independent model of PyTorch's policy, event by event. */
+#include "tap.h"
+
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <stdbool.h>
+
+#include <devcache.h>
+
+#include "pytorch-model.h"
+
+/* Each case replays one generated trace (training, decoding, switching
+ * models) under one setting, on the arena test device, through libdevcache
+ * and through tests/pytorch-model.c at once, and after every event
+ * compares what PyTorch's memory_stats() would show: allocated, reserved
+ * and requested bytes with their peaks, driver allocations and frees,
+ * retries and out-of-memory errors.  The first difference fails the case
+ * and names the event and both sides' figures.  The arena device and the
+ * model's driver both hand out addresses first fit, so the addresses of
+ * the blocks must agree too; where they part before any figure does, the
+ * message says where. */
+
+#define MiB ((uint64_t)1 << 20)
+#define GiB ((uint64_t)1 << 30)
+
+/* ---- traces ------------------------------------------------------------------ */
+
+enum ev_kind { EV_ALLOC, EV_FREE, EV_EMPTY_CACHE };
+
+struct event {
+	uint8_t kind;
+	uint8_t stream; /* EV_ALLOC: 0, the default stream, or 1 */
+	uint32_t id;    /* the tensor: EV_ALLOC numbers them from 0 */
+	uint64_t size;
+};
+
+struct trace {
+	const char *name;
+	struct event *ev;
+	size_t n, cap;
+	uint32_t tensors;
+};
+
+/* Traces are made before any test runs, outside cmocka's reach. */
+static void *must(void *p)
+{
+	if (!p) {
+		fprintf(stderr, "test-alloc-pytorch: out of memory making the traces\n");
+		exit(99);
+	}
+	return p;
+}
+
+static void push(struct trace *t, struct event e)
+{
+	if (t->n == t->cap) {
+		t->cap = t->cap ? 2 * t->cap : 4096;
+		t->ev = must(realloc(t->ev, t->cap * sizeof *t->ev));
+	}
+	t->ev[t->n++] = e;
+}
+
+static uint32_t t_alloc(struct trace *t, uint64_t size, unsigned stream)
+{
+	push(t, (struct event){.kind = EV_ALLOC, .stream = (uint8_t)stream, .id = t->tensors,
+			       .size = size});
+	return t->tensors++;
+}
+
+static void t_free(struct trace *t, uint32_t id)
+{
+	push(t, (struct event){.kind = EV_FREE, .id = id});
+}
+
+static void t_empty_cache(struct trace *t)
+{
+	push(t, (struct event){.kind = EV_EMPTY_CACHE});
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static uint64_t pick(uint64_t *s, uint64_t lo, uint64_t hi)
+{
+	return lo + rng_next(s) % (hi - lo + 1);
+}
+
+/* Training a small transformer in fp16 with Adam: weights, then steps of
+ * varying batch and sequence length; the forward keeps activations layer
+ * by layer, the backward frees them in reverse while it allocates the
+ * gradients; the optimizer's state appears at the first step; the batch
+ * comes in on a second stream; every fourth step is an evaluation; at the
+ * end everything is freed and the cache emptied. */
+static void gen_training(struct trace *t)
+{
+	enum { L = 6, H = 768, NH = 12, V = 16000, STEPS = 12 };
+	uint64_t rng = 0x747261696e696e67ull;
+	uint64_t psize[4 + 12 * L];
+	uint32_t param[4 + 12 * L], grad[4 + 12 * L], adam[2 * (4 + 12 * L)];
+	size_t np = 0;
+
+	t->name = "training";
+	psize[np++] = (uint64_t)V * H * 2; /* embedding, tied with the output */
+	psize[np++] = (uint64_t)1024 * H * 2; /* positions */
+	for (int l = 0; l < L; l++) {
+		uint64_t per[12] = {H * 2, H * 2, 3ull * H * H * 2, 3ull * H * 2, (uint64_t)H * H * 2,
+				    H * 2, H * 2, H * 2, 4ull * H * H * 2, 4ull * H * 2,
+				    4ull * H * H * 2, H * 2};
+		for (int k = 0; k < 12; k++)
+			psize[np++] = per[k];
+	}
+	psize[np++] = H * 2; /* final layer norm */
+	psize[np++] = H * 2;
+	for (size_t i = 0; i < np; i++)
+		param[i] = t_alloc(t, psize[i], 0);
+
+	for (int step = 0; step < STEPS; step++) {
+		static const uint64_t batches[] = {2, 4, 6, 8, 12};
+		static const uint64_t lengths[] = {128, 192, 256, 384, 512};
+		uint64_t b, s;
+		bool eval = step % 4 == 3;
+
+		do {
+			b = batches[pick(&rng, 0, 4)];
+			s = lengths[pick(&rng, 0, 4)];
+		} while (b * s > 4096);
+		uint64_t tok = b * s, act = tok * H * 2, att = b * NH * s * s * 2;
+		uint32_t in = t_alloc(t, tok * 8, 1), tgt = t_alloc(t, tok * 8, 1);
+		uint32_t saved[L][12], x = t_alloc(t, act, 0);
+
+		for (int l = 0; l < L; l++) {
+			uint32_t ln = t_alloc(t, act, 0), mu = t_alloc(t, tok * 4, 0),
+				 rs = t_alloc(t, tok * 4, 0), qkv = t_alloc(t, 3 * act, 0),
+				 sc = t_alloc(t, att, 0), pr = t_alloc(t, att, 0);
+			t_free(t, sc);
+			uint32_t dm = t_alloc(t, att / 2, 0), ao = t_alloc(t, act, 0),
+				 po = t_alloc(t, act, 0), x2 = t_alloc(t, act, 0);
+			t_free(t, po);
+			uint32_t ln2 = t_alloc(t, act, 0), mu2 = t_alloc(t, tok * 4, 0),
+				 rs2 = t_alloc(t, tok * 4, 0), h1 = t_alloc(t, 4 * act, 0),
+				 g = t_alloc(t, 4 * act, 0), o = t_alloc(t, act, 0),
+				 x3 = t_alloc(t, act, 0);
+			t_free(t, o);
+			uint32_t keep[12] = {x, ln, mu, rs, qkv, pr, dm, ao, x2, ln2, h1, g};
+			memcpy(saved[l], keep, sizeof keep);
+			if (eval) /* no_grad: nothing is kept for a backward */
+				for (int k = 0; k < 12; k++)
+					t_free(t, saved[l][k]);
+			t_free(t, mu2);
+			t_free(t, rs2);
+			x = x3;
+		}
+		uint32_t lnf = t_alloc(t, act, 0), logits = t_alloc(t, tok * V * 2, 0);
+		uint32_t lsm = t_alloc(t, tok * V * 4, 0), loss = t_alloc(t, 4, 0);
+		if (eval) {
+			t_free(t, lsm);
+			t_free(t, logits);
+			t_free(t, lnf);
+			t_free(t, x);
+			t_free(t, loss);
+			t_free(t, in);
+			t_free(t, tgt);
+			continue;
+		}
+		/* backward */
+		uint32_t dlog = t_alloc(t, tok * V * 2, 0);
+		t_free(t, lsm);
+		t_free(t, logits);
+		grad[0] = t_alloc(t, psize[0], 0);
+		uint32_t dx = t_alloc(t, act, 0);
+		t_free(t, dlog);
+		t_free(t, lnf);
+		t_free(t, x);
+		grad[np - 2] = t_alloc(t, psize[np - 2], 0);
+		grad[np - 1] = t_alloc(t, psize[np - 1], 0);
+		for (int l = L - 1; l >= 0; l--) {
+			size_t p0 = 2 + 12 * (size_t)l;
+			uint32_t dh = t_alloc(t, 4 * act, 0);
+			grad[p0 + 10] = t_alloc(t, psize[p0 + 10], 0);
+			grad[p0 + 11] = t_alloc(t, psize[p0 + 11], 0);
+			t_free(t, saved[l][11]);
+			uint32_t dg = t_alloc(t, 4 * act, 0);
+			t_free(t, dh);
+			t_free(t, saved[l][10]);
+			grad[p0 + 8] = t_alloc(t, psize[p0 + 8], 0);
+			grad[p0 + 9] = t_alloc(t, psize[p0 + 9], 0);
+			uint32_t dln2 = t_alloc(t, act, 0);
+			t_free(t, dg);
+			grad[p0 + 6] = t_alloc(t, psize[p0 + 6], 0);
+			grad[p0 + 7] = t_alloc(t, psize[p0 + 7], 0);
+			t_free(t, saved[l][9]);
+			uint32_t dx2 = t_alloc(t, act, 0);
+			t_free(t, dln2);
+			t_free(t, dx);
+			t_free(t, saved[l][8]);
+			grad[p0 + 4] = t_alloc(t, psize[p0 + 4], 0);
+			grad[p0 + 5] = t_alloc(t, psize[p0 + 5], 0);
+			uint32_t dao = t_alloc(t, act, 0);
+			t_free(t, saved[l][7]);
+			uint32_t dpr = t_alloc(t, att, 0);
+			t_free(t, saved[l][6]);
+			uint32_t dsc = t_alloc(t, att, 0);
+			t_free(t, dpr);
+			t_free(t, saved[l][5]);
+			uint32_t dqkv = t_alloc(t, 3 * act, 0);
+			t_free(t, dsc);
+			t_free(t, dao);
+			t_free(t, saved[l][4]);
+			grad[p0 + 2] = t_alloc(t, psize[p0 + 2], 0);
+			grad[p0 + 3] = t_alloc(t, psize[p0 + 3], 0);
+			uint32_t dln = t_alloc(t, act, 0);
+			t_free(t, dqkv);
+			grad[p0 + 0] = t_alloc(t, psize[p0 + 0], 0);
+			grad[p0 + 1] = t_alloc(t, psize[p0 + 1], 0);
+			t_free(t, saved[l][3]);
+			t_free(t, saved[l][2]);
+			t_free(t, saved[l][1]);
+			dx = t_alloc(t, act, 0);
+			t_free(t, dln);
+			t_free(t, dx2);
+			t_free(t, saved[l][0]);
+		}
+		grad[1] = t_alloc(t, psize[1], 0);
+		t_free(t, dx);
+		t_free(t, loss);
+		/* Adam: fp32 moments from the first step; a temporary per parameter */
+		for (size_t i = 0; i < np; i++) {
+			if (step == 0) {
+				adam[2 * i] = t_alloc(t, 2 * psize[i], 0);
+				adam[2 * i + 1] = t_alloc(t, 2 * psize[i], 0);
+			}
+			uint32_t tmp = t_alloc(t, 2 * psize[i], 0);
+			t_free(t, tmp);
+		}
+		for (size_t i = 0; i < np; i++) /* zero_grad(set_to_none=True) */
+			t_free(t, grad[i]);
+		t_free(t, in);
+		t_free(t, tgt);
+	}
+	/* done: the model and its optimizer go, and the cache with them */
+	for (size_t i = 0; i < np; i++) {
+		t_free(t, adam[2 * i]);
+		t_free(t, adam[2 * i + 1]);
+		t_free(t, param[i]);
+	}
+	t_empty_cache(t);
+}
+
+/* Decoding with a naive KV cache: each new token makes every layer's keys
+ * and values one position longer (a new tensor, the old one freed), with
+ * small temporaries per step; batches of varying size and prompt length,
+ * each prefilled on a second stream. */
+static void gen_decoding(struct trace *t)
+{
+	enum { L = 3, H = 2048, NH = 16, V = 32000, EVENTS = 6000 };
+	uint64_t rng = 0x6465636f64696e67ull;
+	uint32_t w[L * 8 + 2];
+	size_t nw = 0;
+
+	t->name = "decoding";
+	w[nw++] = t_alloc(t, (uint64_t)V * H * 2, 0);
+	for (int l = 0; l < L; l++) {
+		uint64_t per[8] = {3ull * H * H * 2, 3ull * H * 2, (uint64_t)H * H * 2, H * 2,
+				   4ull * H * H * 2, 4ull * H * 2, 4ull * H * H * 2, H * 2};
+		for (int k = 0; k < 8; k++)
+			w[nw++] = t_alloc(t, per[k], 0);
+	}
+	w[nw++] = t_alloc(t, H * 2, 0);
+
+	while (t->n < EVENTS) {
+		uint64_t b = pick(&rng, 1, 32), p = pick(&rng, 16, 1024), gen = pick(&rng, 8, 48);
+
+		if (b * p > 8192)
+			p = 8192 / b;
+		uint32_t k[L], v[L], ids = t_alloc(t, b * p * 8, 1);
+		uint32_t x = t_alloc(t, b * p * H * 2, 1);
+
+		for (int l = 0; l < L; l++) { /* prefill */
+			uint32_t qkv = t_alloc(t, b * p * 3 * H * 2, 1);
+			k[l] = t_alloc(t, b * p * H * 2, 1);
+			v[l] = t_alloc(t, b * p * H * 2, 1);
+			uint32_t sc = t_alloc(t, b * NH * p * p * 2, 1);
+			t_free(t, qkv);
+			uint32_t ao = t_alloc(t, b * p * H * 2, 1);
+			t_free(t, sc);
+			uint32_t h = t_alloc(t, b * p * 4 * H * 2, 1), y = t_alloc(t, b * p * H * 2, 1);
+			t_free(t, h);
+			t_free(t, ao);
+			t_free(t, x);
+			x = y;
+		}
+		uint32_t logits = t_alloc(t, b * V * 4, 1);
+		t_free(t, x);
+		t_free(t, ids);
+		uint32_t next = t_alloc(t, b * 8, 0);
+		t_free(t, logits);
+		for (uint64_t i = 1; i <= gen; i++) {
+			uint64_t len = p + i;
+			uint32_t y = t_alloc(t, b * H * 2, 0);
+
+			for (int l = 0; l < L; l++) {
+				uint32_t q = t_alloc(t, b * 3 * H * 2, 0);
+				uint32_t k2 = t_alloc(t, b * len * H * 2, 0);
+				t_free(t, k[l]);
+				uint32_t v2 = t_alloc(t, b * len * H * 2, 0);
+				t_free(t, v[l]);
+				k[l] = k2;
+				v[l] = v2;
+				uint32_t sc = t_alloc(t, b * NH * len * 4, 0);
+				t_free(t, q);
+				uint32_t h = t_alloc(t, b * 4 * H * 2, 0);
+				t_free(t, sc);
+				t_free(t, h);
+			}
+			uint32_t lg = t_alloc(t, b * V * 4, 0), pr = t_alloc(t, b * V * 4, 0);
+			t_free(t, lg);
+			t_free(t, y);
+			t_free(t, next);
+			next = t_alloc(t, b * 8, 0);
+			t_free(t, pr);
+		}
+		t_free(t, next);
+		for (int l = 0; l < L; l++) {
+			t_free(t, k[l]);
+			t_free(t, v[l]);
+		}
+	}
+	for (size_t i = 0; i < nw; i++)
+		t_free(t, w[i]);
+}
+
+/* Serving several models in turn: each one's weights loaded as many
+ * tensors on a loader stream, a few inference steps of varying batch,
+ * everything freed, and every other time the cache emptied, as programs
+ * that switch models do. */
+static void gen_switching(struct trace *t)
+{
+	static const struct {
+		int layers;
+		uint64_t hidden, vocab;
+	} models[] = {{12, 768, 30522}, {6, 1024, 50257}, {8, 1536, 32000}, {3, 2560, 32000}};
+	static const int order[] = {0, 1, 2, 3, 2, 0, 3, 1, 0, 2};
+	uint64_t rng = 0x7377697463686e67ull;
+	uint32_t *w = NULL;
+
+	t->name = "switching";
+	for (size_t k = 0; k < sizeof order / sizeof *order; k++) {
+		int layers = models[order[k]].layers;
+		uint64_t h = models[order[k]].hidden, vocab = models[order[k]].vocab;
+		size_t nw = 0;
+
+		w = must(realloc(w, (size_t)(12 * layers + 3) * sizeof *w));
+		w[nw++] = t_alloc(t, vocab * h * 2, 1);
+		w[nw++] = t_alloc(t, 512 * h * 2, 1);
+		for (int l = 0; l < layers; l++) {
+			uint64_t per[12] = {h * 2, h * 2, 3 * h * h * 2, 3 * h * 2, h * h * 2, h * 2,
+					    h * 2, h * 2, 4 * h * h * 2, 4 * h * 2, 4 * h * h * 2, h * 2};
+			for (int i = 0; i < 12; i++)
+				w[nw++] = t_alloc(t, per[i], 1);
+		}
+		w[nw++] = t_alloc(t, h * 2, 1);
+		for (int step = 0; step < 3; step++) {
+			uint64_t b = pick(&rng, 1, 48), s = pick(&rng, 32, 384), tok = b * s;
+			uint32_t x = t_alloc(t, tok * h * 2, 0);
+
+			for (int l = 0; l < layers; l++) {
+				uint32_t qkv = t_alloc(t, tok * 3 * h * 2, 0);
+				uint32_t sc = t_alloc(t, b * 16 * s * s * 2, 0);
+				uint32_t ao = t_alloc(t, tok * h * 2, 0);
+				t_free(t, sc);
+				t_free(t, qkv);
+				uint32_t m = t_alloc(t, tok * 4 * h * 2, 0), y = t_alloc(t, tok * h * 2, 0);
+				t_free(t, m);
+				t_free(t, ao);
+				t_free(t, x);
+				x = y;
+			}
+			uint32_t logits = t_alloc(t, b * vocab * 4, 0);
+			t_free(t, x);
+			t_free(t, logits);
+		}
+		for (size_t i = 0; i < nw; i++)
+			t_free(t, w[i]);
+		if (k % 2 == 1)
+			t_empty_cache(t);
+	}
+	free(w);
+}
+
+/* ---- settings ----------------------------------------------------------------- */
+
+/* What a setting is there to test: the model must take these paths in
+ * every trace, or the trace has drifted away from its purpose. */
+enum {
+	X_GC = 1,       /* garbage collection releases segments */
+	X_OVERSIZE = 2, /* release_available_cached_blocks releases segments */
+	X_OOM = 4,      /* the cache is flushed for a retry, and some allocations fail */
+	X_FREE = 8,     /* memory goes back to the driver (segments, or pages unmapped) */
+};
+
+struct setting {
+	const char *options; /* libdevcache's, which take PyTorch's keys */
+	unsigned expect;     /* X_* */
+};
+
+static const struct setting settings[] = {
+	{"", 0},
+	{"max_split_size_mb:64", 0},
+	{"max_split_size_mb:200", 0},
+	{"roundup_power2_divisions:4", 0},
+	{"roundup_power2_divisions:[256:1,512:2,1024:4,>:8]", 0},
+	{"roundup_power2_divisions:[1:2,16:4,64:8,>:1]", 0},
+	{"garbage_collection_threshold:0.6,memory_fraction:0.8", X_GC},
+	{"garbage_collection_threshold:0.6", 0},
+	{"memory_fraction:0.42", X_OOM | X_FREE},
+	{"memory_fraction:0.42,max_split_size_mb:64", X_OVERSIZE | X_OOM | X_FREE},
+	{"max_split_size_mb:200,roundup_power2_divisions:[256:1,512:2,1024:4,>:8],"
+	 "garbage_collection_threshold:0.6,memory_fraction:0.9",
+	 X_GC},
+	{"expandable_segments:True", 0},
+	{"expandable_segments:True,roundup_power2_divisions:4", 0},
+	{"expandable_segments:True,garbage_collection_threshold:0.6,memory_fraction:0.8", 0},
+	{"expandable_segments:True,memory_fraction:0.42", X_OOM | X_FREE},
+};
+
+/* PyTorch's reading of roundup_power2_divisions: one number for every
+ * interval, or pairs INTERVAL_MB:N, where the first pair also sets every
+ * interval below its own, and >:N sets the last interval named and all
+ * above. */
+static void parse_divisions(const char *value, unsigned divisions[16])
+{
+	memset(divisions, 0, 16 * sizeof *divisions);
+	if (*value != '[') {
+		for (int i = 0; i < 16; i++)
+			divisions[i] = (unsigned)strtoul(value, NULL, 10);
+		return;
+	}
+	bool first = true;
+	size_t last = 0;
+	for (const char *p = value + 1; *p && *p != ']';) {
+		const char *colon = strchr(p, ':');
+		unsigned n;
+
+		assert_non_null(colon);
+		n = (unsigned)strtoul(colon + 1, NULL, 10);
+		if (*p == '>') {
+			for (size_t i = last; i < 16; i++)
+				divisions[i] = n;
+		} else {
+			unsigned long interval = strtoul(p, NULL, 10);
+			size_t index = 63 - (size_t)__builtin_clzll(interval);
+
+			index = index > 15 ? 15 : index;
+			if (first)
+				for (size_t i = 0; i < index; i++)
+					divisions[i] = n;
+			first = false;
+			divisions[index] = n;
+			last = index;
+		}
+		p = colon + 1;
+		p += strcspn(p, ",]");
+		if (*p == ',')
+			p++;
+	}
+}
+
+/* The model's configuration from the same options, as PyTorch reads
+ * PYTORCH_CUDA_ALLOC_CONF (memory_fraction stands for
+ * set_per_process_memory_fraction). */
+static struct ptm_config model_config(const char *options, uint64_t total, uint64_t base)
+{
+	struct ptm_config c = {.device_total = total, .max_split_size = SIZE_MAX,
+			       .max_non_split_rounding = 20 * MiB, .address_base = base};
+	const char *p = options;
+
+	while (*p) {
+		size_t klen = strcspn(p, ":");
+		const char *v = p + klen + 1;
+		size_t vlen = *v == '[' ? strcspn(v, "]") + 1 : strcspn(v, ",");
+		char key[64], value[128];
+
+		assert_true(p[klen] == ':' && klen < sizeof key && vlen < sizeof value);
+		memcpy(key, p, klen);
+		key[klen] = '\0';
+		memcpy(value, v, vlen);
+		value[vlen] = '\0';
+		if (strcmp(key, "max_split_size_mb") == 0)
+			c.max_split_size = (size_t)strtoull(value, NULL, 10) * MiB;
+		else if (strcmp(key, "roundup_power2_divisions") == 0)
+			parse_divisions(value, c.divisions);
+		else if (strcmp(key, "garbage_collection_threshold") == 0)
+			c.gc_threshold = strtod(value, NULL);
+		else if (strcmp(key, "memory_fraction") == 0)
+			c.fraction_set = true, c.memory_fraction = strtod(value, NULL);
+		else if (strcmp(key, "expandable_segments") == 0)
+			c.expandable = strcmp(value, "True") == 0;
+		else
+			fail_msg("the test reads no option %s", key);
+		p = v + vlen;
+		if (*p == ',')
+			p++;
+	}
+	return c;
+}
+
+/* ---- the comparison -------------------------------------------------------------- */
+
+/* What PyTorch's memory_stats() shows, and whether the last allocation
+ * succeeded. */
+enum figure {
+	F_OK, F_ALLOCATED, F_ALLOCATED_PEAK, F_RESERVED, F_RESERVED_PEAK, F_REQUESTED,
+	F_REQUESTED_PEAK, F_NUM_DEVICE_ALLOC, F_NUM_DEVICE_FREE, F_NUM_ALLOC_RETRIES, F_NUM_OOMS,
+	F_COUNT
+};
+
+static const char *const figure_names[F_COUNT] = {
+	"success of the allocation", "allocated_bytes", "allocated_bytes.peak", "reserved_bytes",
+	"reserved_bytes.peak", "requested_bytes", "requested_bytes.peak", "num_device_alloc",
+	"num_device_free", "num_alloc_retries", "num_ooms"};
+
+static void lib_figures(devcache_device_t *dev, bool ok, int64_t f[F_COUNT])
+{
+	devcache_stats_t s;
+
+	assert_int_equal(devcache_stats(dev, &s), 0);
+	f[F_OK] = ok;
+	f[F_ALLOCATED] = s.allocated_bytes[DEVCACHE_POOL_ALL].current;
+	f[F_ALLOCATED_PEAK] = s.allocated_bytes[DEVCACHE_POOL_ALL].peak;
+	f[F_RESERVED] = s.reserved_bytes[DEVCACHE_POOL_ALL].current;
+	f[F_RESERVED_PEAK] = s.reserved_bytes[DEVCACHE_POOL_ALL].peak;
+	f[F_REQUESTED] = s.requested_bytes[DEVCACHE_POOL_ALL].current;
+	f[F_REQUESTED_PEAK] = s.requested_bytes[DEVCACHE_POOL_ALL].peak;
+	f[F_NUM_DEVICE_ALLOC] = (int64_t)s.num_device_alloc;
+	f[F_NUM_DEVICE_FREE] = (int64_t)s.num_device_free;
+	f[F_NUM_ALLOC_RETRIES] = (int64_t)s.num_alloc_retries;
+	f[F_NUM_OOMS] = (int64_t)s.num_ooms;
+}
+
+static void model_figures(const struct ptm *m, bool ok, int64_t f[F_COUNT])
+{
+	struct ptm_stats s;
+
+	ptm_stats(m, &s);
+	f[F_OK] = ok;
+	f[F_ALLOCATED] = s.allocated;
+	f[F_ALLOCATED_PEAK] = s.allocated_peak;
+	f[F_RESERVED] = s.reserved;
+	f[F_RESERVED_PEAK] = s.reserved_peak;
+	f[F_REQUESTED] = s.requested;
+	f[F_REQUESTED_PEAK] = s.requested_peak;
+	f[F_NUM_DEVICE_ALLOC] = (int64_t)s.num_device_alloc;
+	f[F_NUM_DEVICE_FREE] = (int64_t)s.num_device_free;
+	f[F_NUM_ALLOC_RETRIES] = (int64_t)s.num_alloc_retries;
+	f[F_NUM_OOMS] = (int64_t)s.num_ooms;
+}
+
+static void describe(const struct trace *t, size_t i, char *out, size_t size)
+{
+	const struct event *e = &t->ev[i];
+
+	if (e->kind == EV_ALLOC)
+		snprintf(out, size, "event %zu of %zu (alloc of tensor %" PRIu32 ", %" PRIu64
+			 " bytes on stream %u)", i, t->n, e->id, e->size, (unsigned)e->stream);
+	else if (e->kind == EV_FREE)
+		snprintf(out, size, "event %zu of %zu (free of tensor %" PRIu32 ")", i, t->n, e->id);
+	else
+		snprintf(out, size, "event %zu of %zu (empty_cache)", i, t->n);
+}
+
+struct test_case {
+	const struct trace *trace;
+	const struct setting *setting;
+	char name[192];
+};
+
+/* Where each figure, and the blocks' addresses, first differ. */
+struct divergence {
+	size_t at[F_COUNT + 1]; /* [F_COUNT]: addresses; SIZE_MAX: never */
+	int64_t lib[F_COUNT + 1], model[F_COUNT + 1];
+};
+
+static uintptr_t arena_base(void)
+{
+	char path[4096];
+	void *module;
+	uintptr_t (*base)(void);
+
+	snprintf(path, sizeof path, "%s/arena.so", test_env("TEST_ARENA"));
+	if (!(module = dlopen(path, RTLD_NOW | RTLD_NOLOAD)))
+		fail_msg("the arena module is not loaded: %s", dlerror());
+	*(void **)&base = dlsym(module, "arena_base");
+	assert_non_null(base);
+	uintptr_t at = base();
+	dlclose(module);
+	assert_true(at != 0);
+	return at;
+}
+
+/* The message for a case that diverged: every figure that differs at the
+ * first event where any does, then where each other one first differs. */
+static void report(const struct trace *t, const struct divergence *d, uint64_t base, char *out,
+		   size_t size)
+{
+	size_t first = SIZE_MAX, used = 0;
+	char what[256];
+
+	for (int k = 0; k < F_COUNT; k++)
+		first = d->at[k] < first ? d->at[k] : first;
+#define ADD(...) (used += (size_t)snprintf(out + used, used < size ? size - used : 0, __VA_ARGS__))
+	if (first != SIZE_MAX) {
+		describe(t, first, what, sizeof what);
+		ADD("first difference at %s:", what);
+		for (int k = 0; k < F_COUNT; k++)
+			if (d->at[k] == first)
+				ADD(" %s: libdevcache %" PRId64 ", model %" PRId64 ";", figure_names[k],
+				    d->lib[k], d->model[k]);
+		for (int k = 0; k < F_COUNT; k++)
+			if (d->at[k] != first && d->at[k] != SIZE_MAX)
+				ADD(" later, %s first differs at event %zu: libdevcache %" PRId64
+				    ", model %" PRId64 ";",
+				    figure_names[k], d->at[k], d->lib[k], d->model[k]);
+	} else {
+		ADD("every figure agrees at every event;");
+	}
+	if (d->at[F_COUNT] != SIZE_MAX) {
+		describe(t, d->at[F_COUNT], what, sizeof what);
+		ADD(" the blocks' addresses first differ at %s: libdevcache base+%#" PRIx64
+		    ", model base+%#" PRIx64,
+		    what, (uint64_t)d->lib[F_COUNT] - base, (uint64_t)d->model[F_COUNT] - base);
+	}
+#undef ADD
+}
+
+static void run_case(void **state)
+{
+	const struct test_case *c = *state;
+	const struct trace *t = c->trace;
+	char opts[1024], why[4096];
+	devcache_open_args_t args = {.struct_size = sizeof args,
+				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV,
+				     .options = opts};
+	devcache_ctx_t *ctx;
+	devcache_device_t *dev;
+	devcache_device_info_t info;
+	devcache_stream_t streams[2] = {NULL, NULL};
+	void **lib_ptr = calloc(t->tensors, sizeof *lib_ptr);
+	uint64_t *model_addr = calloc(t->tensors, sizeof *model_addr);
+	bool *lib_live = calloc(t->tensors, sizeof *lib_live);
+	bool *model_live = calloc(t->tensors, sizeof *model_live);
+	struct divergence d;
+	int64_t lf[F_COUNT] = {0}, mf[F_COUNT] = {0};
+
+	assert_true(lib_ptr && model_addr && lib_live && model_live);
+	for (int k = 0; k <= F_COUNT; k++)
+		d.at[k] = SIZE_MAX;
+	snprintf(opts, sizeof opts, "log_level:error,backend_path:%s,backends:arena%s%s",
+		 test_env("TEST_ARENA"), *c->setting->options ? "," : "", c->setting->options);
+	if (devcache_open_ex(&ctx, &args))
+		fail_msg("devcache_open_ex(%s): %s", opts, devcache_last_error());
+	if (devcache_device_get(ctx, "arena:0", &dev) || devcache_device_info(dev, &info) ||
+	    devcache_stream_create(dev, &streams[1]))
+		fail_msg("the arena device: %s", devcache_last_error());
+	struct ptm_config config = model_config(c->setting->options, info.total_memory, arena_base());
+	struct ptm *m = ptm_new(&config);
+	assert_non_null(m);
+
+	/* Both sides run the whole trace, each freeing only what it holds. */
+	for (size_t i = 0; i < t->n; i++) {
+		const struct event *e = &t->ev[i];
+		bool lib_ok = true, model_ok = true;
+
+		if (e->kind == EV_ALLOC) {
+			int rc = devcache_alloc(dev, e->size, streams[e->stream], &lib_ptr[e->id]);
+			int mrc = ptm_alloc(m, e->size, e->stream, &model_addr[e->id]);
+
+			if (rc && rc != DEVCACHE_ENOMEM)
+				fail_msg("devcache_alloc: %s", devcache_last_error());
+			assert_int_not_equal(mrc, -2);
+			lib_live[e->id] = lib_ok = rc == 0;
+			model_live[e->id] = model_ok = mrc == 0;
+			if (lib_ok && model_ok && d.at[F_COUNT] == SIZE_MAX &&
+			    (uintptr_t)lib_ptr[e->id] != model_addr[e->id]) {
+				d.at[F_COUNT] = i;
+				d.lib[F_COUNT] = (int64_t)(uintptr_t)lib_ptr[e->id];
+				d.model[F_COUNT] = (int64_t)model_addr[e->id];
+			}
+		} else if (e->kind == EV_FREE) {
+			if (lib_live[e->id] && devcache_free(dev, lib_ptr[e->id]))
+				fail_msg("devcache_free: %s", devcache_last_error());
+			if (model_live[e->id])
+				ptm_free(m, model_addr[e->id]);
+			lib_live[e->id] = model_live[e->id] = false;
+		} else {
+			assert_int_equal(devcache_empty_cache(dev), 0);
+			ptm_empty_cache(m);
+		}
+		lib_figures(dev, lib_ok, lf);
+		model_figures(m, model_ok, mf);
+		for (int k = 0; k < F_COUNT; k++)
+			if (lf[k] != mf[k] && d.at[k] == SIZE_MAX) {
+				d.at[k] = i;
+				d.lib[k] = lf[k];
+				d.model[k] = mf[k];
+			}
+	}
+
+	/* What the trace made the model go through, for the log. */
+	struct ptm_stats ms;
+	ptm_stats(m, &ms);
+	print_message("# %s: %zu events; the model: peak allocated %" PRId64 " MiB, peak reserved %" PRId64
+		      " MiB, %" PRIu64 " driver allocations, %" PRIu64 " frees (%" PRIu64
+		      " by garbage collection, %" PRIu64 " oversize), %" PRIu64 " retries, %" PRIu64
+		      " OOMs\n",
+		      c->name, t->n, ms.allocated_peak >> 20, ms.reserved_peak >> 20, ms.num_device_alloc,
+		      ms.num_device_free, ms.gc_releases, ms.oversize_releases, ms.num_alloc_retries,
+		      ms.num_ooms);
+
+	for (uint32_t k = 0; k < t->tensors; k++)
+		if (lib_live[k])
+			devcache_free(dev, lib_ptr[k]);
+	devcache_stream_destroy(dev, streams[1]);
+	devcache_close(ctx);
+	ptm_delete(m);
+	free(lib_ptr);
+	free(model_addr);
+	free(lib_live);
+	free(model_live);
+
+	bool diverged = false;
+	for (int k = 0; k <= F_COUNT; k++)
+		diverged |= d.at[k] != SIZE_MAX;
+	if (diverged) {
+		report(t, &d, config.address_base, why, sizeof why);
+		fail_msg("%s: %s", c->name, why);
+	}
+	unsigned x = c->setting->expect;
+	if (((x & X_GC) && ms.gc_releases == 0) || ((x & X_OVERSIZE) && ms.oversize_releases == 0) ||
+	    ((x & X_OOM) && (ms.num_alloc_retries == 0 || ms.num_ooms == 0)) ||
+	    ((x & X_FREE) && ms.num_device_free == 0))
+		fail_msg("%s: the trace no longer takes the paths this setting is for (in the model: "
+			 "%" PRIu64 " releases by garbage collection, %" PRIu64 " of oversize blocks, "
+			 "%" PRIu64 " retries, %" PRIu64 " OOMs, %" PRIu64 " driver frees)",
+			 c->name, ms.gc_releases, ms.oversize_releases, ms.num_alloc_retries,
+			 ms.num_ooms, ms.num_device_free);
+}
+
+/* ---- the model alone, against results worked out by hand from PyTorch's source ---- */
+
+#define BASE ((uint64_t)1 << 40)
+
+static struct ptm *model_new(struct ptm_config c)
+{
+	struct ptm *m;
+
+	c.device_total = c.device_total ? c.device_total : 2 * GiB;
+	c.max_split_size = c.max_split_size ? c.max_split_size : SIZE_MAX;
+	c.max_non_split_rounding = 20 * MiB;
+	c.address_base = BASE;
+	assert_non_null(m = ptm_new(&c));
+	return m;
+}
+
+static uint64_t must_alloc(struct ptm *m, uint64_t size)
+{
+	uint64_t addr = 0;
+
+	assert_int_equal(ptm_alloc(m, size, 0, &addr), 0);
+	return addr;
+}
+
+static struct ptm_stats model_stats(struct ptm *m)
+{
+	struct ptm_stats s;
+
+	ptm_stats(m, &s);
+	return s;
+}
+
+/* Sizes, pools and segments: a small block in a 2 MiB segment, 1-10 MiB
+ * requests carved from 20 MiB segments, larger ones in their own, split
+ * when more than 1 MiB is left. */
+static void model_sizes(void **state)
+{
+	struct ptm *m = model_new((struct ptm_config){0});
+
+	(void)state;
+	assert_int_equal(must_alloc(m, 1), BASE);
+	assert_int_equal(model_stats(m).allocated, 512);
+	assert_int_equal(model_stats(m).reserved, 2 * MiB);
+	assert_int_equal(must_alloc(m, 5 * MiB), BASE + 2 * MiB);
+	assert_int_equal(must_alloc(m, 5 * MiB), BASE + 7 * MiB);
+	assert_int_equal(model_stats(m).reserved, 22 * MiB);
+	assert_int_equal(must_alloc(m, 12 * MiB + 1), BASE + 22 * MiB);
+	assert_int_equal(model_stats(m).reserved, 36 * MiB);
+	/* the rest of that 14 MiB segment, 2 MiB - 512, serves 1.5 MiB, and
+	 * whole: what would be left is not more than 1 MiB */
+	assert_int_equal(must_alloc(m, 3 * MiB / 2), BASE + 34 * MiB + 512);
+	struct ptm_stats s = model_stats(m);
+	assert_int_equal(s.num_device_alloc, 3);
+	assert_int_equal(s.allocated, 512 + 10 * MiB + 12 * MiB + 512 + 2 * MiB - 512);
+	assert_int_equal(s.requested, 1 + 10 * MiB + 12 * MiB + 1 + 3 * MiB / 2);
+	ptm_delete(m);
+}
+
+/* Best fit: the smallest free block that fits, the lower address among
+ * equals; roundup_power2_divisions. */
+static void model_best_fit(void **state)
+{
+	struct ptm *m = model_new((struct ptm_config){
+		.divisions = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}});
+	uint64_t a = must_alloc(m, 30 * MiB), b = must_alloc(m, 40 * MiB), c = must_alloc(m, 30 * MiB);
+
+	(void)state;
+	must_alloc(m, 30 * MiB);
+	ptm_free(m, c);
+	ptm_free(m, b);
+	ptm_free(m, a);
+	/* 30 MiB rounds to 32, 40 stays, 25 rounds to 28: the 32 MiB blocks
+	 * at a and c fit best, a first; then the 40 MiB one */
+	assert_int_equal(must_alloc(m, 25 * MiB), a);
+	assert_int_equal(must_alloc(m, 25 * MiB), c);
+	assert_int_equal(must_alloc(m, 25 * MiB), b);
+	/* 4 divisions: 1200 MiB is between 1024 and 2048, and rounds to 1280 */
+	uint64_t before = (uint64_t)model_stats(m).allocated;
+	must_alloc(m, 1200 * MiB);
+	assert_int_equal((uint64_t)model_stats(m).allocated - before, 1280 * MiB);
+	ptm_delete(m);
+}
+
+/* max_split_size: an oversize block serves only requests at least
+ * max_split_size and less than max_non_split_rounding smaller, whole. */
+static void model_max_split(void **state)
+{
+	struct ptm *m = model_new((struct ptm_config){.max_split_size = 64 * MiB});
+	uint64_t big = must_alloc(m, 100 * MiB);
+
+	(void)state;
+	ptm_free(m, big);
+	assert_int_not_equal(must_alloc(m, 30 * MiB), big);
+	assert_int_equal(model_stats(m).num_device_alloc, 2);
+	uint64_t a = must_alloc(m, 90 * MiB); /* 100 < 90 + 20: taken whole */
+	assert_int_equal(a, big);
+	assert_int_equal(model_stats(m).allocated, 130 * MiB);
+	ptm_free(m, a);
+	assert_int_not_equal(must_alloc(m, 70 * MiB), big); /* 100 >= 70 + 20 */
+	assert_int_equal(model_stats(m).num_device_alloc, 3);
+	ptm_delete(m);
+}
+
+/* The out-of-memory sequence under memory_fraction: the cap refuses, the
+ * cache is released, a retry; then an error. */
+static void model_oom(void **state)
+{
+	struct ptm *m = model_new((struct ptm_config){.fraction_set = true, .memory_fraction = 0.25});
+	uint64_t addr;
+
+	(void)state;
+	ptm_free(m, must_alloc(m, 300 * MiB));
+	must_alloc(m, 400 * MiB); /* 300 + 400 > 512: release the 300, retry */
+	struct ptm_stats s = model_stats(m);
+	assert_int_equal(s.num_alloc_retries, 1);
+	assert_int_equal(s.num_device_free, 1);
+	assert_int_equal(s.reserved, 400 * MiB);
+	assert_int_equal(s.reserved_peak, 400 * MiB);
+	assert_int_equal(ptm_alloc(m, 200 * MiB, 0, &addr), -1);
+	s = model_stats(m);
+	assert_int_equal(s.num_alloc_retries, 2);
+	assert_int_equal(s.num_ooms, 1);
+	ptm_delete(m);
+
+	/* With oversize blocks cached, the largest go first, until as much as
+	 * the request is released; that needs no retry. */
+	m = model_new((struct ptm_config){.fraction_set = true, .memory_fraction = 0.25,
+					  .max_split_size = 64 * MiB});
+	uint64_t x = must_alloc(m, 100 * MiB), y = must_alloc(m, 200 * MiB), z = must_alloc(m, 150 * MiB);
+	ptm_free(m, x);
+	ptm_free(m, y);
+	ptm_free(m, z);
+	must_alloc(m, 300 * MiB);
+	s = model_stats(m);
+	assert_int_equal(s.num_alloc_retries, 0);
+	assert_int_equal(s.num_device_free, 2); /* 200 and 150; the 100 stays */
+	assert_int_equal(s.oversize_releases, 2);
+	assert_int_equal(s.reserved, 400 * MiB);
+	ptm_delete(m);
+}
+
+/* Expandable segments: pages of 20 MiB in the large pool, one driver
+ * allocation per map and one free per unmap, the free block before the
+ * unmapped end grown in place, the cap checked against the allocation
+ * size rather than what is mapped. */
+static void model_expandable(void **state)
+{
+	struct ptm *m = model_new((struct ptm_config){.expandable = true});
+
+	(void)state;
+	uint64_t a = must_alloc(m, 24576000);
+	assert_int_equal(a, BASE);
+	struct ptm_stats s = model_stats(m);
+	assert_int_equal(s.reserved, 40 * MiB);
+	assert_int_equal(s.num_device_alloc, 1);
+	uint64_t b = must_alloc(m, 30 * MiB); /* the free 17367040 bytes, and one page more */
+	assert_int_equal(b, BASE + 24576000);
+	s = model_stats(m);
+	assert_int_equal(s.reserved, 60 * MiB);
+	assert_int_equal(s.num_device_alloc, 2);
+	ptm_free(m, a);
+	ptm_free(m, b);
+	ptm_empty_cache(m);
+	s = model_stats(m);
+	assert_int_equal(s.reserved, 0);
+	assert_int_equal(s.num_device_free, 1);
+	assert_int_equal(must_alloc(m, 1 * MiB + 512), BASE); /* a new segment, at the same place */
+	ptm_delete(m);
+
+	/* 0.05 of 2 GiB is 102.4 MiB: 85 MiB (86 to allocate) passes, and
+	 * maps 100 MiB */
+	m = model_new((struct ptm_config){.expandable = true, .fraction_set = true,
+					  .memory_fraction = 0.05});
+	uint64_t addr;
+	must_alloc(m, 85 * MiB);
+	assert_int_equal(model_stats(m).reserved, 100 * MiB);
+	assert_int_equal(ptm_alloc(m, 16 * MiB, 0, &addr), -1); /* 100 + 16 > 102.4 */
+	assert_int_equal(model_stats(m).num_ooms, 1);
+	assert_int_equal(must_alloc(m, 10 * MiB), BASE + 85 * MiB); /* fits in the mapped rest */
+	ptm_delete(m);
+}
+
+/* Garbage collection, only with memory_fraction set: when reserved memory
+ * is above the threshold at a miss, whole free large segments at least as
+ * old (in get_free_block calls) as the average go. */
+static void model_gc(void **state)
+{
+	struct ptm *m = model_new((struct ptm_config){.gc_threshold = 0.5, .fraction_set = true,
+						     .memory_fraction = 0.5});
+	uint64_t p[4];
+
+	(void)state;
+	for (int i = 0; i < 4; i++)
+		p[i] = must_alloc(m, 100 * MiB);
+	ptm_free(m, p[0]); /* free at count 4 */
+	ptm_free(m, p[1]);
+	must_alloc(m, 150 * MiB); /* a miss at 5, reserved 400 <= 512: no collection */
+	ptm_free(m, p[2]);        /* free at count 5 */
+	must_alloc(m, 120 * MiB); /* 6: reserved 550 > 512; ages 2, 2, 1: p[0] and p[1] go */
+	struct ptm_stats s = model_stats(m);
+	assert_int_equal(s.gc_releases, 2);
+	assert_int_equal(s.reserved, 470 * MiB);
+	ptm_delete(m);
+
+	/* without memory_fraction, nothing is collected */
+	m = model_new((struct ptm_config){.gc_threshold = 0.5});
+	for (int i = 0; i < 4; i++)
+		p[i] = must_alloc(m, 300 * MiB);
+	for (int i = 0; i < 3; i++)
+		ptm_free(m, p[i]);
+	must_alloc(m, 400 * MiB);
+	assert_int_equal(model_stats(m).gc_releases, 0);
+	assert_int_equal(model_stats(m).num_device_free, 0);
+	ptm_delete(m);
+}
+
+int main(void)
+{
+	static struct trace traces[3];
+	enum { N_SETTINGS = sizeof settings / sizeof *settings };
+	static struct test_case cases[3 * N_SETTINGS];
+	static const struct CMUnitTest model_tests[] = {
+		cmocka_unit_test(model_sizes),     cmocka_unit_test(model_best_fit),
+		cmocka_unit_test(model_max_split), cmocka_unit_test(model_oom),
+		cmocka_unit_test(model_expandable), cmocka_unit_test(model_gc),
+	};
+	enum { N_MODEL = sizeof model_tests / sizeof *model_tests };
+	static struct CMUnitTest tests[N_MODEL + 3 * N_SETTINGS];
+	size_t n = 0;
+
+	for (; n < N_MODEL; n++)
+		tests[n] = model_tests[n];
+	gen_training(&traces[0]);
+	gen_decoding(&traces[1]);
+	gen_switching(&traces[2]);
+	for (size_t k = 0; k < 3; k++)
+		for (size_t s = 0; s < N_SETTINGS; s++, n++) {
+			struct test_case *c = &cases[n - N_MODEL];
+
+			c->trace = &traces[k];
+			c->setting = &settings[s];
+			snprintf(c->name, sizeof c->name, "%s [%s]", traces[k].name,
+				 *settings[s].options ? settings[s].options : "defaults");
+			tests[n] = (struct CMUnitTest){.name = c->name, .test_func = run_case,
+						       .initial_state = c};
+		}
+	cmocka_set_message_output(CM_OUTPUT_TAP);
+	int rc = _cmocka_run_group_tests("test-alloc-pytorch", tests, n, NULL, NULL);
+	for (size_t k = 0; k < 3; k++)
+		free(traces[k].ev);
+	return rc;
+}
