@@ -6,14 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The holes of a segment are kept in address order: growth takes the
+ * lowest one that can serve the request, as PyTorch's does. */
 static void hole_add(struct segment *seg, struct block *b)
 {
+	struct block *prev = NULL, *next = seg->holes;
+
+	while (next && next->addr < b->addr) {
+		prev = next;
+		next = next->inext;
+	}
 	b->unmapped = true;
-	b->iprev = NULL;
-	b->inext = seg->holes;
-	if (seg->holes)
-		seg->holes->iprev = b;
-	seg->holes = b;
+	b->iprev = prev;
+	b->inext = next;
+	if (next)
+		next->iprev = b;
+	if (prev)
+		prev->inext = b;
+	else
+		seg->holes = b;
 }
 
 static void hole_remove(struct segment *seg, struct block *b)
@@ -112,22 +123,95 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 				.small = small, .expandable = true, .page = page, .pages = pages};
 	segment_add(a, seg, b);
 	hole_add(seg, b);
-	seg->enext = pool->expandable[small];
-	pool->expandable[small] = seg;
+	/* The pool's segments in address order too. */
+	struct segment **link = &pool->expandable[small];
+	while (*link && (*link)->base < seg->base)
+		link = &(*link)->enext;
+	seg->enext = *link;
+	*link = seg;
 	return seg;
 }
 
-/* Grow the pool's expandable segment by enough pages for rsize bytes and
- * return the free block that holds them, as alloc_segment does.  Of the
- * holes, the one that needs the fewest new pages wins: a free block just
- * before a hole counts toward the request, so a growing tensor extends in
- * place instead of taking a new range. */
+/* Map the pages that cover the first bytes of hole h: they become a free
+ * block, merged with its free neighbours, which is returned.  All or
+ * nothing: NULL when the device's memory or the driver refuses. */
+static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes, bool *capped)
+{
+	struct segment *seg = h->seg;
+	size_t map = round_up(bytes, seg->page), first, n, i;
+	uint64_t total = a->dev->info.total_memory;
+	struct block *nb;
+
+	if (map > h->size)
+		map = h->size;
+	/* PyTorch checks memory_fraction once, before; the device's memory
+	 * is what each mapping can run into. */
+	if (a->reserved_total + map > total) {
+		*capped = true;
+		return NULL;
+	}
+	nb = map < h->size ? block_new(a) : h;
+	if (!nb) {
+		err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
+		return NULL;
+	}
+	first = (h->addr - seg->base) / seg->page;
+	n = map / seg->page;
+	for (i = 0; i < n; i++) {
+		void *va = (void *)(h->addr + i * seg->page), *ph;
+
+		if (bk_vm_create(a->dev, seg->page, &ph))
+			break;
+		if (bk_vm_map(a->dev, va, seg->page, ph)) {
+			bk_vm_destroy(a->dev, ph);
+			break;
+		}
+		seg->pages[first + i] = ph;
+	}
+	if (i < n) {
+		/* The driver's reason, kept before unmapping can replace it, is
+		 * the detail message. */
+		driver_refused(a, DEVCACHE_ENOMEM);
+		while (i--)
+			unmap_page(a, seg, first + i);
+		if (nb != h)
+			block_delete(a, nb);
+		err_set(DEVCACHE_ENOMEM, "%s", a->driver_why);
+		return NULL;
+	}
+	a->stats.num_device_alloc++; /* one map operation, as PyTorch counts */
+	if (seg->mapped == 0)
+		stats_change(a->stats.segment, seg->small, 1);
+	seg->mapped += map;
+	a->reserved_total += map;
+	stats_change(a->stats.reserved_bytes, seg->small, (int64_t)map);
+	if (nb == h) {
+		hole_remove(seg, h);
+	} else {
+		/* The mapped pages become a block in front of the rest of the hole. */
+		link_before(nb, h, h->addr, map);
+		h->addr += map;
+		h->size -= map;
+	}
+	free_merged(a, nb);
+	return nb;
+}
+
+/* Free, or unmapped: what a request may grow over. */
+static bool allocatable(const struct block *b)
+{
+	return b && (b->is_free || b->unmapped);
+}
+
+/* Grow the pool's expandable segments by enough pages for rsize bytes and
+ * return the free block that holds them, as alloc_segment does.  This is
+ * PyTorch's way: the lowest hole, with the free block just before it, that
+ * is followed by enough free or unmapped space; its pages are mapped, and
+ * those of the holes after it while the block is short. */
 struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, bool small,
 			      size_t rsize, size_t seg_size, bool retry, bool *capped)
 {
-	struct segment *seg = pool->expandable[small];
-	struct block *best = NULL, *nb;
-	size_t map = SIZE_MAX, first, n, i;
+	struct block *c = NULL;
 
 	if (retry)
 		a->stats.num_alloc_retries++;
@@ -139,20 +223,21 @@ struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, boo
 		*capped = true;
 		return NULL;
 	}
-	for (struct segment *s = seg; s; s = s->enext)
-		for (struct block *h = s->holes; h; h = h->inext) {
-			size_t before = h->prev && h->prev->is_free ? h->prev->size : 0;
-			size_t need = rsize > before ? round_up(rsize - before, s->page) : 0;
+	for (struct segment *s = pool->expandable[small]; s && !c; s = s->enext)
+		for (struct block *h = s->holes; h && !c; h = h->inext) {
+			struct block *start = allocatable(h->prev) ? h->prev : h;
+			size_t room = 0;
 
-			if (need <= h->size && (need < map || (need == map && h->addr < best->addr))) {
-				best = h;
-				map = need;
-			}
+			for (struct block *x = start; x && room < rsize && allocatable(x); x = x->next)
+				room += x->size;
+			if (room >= rsize)
+				c = start;
 		}
-	/* No hole is wide enough (the first request, or holes scattered by
-	 * unmapping): reserve another range for the pool. */
-	if (!best) {
+	/* No hole will do (the first request, or the holes are short):
+	 * reserve another range for the pool. */
+	if (!c) {
 		size_t page = expandable_page(a, small);
+		struct segment *seg;
 
 		if (round_up(rsize, page) > round_up(a->vm_space, page)) {
 			err_set(DEVCACHE_ENOMEM, _("%s: %zu bytes are more than the device has"),
@@ -161,61 +246,20 @@ struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, boo
 		}
 		if (!(seg = expandable_create(a, pool, small)))
 			return NULL;
-		best = seg->holes;
-		map = round_up(rsize, seg->page);
+		c = seg->holes;
 	}
-	seg = best->seg;
-	if (map == 0)
-		return best->prev;
-	if (a->reserved_total + map > a->cap || a->reserved_total + map < map) {
-		*capped = true;
+	if (c->unmapped && !(c = map_hole(a, c, c->size < rsize ? c->size : rsize, capped)))
 		return NULL;
-	}
-	nb = map < best->size ? block_new(a) : best;
-	if (!nb) {
-		err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
-		return NULL;
-	}
-	first = (best->addr - seg->base) / seg->page;
-	n = map / seg->page;
-	for (i = 0; i < n; i++) {
-		void *va = (void *)(best->addr + i * seg->page), *h;
+	/* Free, then a hole, then perhaps more: map until the block is large
+	 * enough. */
+	while (c->size < rsize) {
+		struct block *h = c->next;
+		size_t want = rsize - c->size;
 
-		if (bk_vm_create(a->dev, seg->page, &h))
-			break;
-		if (bk_vm_map(a->dev, va, seg->page, h)) {
-			bk_vm_destroy(a->dev, h);
-			break;
-		}
-		seg->pages[first + i] = h;
+		if (!h || !h->unmapped || !(c = map_hole(a, h, want < h->size ? want : h->size, capped)))
+			return NULL;
 	}
-	if (i < n) {
-		/* All or nothing; the driver's reason, kept before unmapping
-		 * can replace it, is the detail message. */
-		driver_refused(a, DEVCACHE_ENOMEM);
-		while (i--)
-			unmap_page(a, seg, first + i);
-		if (nb != best)
-			block_delete(a, nb);
-		err_set(DEVCACHE_ENOMEM, "%s", a->driver_why);
-		return NULL;
-	}
-	a->stats.num_device_alloc += n;
-	if (seg->mapped == 0)
-		stats_change(a->stats.segment, small, 1);
-	seg->mapped += map;
-	a->reserved_total += map;
-	stats_change(a->stats.reserved_bytes, small, (int64_t)map);
-	if (nb == best) {
-		hole_remove(seg, best);
-	} else {
-		/* The mapped pages become a block in front of the rest of the hole. */
-		link_before(nb, best, best->addr, map);
-		best->addr += map;
-		best->size -= map;
-	}
-	free_merged(a, nb);
-	return nb;
+	return c;
 }
 
 /* Unmap the whole pages inside free block b of an expandable segment: b
@@ -240,7 +284,7 @@ static size_t expandable_release(struct allocator *a, struct block *b)
 	take_free(a, b);
 	for (size_t i = (lo - seg->base) / seg->page; i < (hi - seg->base) / seg->page; i++)
 		unmap_page(a, seg, i);
-	a->stats.num_device_free += (hi - lo) / seg->page;
+	a->stats.num_device_free++; /* one unmap operation, as PyTorch counts */
 	seg->mapped -= hi - lo;
 	a->reserved_total -= hi - lo;
 	stats_change(a->stats.reserved_bytes, small, -(int64_t)(hi - lo));

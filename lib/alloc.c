@@ -37,10 +37,11 @@
  *   DEVCACHE_ENOMEM with PyTorch's message and only the advice that fits.
  * - With expandable_segments (alloc-expand.c), each pool maps pages into
  *   one reserved range instead of making segments: 2 MiB pages for the
- *   small pool, large_segment_size_mb for the large one.  Where PyTorch
- *   maps at the lowest-address hole that can take the request, this maps
- *   at the hole that needs the fewest new pages (a free block before a
- *   hole counts), so a growing tensor grows in place.
+ *   small pool, large_segment_size_mb for the large one.  A miss maps
+ *   pages at the lowest hole that, with the free block before it and the
+ *   free or unmapped space after it, can hold the request; best fit counts
+ *   a block with the unmapped space after it and walks on to larger
+ *   blocks while that figure falls, as PyTorch's does.
  *
  * The files: alloc.c the policy and the public calls, alloc-index.c the
  * free blocks' tree, alloc-table.c the allocated blocks by address,
@@ -571,6 +572,11 @@ static void release_cached(struct allocator *a)
 
 /* ---- finding a block ------------------------------------------------------- */
 
+static size_t expandable_size(const struct block *b)
+{
+	return b->size + (b->next && b->next->unmapped ? b->next->size : 0);
+}
+
 /* PyTorch's get_free_block: the best fit, unless it is an oversize block
  * for a request that is not, or more than max_non_split_rounding_mb larger
  * than an oversize request. */
@@ -584,6 +590,12 @@ static struct block *find_cached(struct allocator *a, struct stream_pool *pool, 
 		a->large_lookups++;
 	if (!a->caching || !(b = index_lower_bound(ix, rsize)))
 		return NULL;
+	/* In an expandable segment a block counts, for the best fit, with the
+	 * unmapped space after it that it could grow into: PyTorch walks on
+	 * to larger blocks while that makes the figure smaller. */
+	if (b->seg->expandable)
+		for (struct block *n; (n = index_next(b)) && expandable_size(n) < expandable_size(b);)
+			b = n;
 	if (rsize < a->max_split_size)
 		return b->size < a->max_split_size ? b : NULL;
 	return b->size < rsize + a->max_non_split_rounding ? b : NULL;
