@@ -337,7 +337,9 @@ static void expandable_segments_where_the_device_maps(void **state)
 	devcache_stats_t s;
 	devcache_stats(dev, &s);
 	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
-	assert_int_equal(s.num_device_alloc, s.num_device_free);
+	/* Two map operations, one unmap of the one free block: PyTorch's counts. */
+	assert_int_equal(s.num_device_alloc, 2);
+	assert_int_equal(s.num_device_free, 1);
 	free(in);
 	free(out);
 	devcache_close(ctx);
