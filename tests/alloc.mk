@@ -27,8 +27,9 @@ endif
 if HAVE_CMOCKA
 check_PROGRAMS += tests/test-alloc-pytorch
 TESTS += tests/test-alloc-pytorch
-tests_test_alloc_pytorch_SOURCES = tests/test-alloc-pytorch.c tests/pytorch-model.c \
-	tests/pytorch-model.h tests/first-fit.h tests/tap.h
+tests_test_alloc_pytorch_SOURCES = tests/test-alloc-pytorch.c tests/pytorch-traces.c \
+	tests/pytorch-traces.h tests/pytorch-model.c tests/pytorch-model-expand.c \
+	tests/pytorch-model.h tests/pytorch-model-internal.h tests/first-fit.h tests/tap.h
 tests_test_alloc_pytorch_CFLAGS = $(test_cflags)
 tests_test_alloc_pytorch_LDADD = $(test_ldadd)
 endif

@@ -55,7 +55,11 @@
  *
  * Host memory: every allocation is checked; when one fails, the operation
  * under way jumps back to its entry point, which returns -2, and the model
- * is marked broken (its state may be half changed) until ptm_delete. */
+ * is marked broken (its state may be half changed) until ptm_delete.
+ *
+ * Files.  Expandable segments (map_block, unmap_block, finding the address
+ * space for a request) are in tests/pytorch-model-expand.c; the structures
+ * and helpers the two files share, in tests/pytorch-model-internal.h. */
 #include "pytorch-model.h"
 
 #include <assert.h>
@@ -64,70 +68,7 @@
 #include <string.h>
 
 #include "first-fit.h"
-
-#define MIB ((size_t)1 << 20)
-#define K_MIN_BLOCK_SIZE ((size_t)512)   /* every size is a multiple of this */
-#define K_SMALL_SIZE MIB                 /* the largest request of the small pool */
-#define K_SMALL_BUFFER (2 * MIB)         /* small-pool segments and pages */
-#define K_LARGE_BUFFER (20 * MIB)        /* segments for 1-10 MiB; large pages */
-#define K_MIN_LARGE_ALLOC (10 * MIB)
-#define K_ROUND_LARGE (2 * MIB)
-#define N_INTERVALS 16                   /* roundup_power2_divisions, from 1 MiB */
-
-struct es;
-
-struct blk {
-	uint64_t addr;
-	size_t size;
-	size_t requested;
-	unsigned stream;
-	bool small;     /* its pool */
-	bool allocated;
-	bool mapped;    /* false: unmapped address space of an expandable segment */
-	struct es *es;  /* its expandable segment, or NULL */
-	struct blk *prev, *next; /* address neighbours in the segment */
-	int64_t gc_count_base;   /* the pool's get_free_blocks_call_count when freed */
-	struct blk *all_prev, *all_next; /* every block, for ptm_delete */
-};
-
-/* A sorted array of blocks. */
-struct bset {
-	struct blk **v;
-	size_t n, cap;
-};
-
-typedef int (*blk_cmp)(const struct blk *, const struct blk *);
-
-struct pool {
-	struct bset blocks;   /* free, by (stream, size, address) */
-	struct bset unmapped; /* by (stream, address) */
-	bool small;
-	int64_t get_free_blocks_call_count;
-};
-
-/* An expandable segment: address space for 1 1/8 of the device, mapped a
- * page at a time. */
-struct es {
-	uint64_t base, size;
-	size_t page;
-	unsigned char *page_mapped;
-	struct es *next;
-};
-
-struct ptm {
-	struct ptm_config cfg;
-	uint64_t allowed_memory_maximum;
-	struct pool pools[2]; /* [0] large, [1] small */
-	struct bset live;     /* allocated blocks, by address */
-	struct first_fit space;
-	uint64_t device_used;
-	uint64_t total_allocated_memory; /* reserved: segments and mapped pages */
-	struct es *segments;
-	struct blk *all;
-	struct ptm_stats st;
-	jmp_buf no_host_memory;
-	bool broken;
-};
+#include "pytorch-model-internal.h"
 
 /* The request under way: PyTorch's AllocParams. */
 struct params {
@@ -138,15 +79,10 @@ struct params {
 	struct blk *block;
 };
 
-static _Noreturn void no_host_memory(struct ptm *m)
-{
-	longjmp(m->no_host_memory, 1);
-}
-
 /* ---- block structs and sorted sets ------------------------------------------ */
 
-static struct blk *blk_new(struct ptm *m, uint64_t addr, size_t size, unsigned stream, bool small,
-			   struct es *es, bool mapped)
+struct blk *blk_new(struct ptm *m, uint64_t addr, size_t size, unsigned stream, bool small,
+		    struct es *es, bool mapped)
 {
 	struct blk *b = calloc(1, sizeof *b);
 
@@ -160,7 +96,7 @@ static struct blk *blk_new(struct ptm *m, uint64_t addr, size_t size, unsigned s
 	return b;
 }
 
-static void blk_delete(struct ptm *m, struct blk *b)
+void blk_delete(struct ptm *m, struct blk *b)
 {
 	if (b->all_prev)
 		b->all_prev->all_next = b->all_next;
@@ -171,34 +107,8 @@ static void blk_delete(struct ptm *m, struct blk *b)
 	free(b);
 }
 
-static int cmp_u64(uint64_t a, uint64_t b)
-{
-	return a < b ? -1 : a > b;
-}
-
-static int by_size(const struct blk *a, const struct blk *b)
-{
-	if (a->stream != b->stream)
-		return a->stream < b->stream ? -1 : 1;
-	if (a->size != b->size)
-		return a->size < b->size ? -1 : 1;
-	return cmp_u64(a->addr, b->addr);
-}
-
-static int by_stream_addr(const struct blk *a, const struct blk *b)
-{
-	if (a->stream != b->stream)
-		return a->stream < b->stream ? -1 : 1;
-	return cmp_u64(a->addr, b->addr);
-}
-
-static int by_addr(const struct blk *a, const struct blk *b)
-{
-	return cmp_u64(a->addr, b->addr);
-}
-
 /* The index of the first block not ordered before key. */
-static size_t lower_bound(const struct bset *s, blk_cmp cmp, const struct blk *key)
+size_t lower_bound(const struct bset *s, blk_cmp cmp, const struct blk *key)
 {
 	size_t lo = 0, hi = s->n;
 
@@ -213,7 +123,7 @@ static size_t lower_bound(const struct bset *s, blk_cmp cmp, const struct blk *k
 	return lo;
 }
 
-static void set_insert(struct ptm *m, struct bset *s, blk_cmp cmp, struct blk *b)
+void set_insert(struct ptm *m, struct bset *s, blk_cmp cmp, struct blk *b)
 {
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? 2 * s->cap : 64;
@@ -237,7 +147,7 @@ static void set_erase_at(struct bset *s, size_t i)
 	s->n--;
 }
 
-static void set_erase(struct bset *s, blk_cmp cmp, struct blk *b)
+void set_erase(struct bset *s, blk_cmp cmp, struct blk *b)
 {
 	size_t i = lower_bound(s, cmp, b);
 
@@ -245,13 +155,8 @@ static void set_erase(struct bset *s, blk_cmp cmp, struct blk *b)
 	set_erase_at(s, i);
 }
 
-static struct pool *pool_of(struct ptm *m, const struct blk *b)
-{
-	return &m->pools[b->small];
-}
-
 /* PyTorch's insert_into_blocks: the block's age counts from now. */
-static void insert_into_blocks(struct ptm *m, struct pool *pool, struct blk *b)
+void insert_into_blocks(struct ptm *m, struct pool *pool, struct blk *b)
 {
 	b->gc_count_base = pool->get_free_blocks_call_count;
 	set_insert(m, &pool->blocks, by_size, b);
@@ -271,7 +176,7 @@ static void stat_change(int64_t *current, int64_t *peak, int64_t delta)
 		*peak = *current;
 }
 
-static void reserved_change(struct ptm *m, int64_t delta)
+void reserved_change(struct ptm *m, int64_t delta)
 {
 	m->total_allocated_memory += (uint64_t)delta;
 	stat_change(&m->st.reserved, &m->st.reserved_peak, delta);
@@ -339,7 +244,7 @@ static bool should_split(const struct ptm *m, const struct blk *b, size_t size)
 
 /* Merge src, a neighbour of dst, into dst if it is free and mapped as dst
  * is; returns the bytes taken over.  dst is in no set. */
-static size_t try_merge_blocks(struct ptm *m, struct blk *dst, struct blk *src)
+size_t try_merge_blocks(struct ptm *m, struct blk *dst, struct blk *src)
 {
 	if (!src || src->allocated || src->mapped != dst->mapped)
 		return 0;
@@ -364,17 +269,6 @@ static size_t try_merge_blocks(struct ptm *m, struct blk *dst, struct blk *src)
 	return subsumed;
 }
 
-/* Link b in between before and after. */
-static void splice(struct blk *b, struct blk *before, struct blk *after)
-{
-	if (before)
-		before->next = b;
-	b->prev = before;
-	if (after)
-		after->prev = b;
-	b->next = after;
-}
-
 /* ---- segments ----------------------------------------------------------------------- */
 
 /* cudaMalloc: the device refuses what would pass its total. */
@@ -395,7 +289,7 @@ static bool driver_malloc(struct ptm *m, size_t size, uint64_t *addr_p)
 	return true;
 }
 
-static void driver_free(struct ptm *m, uint64_t addr, uint64_t size)
+void driver_free(struct ptm *m, uint64_t addr, uint64_t size)
 {
 	uint64_t had = ff_free(&m->space, addr - m->cfg.address_base);
 
@@ -413,201 +307,6 @@ static void release_block(struct ptm *m, struct blk *b)
 	reserved_change(m, -(int64_t)b->size);
 	set_erase(&pool_of(m, b)->blocks, by_size, b);
 	blk_delete(m, b);
-}
-
-/* ---- expandable segments ------------------------------------------------------------ */
-
-static size_t page_of(const struct blk *b)
-{
-	return b->es->page;
-}
-
-/* ExpandableSegment::map and map_block: physical pages for [to_map, +size)
- * rounded out to pages, all or none; the block becomes mapped and free,
- * merged with its free neighbours. */
-static bool map_block(struct ptm *m, struct blk *to_map, size_t size)
-{
-	struct es *es = to_map->es;
-	struct pool *pool = pool_of(m, to_map);
-	size_t page = page_of(to_map);
-	uint64_t begin = (to_map->addr - es->base) / page;
-	uint64_t end = (to_map->addr + size - es->base + page - 1) / page;
-	uint64_t bytes = (end - begin) * page;
-
-	assert(!to_map->mapped && size <= to_map->size);
-	if (begin == end || m->device_used + bytes > m->cfg.device_total)
-		return false;
-	for (uint64_t i = begin; i < end; i++) {
-		assert(!es->page_mapped[i]);
-		es->page_mapped[i] = 1;
-	}
-	m->device_used += bytes;
-
-	set_erase(&pool->unmapped, by_stream_addr, to_map);
-	to_map->mapped = true;
-	if (bytes < to_map->size) {
-		struct blk *rest = blk_new(m, to_map->addr + bytes, to_map->size - bytes,
-					   to_map->stream, to_map->small, es, false);
-
-		splice(rest, to_map, to_map->next);
-		set_insert(m, &pool->unmapped, by_stream_addr, rest);
-		to_map->size = bytes;
-	}
-	try_merge_blocks(m, to_map, to_map->prev);
-	try_merge_blocks(m, to_map, to_map->next);
-	insert_into_blocks(m, pool, to_map);
-
-	reserved_change(m, (int64_t)bytes);
-	m->st.num_device_alloc++;
-	return true;
-}
-
-/* ExpandableSegment::unmap and unmap_block: give back the whole pages in
- * free block b; the pieces of pages at either end stay free blocks. */
-static void unmap_block(struct ptm *m, struct blk *b)
-{
-	struct es *es = b->es;
-	struct pool *pool = pool_of(m, b);
-	size_t page = page_of(b);
-	uint64_t begin = (b->addr - es->base + page - 1) / page;
-	uint64_t end = (b->addr + b->size - es->base) / page;
-
-	if (begin >= end)
-		return;
-	uint64_t lo = es->base + begin * page, bytes = (end - begin) * page;
-	for (uint64_t i = begin; i < end; i++) {
-		assert(es->page_mapped[i]);
-		es->page_mapped[i] = 0;
-	}
-	m->device_used -= bytes;
-
-	set_erase(&pool->blocks, by_size, b);
-	size_t before = (size_t)(lo - b->addr), after = b->size - before - (size_t)bytes;
-	if (before > 0) {
-		struct blk *f = blk_new(m, b->addr, before, b->stream, b->small, es, true);
-
-		splice(f, b->prev, b);
-		insert_into_blocks(m, pool, f);
-	}
-	if (after > 0) {
-		struct blk *f = blk_new(m, lo + bytes, after, b->stream, b->small, es, true);
-
-		splice(f, b, b->next);
-		insert_into_blocks(m, pool, f);
-	}
-	b->addr = lo;
-	b->size = (size_t)bytes;
-	b->mapped = false;
-	try_merge_blocks(m, b, b->prev);
-	try_merge_blocks(m, b, b->next);
-	set_insert(m, &pool->unmapped, by_stream_addr, b);
-
-	reserved_change(m, -(int64_t)bytes);
-	m->st.num_device_free++;
-}
-
-/* The segment is all unmapped: give its address space back. */
-static void release_expandable_segment(struct ptm *m, struct blk *b)
-{
-	struct es *es = b->es;
-
-	assert(!b->mapped && b->addr == es->base && b->size == es->size);
-	set_erase(&pool_of(m, b)->unmapped, by_stream_addr, b);
-	driver_free(m, es->base, es->size);
-	for (struct es **l = &m->segments; *l; l = &(*l)->next)
-		if (*l == es) {
-			*l = es->next;
-			break;
-		}
-	free(es->page_mapped);
-	free(es);
-	blk_delete(m, b);
-}
-
-static bool allocatable(const struct blk *b)
-{
-	return b && !b->allocated;
-}
-
-static bool has_available_address_space(const struct blk *b, size_t size)
-{
-	size_t bytes = 0;
-
-	while (bytes < size && allocatable(b)) {
-		bytes += b->size;
-		b = b->next;
-	}
-	return bytes >= size;
-}
-
-/* The lowest address, in the stream's segments of the pool, where free and
- * unmapped blocks together hold size bytes; else a new segment. */
-static struct blk *find_expandable_block(struct ptm *m, unsigned stream, struct pool *pool,
-					 size_t size)
-{
-	struct blk key = {.stream = stream, .addr = 0};
-
-	for (size_t i = lower_bound(&pool->unmapped, by_stream_addr, &key);
-	     i < pool->unmapped.n && pool->unmapped.v[i]->stream == stream; i++) {
-		struct blk *c = pool->unmapped.v[i];
-
-		if (allocatable(c->prev))
-			c = c->prev;
-		if (has_available_address_space(c, size))
-			return c;
-	}
-	size_t page = pool->small ? K_SMALL_BUFFER : K_LARGE_BUFFER;
-	uint64_t total = m->cfg.device_total;
-	uint64_t n_pages = (total + total / 8 + page - 1) / page, offset;
-	struct es *es = calloc(1, sizeof *es);
-	unsigned char *pages = calloc(n_pages, 1);
-	int rc;
-
-	if (!es || !pages) {
-		free(es);
-		free(pages);
-		no_host_memory(m);
-	}
-	rc = ff_alloc(&m->space, n_pages * page, &offset);
-	if (rc) {
-		free(es);
-		free(pages);
-		if (rc == -2)
-			no_host_memory(m);
-		/* cuMemAddressReserve failing is a CUDA error in PyTorch, not an
-		 * out-of-memory; the model's address space is made so large
-		 * that it does not happen. */
-		return NULL;
-	}
-	*es = (struct es){.base = m->cfg.address_base + offset, .size = n_pages * page,
-			  .page = page, .page_mapped = pages, .next = m->segments};
-	m->segments = es;
-	struct blk *c = blk_new(m, es->base, (size_t)es->size, stream, pool->small, es, false);
-	set_insert(m, &pool->unmapped, by_stream_addr, c);
-	return c;
-}
-
-/* Map enough of the chain at the candidate for size bytes; the result is
- * one free mapped block, taken out of the free set. */
-static struct blk *try_allocate_expandable_block(struct ptm *m, unsigned stream,
-						 struct pool *pool, size_t size)
-{
-	struct blk *c = find_expandable_block(m, stream, pool, size);
-
-	if (!c)
-		return NULL;
-	if (!c->mapped && !map_block(m, c, c->size < size ? c->size : size))
-		return NULL;
-	while (c->size < size) {
-		size_t remaining = size - c->size;
-		struct blk *next = c->next;
-
-		if (!map_block(m, next, remaining < next->size ? remaining : next->size))
-			return NULL;
-		c = next; /* map_block merged c into it */
-	}
-	set_erase(&pool->blocks, by_size, c);
-	return c;
 }
 
 /* ---- the malloc sequence ------------------------------------------------------------ */
