@@ -1,8 +1,8 @@
 ## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/alloc.mk - the caching allocator's tests.
-EXTRA_DIST += tests/alloc-fixture.h
+EXTRA_DIST += tests/alloc-fixture.h tests/alloc-check.h
 alloc_tests = tests/test-alloc-policy tests/test-alloc-oom tests/test-alloc-random \
-	tests/test-alloc-expand
+	tests/test-alloc-expand tests/test-alloc-threads
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(alloc_tests)
@@ -19,6 +19,10 @@ tests_test_alloc_random_LDADD = $(test_ldadd)
 tests_test_alloc_expand_SOURCES = tests/test-alloc-expand.c tests/alloc-fixture.h tests/tap.h
 tests_test_alloc_expand_CFLAGS = $(test_cflags)
 tests_test_alloc_expand_LDADD = $(test_ldadd)
+tests_test_alloc_threads_SOURCES = tests/test-alloc-threads.c tests/alloc-check.h tests/alloc-fixture.h \
+	tests/tap.h
+tests_test_alloc_threads_CFLAGS = $(test_cflags)
+tests_test_alloc_threads_LDADD = $(test_ldadd)
 endif
 
 # libdevcache against an independent model of PyTorch's policy
