@@ -766,10 +766,17 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 		}
 		if (!b) {
 			devcache_ctx_t *ctx = a->dev->ctx;
+			/* Other threads allocate while the lock is released: what
+			 * the driver said to this one is kept aside meanwhile. */
+			int driver_rc = a->driver_rc;
+			char driver_why[sizeof a->driver_why];
 
+			memcpy(driver_why, a->driver_why, sizeof driver_why);
 			pthread_mutex_unlock(&a->lock);
 			size_t freed = call_pressure(ctx, a->dev, seg);
 			pthread_mutex_lock(&a->lock);
+			a->driver_rc = driver_rc;
+			memcpy(a->driver_why, driver_why, sizeof driver_why);
 			if (freed) {
 				pool = pool_for(a, stream);
 				b = pool ? find_cached(a, pool, small, rsize) : NULL;

@@ -219,6 +219,40 @@ static void expandable_segments_advised_where_they_help(void **state)
 	}
 }
 
+/* While the lock is released for the pressure callbacks, another
+ * allocation's miss must not replace what the driver said to this one. */
+static size_t allocate_meanwhile(void *user, devcache_device_t *dev, size_t need)
+{
+	void **p = user;
+
+	(void)need;
+	if (!*p && devcache_alloc(dev, MiB, NULL, p))
+		*p = NULL;
+	return 0;
+}
+
+static void the_drivers_words_survive_the_callbacks(void **state)
+{
+	struct fx other, f;
+	void *q = NULL, *meanwhile = NULL;
+
+	(void)state;
+	fx_open(&other, "good:0", NULL);
+	void *hog = fx_alloc(&other, 400 * MiB, NULL);
+	fx_open(&f, "good:0", NULL);
+	void *p = fx_alloc(&f, 300 * MiB, NULL);
+	assert_int_equal(devcache_pressure_register(f.ctx, allocate_meanwhile, &meanwhile), 0);
+	assert_int_equal(devcache_alloc(f.dev, 500 * MiB, NULL, &q), DEVCACHE_ENOMEM);
+	assert_non_null(meanwhile); /* a miss that the driver served */
+	assert_contains(devcache_last_error(), " The driver said: ");
+	assert_contains(devcache_last_error(), "fake: out of memory");
+	fx_free(&f, meanwhile);
+	fx_free(&f, p);
+	devcache_close(f.ctx);
+	fx_free(&other, hog);
+	devcache_close(other.ctx);
+}
+
 static void (*hold)(int);
 
 static void *open_module(void)
@@ -314,6 +348,7 @@ int main(void)
 		cmocka_unit_test(finally_fails_saying_why),
 		cmocka_unit_test(fragmentation_is_named_in_the_message),
 		cmocka_unit_test(the_oom_message_fits_the_case),
+		cmocka_unit_test(the_drivers_words_survive_the_callbacks),
 		cmocka_unit_test(expandable_segments_advised_where_they_help),
 		cmocka_unit_test(record_stream_delays_reuse_until_the_stream_is_done),
 		cmocka_unit_test(empty_cache_waits_for_pending_blocks),
