@@ -1,10 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* hotpath.c - benchmark: ns per alloc+free pair on a cache hit, devcache against glibc malloc, jemalloc and mimalloc. */
+/* hotpath.c - benchmark: ns per alloc+free pair on a cache hit, devcache against glibc malloc, jemalloc, mimalloc and tcmalloc. */
 #include <config.h>
 
-#include <dlfcn.h>
 #include <errno.h>
-#include <gnu/libc-version.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,47 +13,17 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "mallocs.h"
 
-/* jemalloc and mimalloc both export malloc and free.  Linked in the usual
- * way, either would replace glibc's malloc for the whole process (the
- * library and glibc's own comparator included), so they are dlopen()ed with
- * RTLD_LOCAL and called through their own symbols: every allocator below is
- * one call through a pointer per operation. */
-#ifndef BENCH_JEMALLOC_SONAME
-#define BENCH_JEMALLOC_SONAME ""
-#endif
-#ifndef BENCH_MIMALLOC_SONAME
-#define BENCH_MIMALLOC_SONAME ""
-#endif
+enum { I_DEVCACHE, I_GLIBC, I_JEMALLOC, I_MIMALLOC, I_TCMALLOC, N_IMPL };
 
-#define REEXEC_ENV "DEVCACHE_BENCH_REEXEC"
-/* jemalloc's thread-local block is initial-exec: dlopen() needs more
- * static TLS room than glibc keeps spare by default. */
-#define STATIC_TLS_TUNABLE "glibc.rtld.optional_static_tls=16384"
+/* devcache first, then the reference mallocs in mallocs.h's order. */
+static struct ref_malloc impls[N_IMPL] = { [I_DEVCACHE] = { .name = "devcache" } };
 
-typedef void *(*malloc_fn)(size_t);
-typedef void (*free_fn)(void *);
-
-enum impl_kind { IMPL_DEVCACHE, IMPL_MALLOC };
-
-struct impl {
-	const char *name;
-	enum impl_kind kind;
-	bool available;
-	char why[256];    /* why not available */
-	char version[64];
-	malloc_fn alloc;
-	free_fn release;
-};
-
-enum { I_DEVCACHE, I_GLIBC, I_JEMALLOC, I_MIMALLOC, N_IMPL };
-
-static struct impl impls[N_IMPL] = {
-	[I_DEVCACHE] = { .name = "devcache", .kind = IMPL_DEVCACHE },
-	[I_GLIBC] = { .name = "glibc malloc", .kind = IMPL_MALLOC },
-	[I_JEMALLOC] = { .name = "jemalloc", .kind = IMPL_MALLOC },
-	[I_MIMALLOC] = { .name = "mimalloc", .kind = IMPL_MALLOC },
-};
+static bool is_devcache(const struct ref_malloc *impl)
+{
+	return impl == &impls[I_DEVCACHE];
+}
 
 /* A sequence of request sizes, and how many blocks stay live: 0 frees each
  * block right after allocating it; W > 0 keeps the last W blocks, freeing
@@ -81,7 +49,7 @@ static const char *only_impl, *only_seq;
 
 /* Where one thread's figures go. */
 struct thread_arg {
-	const struct impl *impl;
+	const struct ref_malloc *impl;
 	const struct sequence *seq;
 	size_t passes;
 	devcache_stream_t stream;
@@ -92,22 +60,6 @@ struct thread_arg {
 	size_t pairs;
 	int failed;
 };
-
-/* Read through a volatile so the compiler can neither inline the
- * allocator nor drop a malloc/free pair it can see through. */
-static malloc_fn load_alloc(const struct impl *impl)
-{
-	malloc_fn volatile f = impl->alloc;
-
-	return f;
-}
-
-static free_fn load_free(const struct impl *impl)
-{
-	free_fn volatile f = impl->release;
-
-	return f;
-}
 
 /* One pass over sizes; the live window lives in ring. */
 static int pass_malloc(malloc_fn m, free_fn f, const size_t *sizes, size_t n, void **ring,
@@ -170,14 +122,14 @@ static int run_passes(struct thread_arg *t, const size_t *sizes, size_t passes, 
 {
 	const struct sequence *q = t->seq;
 
-	if (t->impl->kind == IMPL_DEVCACHE) {
+	if (is_devcache(t->impl)) {
 		for (size_t p = 0; p < passes; p++)
 			if (pass_devcache(t->stream, sizes, q->n, ring, q->window) != 0)
 				return -1;
 		return 0;
 	}
-	malloc_fn m = load_alloc(t->impl);
-	free_fn f = load_free(t->impl);
+	malloc_fn m = ref_malloc_fn(t->impl);
+	free_fn f = ref_free_fn(t->impl);
 
 	for (size_t p = 0; p < passes; p++)
 		if (pass_malloc(m, f, sizes, q->n, ring, q->window) != 0)
@@ -190,7 +142,7 @@ static void free_ring(struct thread_arg *t, void **ring)
 	for (size_t i = 0; i < t->seq->window; i++) {
 		if (!ring[i])
 			continue;
-		if (t->impl->kind == IMPL_DEVCACHE)
+		if (is_devcache(t->impl))
 			devcache_free(dev, ring[i]);
 		else
 			t->impl->release(ring[i]);
@@ -241,7 +193,7 @@ struct result {
 	uint64_t device_allocs; /* devcache: driver allocations in the timed passes */
 };
 
-static int run_once(const struct impl *impl, const struct sequence *q, size_t passes,
+static int run_once(const struct ref_malloc *impl, const struct sequence *q, size_t passes,
 		    int nthreads, struct result *r)
 {
 	pthread_t tid[MAX_THREADS];
@@ -258,7 +210,7 @@ static int run_once(const struct impl *impl, const struct sequence *q, size_t pa
 					       .stream = streams[i],
 					       .offset = (q->n / (size_t)nthreads) * (size_t)i,
 					       .barrier = &barrier };
-		if (i == 0 && impl->kind == IMPL_DEVCACHE)
+		if (i == 0 && is_devcache(impl))
 			args[i].stats_before = &before;
 		if (pthread_create(&tid[i], NULL, thread_main, &args[i]) != 0) {
 			fprintf(stderr, "hotpath: pthread_create: %s\n", strerror(errno));
@@ -279,7 +231,7 @@ static int run_once(const struct impl *impl, const struct sequence *q, size_t pa
 	if (failed)
 		return -1;
 	r->device_allocs = 0;
-	if (impl->kind == IMPL_DEVCACHE) {
+	if (is_devcache(impl)) {
 		devcache_stats(dev, &after);
 		r->device_allocs = after.num_device_alloc - before.num_device_alloc;
 	}
@@ -322,100 +274,14 @@ static void load_devcache(void)
 		 devcache_version_string());
 }
 
-static void load_glibc(void)
+/* The reference mallocs, after devcache in impls[]. */
+static void load_mallocs(char **argv)
 {
-	struct impl *g = &impls[I_GLIBC];
+	struct ref_malloc refs[N_REF_MALLOCS];
 
-	g->alloc = malloc;
-	g->release = free;
-	g->available = true;
-	snprintf(g->version, sizeof g->version, "%s", gnu_get_libc_version());
-}
-
-static void *open_local(struct impl *impl, const char *soname)
-{
-	void *h;
-
-	if (!*soname) {
-		snprintf(impl->why, sizeof impl->why, "not found by configure");
-		return NULL;
-	}
-	h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-	if (!h)
-		snprintf(impl->why, sizeof impl->why, "%s", dlerror());
-	return h;
-}
-
-static void load_jemalloc(void)
-{
-	struct impl *j = &impls[I_JEMALLOC];
-	void *h = open_local(j, BENCH_JEMALLOC_SONAME);
-	int (*mallctl)(const char *, void *, size_t *, void *, size_t);
-	const char *v = NULL;
-	size_t len = sizeof v;
-
-	if (!h)
-		return;
-	/* Its own malloc and free: jemalloc's fastest entry points. */
-	j->alloc = (malloc_fn)dlsym(h, "malloc");
-	j->release = (free_fn)dlsym(h, "free");
-	*(void **)&mallctl = dlsym(h, "mallctl");
-	if (!j->alloc || !j->release || j->alloc == malloc) {
-		snprintf(j->why, sizeof j->why, "%s: no private malloc/free", BENCH_JEMALLOC_SONAME);
-		return;
-	}
-	if (mallctl && mallctl("version", &v, &len, NULL, 0) == 0 && v)
-		snprintf(j->version, sizeof j->version, "%.*s", (int)strcspn(v, "-"), v);
-	j->available = true;
-}
-
-static void load_mimalloc(void)
-{
-	struct impl *m = &impls[I_MIMALLOC];
-	void *h = open_local(m, BENCH_MIMALLOC_SONAME);
-	int (*version)(void);
-
-	if (!h)
-		return;
-	m->alloc = (malloc_fn)dlsym(h, "mi_malloc");
-	m->release = (free_fn)dlsym(h, "mi_free");
-	*(void **)&version = dlsym(h, "mi_version");
-	if (!m->alloc || !m->release) {
-		snprintf(m->why, sizeof m->why, "%s: no mi_malloc/mi_free", BENCH_MIMALLOC_SONAME);
-		return;
-	}
-	if (version) {
-		int v = version();
-
-		snprintf(m->version, sizeof m->version, "%d.%d.%d", v / 100, v / 10 % 10, v % 10);
-	}
-	m->available = true;
-}
-
-/* If jemalloc cannot be dlopen()ed for want of static TLS, run again with
- * glibc's tunable that reserves more; it changes nothing else. */
-static void maybe_reexec(char **argv)
-{
-	void *h;
-	const char *old;
-	char *tun;
-
-	if (!*BENCH_JEMALLOC_SONAME || getenv(REEXEC_ENV))
-		return;
-	h = dlopen(BENCH_JEMALLOC_SONAME, RTLD_NOW | RTLD_LOCAL);
-	if (h) {
-		dlclose(h);
-		return;
-	}
-	if (!strstr(dlerror(), "static TLS"))
-		return;
-	old = getenv("GLIBC_TUNABLES");
-	if (asprintf(&tun, "%s%s%s", old ? old : "", old ? ":" : "", STATIC_TLS_TUNABLE) < 0)
-		return;
-	setenv("GLIBC_TUNABLES", tun, 1);
-	setenv(REEXEC_ENV, "1", 1);
-	execv("/proc/self/exe", argv);
-	free(tun); /* exec failed: go on without jemalloc */
+	ref_mallocs_load(refs, argv);
+	for (int k = 0; k < N_REF_MALLOCS; k++)
+		impls[I_GLIBC + k] = refs[k];
 }
 
 /* ---- the sequences --------------------------------------------------------- */
@@ -612,7 +478,7 @@ static void usage(FILE *f)
 		   "  -r REPS       runs per figure, the median is reported (default 7, at most %d)\n"
 		   "  -s SECONDS    least duration of a run's timed passes (default 0.1)\n"
 		   "  -t THREADS    1 or 2 (default 2: both)\n"
-		   "  -a ALLOCATOR  measure only devcache, glibc, jemalloc or mimalloc\n"
+		   "  -a ALLOCATOR  measure only devcache, glibc, jemalloc, mimalloc or tcmalloc\n"
 		   "                (for perf; the targets then compare what was measured)\n"
 		   "  -c CASE       only mix, fixed-4K or fixed-1M\n",
 		MAX_REPS);
@@ -622,7 +488,7 @@ int main(int argc, char **argv)
 {
 	int opt, nthreads = 2, rc = 0;
 
-	maybe_reexec(argv);
+	load_mallocs(argv);
 	while ((opt = getopt(argc, argv, "r:s:t:a:c:h")) != -1) {
 		switch (opt) {
 		case 'r':
@@ -654,9 +520,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	load_devcache();
-	load_glibc();
-	load_jemalloc();
-	load_mimalloc();
 	for (int i = 0; only_impl && i < N_IMPL; i++)
 		if (strncmp(impls[i].name, only_impl, strlen(only_impl)) != 0 && impls[i].available) {
 			impls[i].available = false;

@@ -2,16 +2,16 @@
 ## bench/local.mk - `make bench`: the allocator's benchmarks; never built by `make` or `make check`.
 ##
 ## The programs are EXTRA_PROGRAMS, built only when `make bench` asks for
-## them; jemalloc and mimalloc are dlopen()ed at run time (see configure.ac),
-## so nothing here needs them to build.  bench/README says what the figures
-## mean and records them.
+## them; jemalloc, mimalloc and tcmalloc are dlopen()ed at run time (see
+## configure.ac), so nothing here needs them to build.  bench/README says
+## what the figures mean and records them.
 
 bench_programs = bench/hotpath bench/gentrace bench/replay bench/loadbench
 EXTRA_PROGRAMS = $(bench_programs)
 bench_cflags = $(AM_CFLAGS) -pthread
 bench_ldadd = libdevcache.la $(LIBM) -lpthread
 
-bench_hotpath_SOURCES = bench/hotpath.c bench/bench.h
+bench_hotpath_SOURCES = bench/hotpath.c bench/bench.h bench/mallocs.c bench/mallocs.h
 bench_hotpath_CFLAGS = $(bench_cflags)
 bench_hotpath_LDADD = $(bench_ldadd)
 bench_gentrace_SOURCES = bench/gentrace.c bench/bench.h

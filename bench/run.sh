@@ -25,9 +25,10 @@ header() {
 	echo "load:       `cut -d' ' -f1-3 /proc/loadavg` (1, 5, 15 min; above the CPU count, figures are noisy)"
 	echo "compiler:   `${CC:-cc} --version 2>/dev/null | sed 1q`"
 	echo "CFLAGS:     ${CFLAGS:-}"
-	# jemalloc (MALLOC_CONF), mimalloc (MIMALLOC_*), glibc (MALLOC_*,
-	# GLIBC_TUNABLES) and libdevcache read these.
-	env | grep -E '^(MALLOC_|MIMALLOC_|GLIBC_TUNABLES=|DEVCACHE_)' |
+	# jemalloc (MALLOC_CONF), mimalloc (MIMALLOC_*), tcmalloc (TCMALLOC_*,
+	# HEAPCHECK, HEAPPROFILE), glibc (MALLOC_*, GLIBC_TUNABLES) and
+	# libdevcache read these.
+	env | grep -E '^(MALLOC_|MIMALLOC_|TCMALLOC_|HEAPCHECK=|HEAPPROFILE=|GLIBC_TUNABLES=|DEVCACHE_)' |
 		sed 's/^/warning:    set, may change the figures: /'
 }
 
