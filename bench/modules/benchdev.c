@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* benchdev.c - a bench-only backend module: one emulated device whose memory is mmap()ed host memory, for timing the model cache's staging path without a GPU. */
+/* benchdev.c - a bench-only backend module: one emulated device of a fixed size whose memory is mmap()ed host memory, for the model cache's staging path and the allocator's minimum-memory runs without a GPU. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +40,7 @@ static int bd_device_info(void *state, int dev, devcache_backend_device_t *info)
 	snprintf(info->name, sizeof info->name, "Bench device (mmap()ed host memory)");
 	snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "0000:bd:00.0");
 	info->total_memory = BENCHDEV_MEMORY;
-	info->caps = DEVCACHE_CAP_ASYNC_COPY;
+	info->caps = DEVCACHE_CAP_ASYNC_COPY | DEVCACHE_CAP_VMM;
 	return 0;
 }
 
@@ -150,6 +150,101 @@ static int bd_event_record(void *state, int dev, devcache_event_t event, devcach
 	return 0;
 }
 
+/* Virtual memory, for expandable segments (bench/replay's minimum-memory
+ * runs).  As on a GPU, a handle is the physical allocation: it counts
+ * against the device's memory from vm_create to vm_destroy, whatever is
+ * mapped; mapping makes the range ordinary anonymous memory and unmapping
+ * gives its pages back.  Reservations are address space only. */
+#define BENCHDEV_VM_GRANULARITY ((size_t)2 << 20) /* CUDA's, on current GPUs */
+
+struct bd_vm_handle {
+	size_t size;
+};
+
+static int bd_vm_granularity(void *state, int dev, size_t *granularity_p)
+{
+	(void)state, (void)dev;
+	*granularity_p = BENCHDEV_VM_GRANULARITY;
+	return 0;
+}
+
+static int bd_vm_reserve(void *state, int dev, size_t size, void **va_p)
+{
+	const struct devcache_backend_host *host = state;
+	void *va = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	(void)dev;
+	if (va == MAP_FAILED)
+		return host->error(DEVCACHE_ENOMEM, "benchdev: cannot reserve %zu bytes", size);
+	*va_p = va;
+	return 0;
+}
+
+static int bd_vm_release(void *state, int dev, void *va, size_t size)
+{
+	const struct devcache_backend_host *host = state;
+
+	(void)dev;
+	if (munmap(va, size) != 0)
+		return host->error(DEVCACHE_EINVAL, "benchdev: cannot release %p", va);
+	return 0;
+}
+
+static int bd_vm_create(void *state, int dev, size_t size, void **handle_p)
+{
+	const struct devcache_backend_host *host = state;
+	struct bd_vm_handle *h;
+
+	(void)dev;
+	if (__atomic_add_fetch(&used, size, __ATOMIC_RELAXED) > BENCHDEV_MEMORY) {
+		__atomic_sub_fetch(&used, size, __ATOMIC_RELAXED);
+		return host->error(DEVCACHE_ENOMEM, "benchdev: out of memory: %zu bytes", size);
+	}
+	if (!(h = malloc(sizeof *h))) {
+		__atomic_sub_fetch(&used, size, __ATOMIC_RELAXED);
+		return host->error(DEVCACHE_ENOMEM, "benchdev: out of memory");
+	}
+	h->size = size;
+	*handle_p = h;
+	return 0;
+}
+
+static int bd_vm_destroy(void *state, int dev, void *handle)
+{
+	struct bd_vm_handle *h = handle;
+
+	(void)state, (void)dev;
+	__atomic_sub_fetch(&used, h->size, __ATOMIC_RELAXED);
+	free(h);
+	return 0;
+}
+
+static int bd_vm_map(void *state, int dev, void *va, size_t size, void *handle)
+{
+	const struct devcache_backend_host *host = state;
+	struct bd_vm_handle *h = handle;
+
+	(void)dev;
+	if (size > h->size)
+		return host->error(DEVCACHE_EINVAL, "benchdev: cannot map %zu bytes of a %zu-byte handle",
+				   size, h->size);
+	if (mmap(va, size, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS |
+		 MAP_NORESERVE, -1, 0) == MAP_FAILED)
+		return host->error(DEVCACHE_ENOMEM, "benchdev: cannot map %zu bytes at %p", size, va);
+	return 0;
+}
+
+static int bd_vm_unmap(void *state, int dev, void *va, size_t size)
+{
+	const struct devcache_backend_host *host = state;
+
+	(void)dev;
+	if (mmap(va, size, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+		 0) == MAP_FAILED)
+		return host->error(DEVCACHE_EINVAL, "benchdev: cannot unmap %zu bytes at %p", size, va);
+	return 0;
+}
+
 static const struct devcache_backend_ops benchdev_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
 	.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
@@ -172,6 +267,13 @@ static const struct devcache_backend_ops benchdev_ops = {
 	.event_record = bd_event_record,
 	.event_query = bd_handle_done,
 	.event_synchronize = bd_handle_done,
+	.vm_granularity = bd_vm_granularity,
+	.vm_reserve = bd_vm_reserve,
+	.vm_release = bd_vm_release,
+	.vm_create = bd_vm_create,
+	.vm_destroy = bd_vm_destroy,
+	.vm_map = bd_vm_map,
+	.vm_unmap = bd_vm_unmap,
 };
 
 const struct devcache_backend_ops *devcache_backend_module(void)
