@@ -17,7 +17,8 @@ bench_hotpath_LDADD = $(bench_ldadd)
 bench_gentrace_SOURCES = bench/gentrace.c bench/bench.h
 bench_gentrace_CFLAGS = $(bench_cflags)
 bench_gentrace_LDADD = $(bench_ldadd)
-bench_replay_SOURCES = bench/replay.c bench/bench.h
+bench_replay_SOURCES = bench/replay.c bench/replay.h bench/bench.h bench/mallocs.c \
+	bench/mallocs.h
 bench_replay_CFLAGS = $(bench_cflags)
 bench_replay_LDADD = $(bench_ldadd)
 bench_loadbench_SOURCES = bench/loadbench.c bench/bench.h

@@ -8,29 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
-
-/* The trace is parsed once into an array of events whose frees name the
- * allocation they release by its ordinal, so the replay itself does no
- * parsing and no hashing: what is timed is the allocator. */
-enum ev_kind { EV_ALLOC, EV_FREE, EV_WARMUP_END, EV_STEP };
-
-struct event {
-	uint64_t size; /* EV_ALLOC: bytes asked for; EV_FREE: the allocation's ordinal */
-	uint32_t stream;
-	uint8_t kind;
-};
-
-struct trace {
-	const char *name;
-	struct event *ev;
-	size_t n, cap;
-	size_t allocs, frees;
-	unsigned max_stream;
-	bool has_warmup;
-};
+#include "mallocs.h"
+#include "replay.h"
 
 /* ---- ID to ordinal, while parsing --------------------------------------- */
 
@@ -204,22 +187,11 @@ static int load_trace(struct trace *t, const char *path)
 
 /* ---- replay ---------------------------------------------------------------- */
 
-struct outcome {
-	bool failed;
-	char error[512];
-	double seconds;
-	size_t ops;
-	devcache_stats_t stats;         /* at the end, before the leftovers are freed */
-	uint64_t dev_allocs_after_warmup;
-	uint64_t peak_requested;        /* counted here, to check the allocator's own */
-	unsigned steps_after_warmup;
-};
-
 static FILE *snapshot_out; /* -S: a JSON snapshot after each replay */
 static bool print_summary;  /* -v: the summary table after each replay */
 static bool empty_each_step; /* -E: devcache_empty_cache() at each step mark */
 
-static int replay(const struct trace *t, const char *options, struct outcome *o)
+int replay(const struct trace *t, const char *options, unsigned flags, struct outcome *o)
 {
 	devcache_ctx_t *ctx;
 	devcache_device_t *dev;
@@ -292,7 +264,7 @@ static int replay(const struct trace *t, const char *options, struct outcome *o)
 			break;
 		case EV_STEP:
 			o->steps_after_warmup += warm;
-			if (empty_each_step)
+			if (flags & REPLAY_EMPTY_STEPS)
 				devcache_empty_cache(dev);
 			break;
 		}
@@ -316,12 +288,12 @@ static int replay(const struct trace *t, const char *options, struct outcome *o)
 			 (long long)o->stats.requested_bytes[DEVCACHE_POOL_ALL].peak,
 			 (unsigned long long)o->peak_requested);
 	}
-	if (print_summary) {
+	if ((flags & REPLAY_SUMMARY) && print_summary) {
 		printf("summary of %s with %s, the trace's leftovers still allocated:\n", t->name,
 		       options ? options : "default tunables");
 		devcache_summary(dev, stdout);
 	}
-	if (snapshot_out) {
+	if ((flags & REPLAY_SUMMARY) && snapshot_out) {
 		fprintf(snapshot_out, "{\"trace\": \"%s\", \"options\": \"%s\", \"snapshot\":\n",
 			t->name, options ? options : "");
 		devcache_snapshot(dev, snapshot_out);
@@ -339,11 +311,94 @@ static int replay(const struct trace *t, const char *options, struct outcome *o)
 	return o->failed ? -1 : 0;
 }
 
+/* ---- the same trace through the reference mallocs ------------------------- */
+
+static struct ref_malloc mallocs[N_REF_MALLOCS];
+
+/* Replays the trace's allocations and frees through one malloc (the
+ * streams mean nothing to it), in the same order as devcache gets them;
+ * ptrs has room for every allocation.  Returns the seconds taken, or -1
+ * when malloc returned NULL.  The memory is not touched, as devcache's
+ * is not. */
+static double replay_malloc(const struct trace *t, const struct ref_malloc *r, void **ptrs,
+			    size_t *ops_p)
+{
+	malloc_fn m = ref_malloc_fn(r);
+	free_fn f = ref_free_fn(r);
+	size_t a = 0, ops = 0;
+	bool failed = false;
+	double t0 = now_seconds(), t1;
+
+	for (size_t i = 0; i < t->n; i++) {
+		const struct event *e = &t->ev[i];
+
+		if (e->kind == EV_ALLOC) {
+			if (!(ptrs[a++] = m(e->size))) {
+				failed = true;
+				break;
+			}
+			ops++;
+		} else if (e->kind == EV_FREE) {
+			f(ptrs[e->size]);
+			ptrs[e->size] = NULL;
+			ops++;
+		}
+	}
+	t1 = now_seconds();
+	for (size_t i = 0; i < a; i++)
+		if (ptrs[i]) {
+			f(ptrs[i]);
+			ptrs[i] = NULL;
+		}
+	*ops_p = ops;
+	return failed ? -1 : t1 - t0;
+}
+
+/* ns/op of one replay through a malloc that starts empty, as devcache's
+ * context does: in a child process forked from this one, which never
+ * calls the reference mallocs itself (glibc's has only the parsing
+ * behind it).  -1 when malloc returned NULL; exits 2 when the child
+ * cannot be had. */
+static double replay_malloc_fresh(const struct trace *t, const struct ref_malloc *r, void **ptrs)
+{
+	int fd[2], status;
+	double ns = -1;
+	pid_t pid;
+
+	fflush(NULL);
+	if (pipe(fd) != 0 || (pid = fork()) < 0) {
+		fprintf(stderr, "replay: %s: %s\n", r->name, strerror(errno));
+		exit(2);
+	}
+	if (pid == 0) {
+		size_t ops = 0;
+		double sec = replay_malloc(t, r, ptrs, &ops);
+
+		ns = sec < 0 || ops == 0 ? -1 : sec * 1e9 / (double)ops;
+		_exit(write(fd[1], &ns, sizeof ns) == (ssize_t)sizeof ns ? 0 : 2);
+	}
+	close(fd[1]);
+	if (read(fd[0], &ns, sizeof ns) != (ssize_t)sizeof ns)
+		ns = -2;
+	close(fd[0]);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) || ns < -1) {
+		fprintf(stderr, "replay: the %s replay failed\n", r->name);
+		exit(2);
+	}
+	return ns;
+}
+
 /* ---- report ------------------------------------------------------------------ */
 
 static const char *mib(char *buf, size_t n, int64_t bytes)
 {
 	snprintf(buf, n, "%.1f", (double)bytes / (double)MIB);
+	return buf;
+}
+
+static const char *fmt_ns(char *buf, size_t n, double ns)
+{
+	snprintf(buf, n, ns < 100 ? "%.1f" : "%.0f", ns);
 	return buf;
 }
 
@@ -363,78 +418,157 @@ static struct config configs[MAX_CONFIGS] = {
 };
 static size_t n_configs = 5;
 
-/* A trace's kind, from its file name: the targets apply by kind. */
-static bool name_has(const char *path, const char *word)
+#define MAX_REPS 15
+static int reps = 5;           /* -r: replays per ns/op figure, the median is shown */
+
+/* The trace's name in the target lines: its file name less ".trace". */
+static void trace_kind(const char *path, char *buf, size_t n)
 {
 	const char *base = strrchr(path, '/');
+	size_t len;
 
-	return strstr(base ? base + 1 : path, word) != NULL;
+	base = base ? base + 1 : path;
+	len = strlen(base);
+	if (len > 6 && strcmp(base + len - 6, ".trace") == 0)
+		len -= 6;
+	snprintf(buf, n, "%.*s", (int)len, base);
 }
 
-static int report_trace(const char *path, double ratio_target)
+static int cmp_double(const void *a, const void *b)
 {
-	struct trace t = { 0 };
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The figures of one trace: devcache's under each setting, then the
+ * mallocs'.  Repetitions interleave them all, so that a slow moment of the
+ * machine does not land on one; caching:false runs once (its time is the
+ * driver's, and long), and so does a malloc more than MALLOC_FAR times
+ * slower than the fastest one on the first replay: it cannot be the
+ * fastest, and glibc's and mimalloc's replays, which go to the kernel for
+ * their large blocks, would otherwise take most of the time. */
+#define MALLOC_FAR 4.0
+
+struct figures {
 	struct outcome o[MAX_CONFIGS];
-	char b1[32], b2[32], b3[32];
-	bool fixed = name_has(path, "train-fixed"), var = name_has(path, "train-var");
+	double ns[MAX_CONFIGS][MAX_REPS];
+	int n[MAX_CONFIGS];
+	double mns[N_REF_MALLOCS][MAX_REPS];
+	int mn[N_REF_MALLOCS];
+	bool mfailed[N_REF_MALLOCS], mdone[N_REF_MALLOCS];
+};
+
+/* After the first replays: the mallocs far slower than the fastest are
+ * not replayed again. */
+static void leave_out_slow(struct figures *fg)
+{
+	double best = -1;
+
+	for (int m = 0; m < N_REF_MALLOCS; m++)
+		if (fg->mn[m] && (best < 0 || fg->mns[m][0] < best))
+			best = fg->mns[m][0];
+	for (int m = 0; m < N_REF_MALLOCS; m++)
+		fg->mdone[m] = fg->mn[m] && fg->mns[m][0] > MALLOC_FAR * best;
+}
+
+static void measure(const struct trace *t, struct figures *fg)
+{
+	void **ptrs = calloc(t->allocs ? t->allocs : 1, sizeof *ptrs);
+
+	if (!ptrs) {
+		fprintf(stderr, "replay: out of memory\n");
+		exit(2);
+	}
+	memset(fg, 0, sizeof *fg);
+	for (int r = 0; r < reps; r++) {
+		for (size_t c = 0; c < n_configs; c++) {
+			struct outcome o;
+
+			if ((r > 0 && !configs[c].caching) || (r > 0 && fg->o[c].failed))
+				continue;
+			replay(t, configs[c].options,
+			       (r == 0 ? REPLAY_SUMMARY : 0) | (empty_each_step ? REPLAY_EMPTY_STEPS : 0),
+			       &o);
+			if (r == 0 || !o.failed)
+				fg->o[c] = o;
+			if (!o.failed && o.ops)
+				fg->ns[c][fg->n[c]++] = o.seconds * 1e9 / (double)o.ops;
+		}
+		for (int m = 0; m < N_REF_MALLOCS; m++) {
+			double ns;
+
+			if (!mallocs[m].available || fg->mfailed[m] || fg->mdone[m])
+				continue;
+			ns = replay_malloc_fresh(t, &mallocs[m], ptrs);
+			fg->mfailed[m] = ns < 0;
+			if (ns >= 0)
+				fg->mns[m][fg->mn[m]++] = ns;
+		}
+		if (r == 0)
+			leave_out_slow(fg);
+	}
+	free(ptrs);
+}
+
+/* The malloc with the lowest median ns/op, -1 when none was measured;
+ * *n_p: how many were. */
+static int fastest_malloc(const double mmed[N_REF_MALLOCS], int *n_p)
+{
+	int best = -1;
+
+	*n_p = 0;
+	for (int m = 0; m < N_REF_MALLOCS; m++) {
+		if (mmed[m] < 0)
+			continue;
+		++*n_p;
+		if (best < 0 || mmed[m] < mmed[best])
+			best = m;
+	}
+	return best;
+}
+
+static int print_targets(const struct figures *fg, const double med[MAX_CONFIGS],
+			 const double mmed[N_REF_MALLOCS], const char *kind, double ratio_target)
+{
+	bool fixed = strstr(kind, "train-fixed") != NULL, var = strstr(kind, "train-var") != NULL;
+	int n_mallocs, best = fastest_malloc(mmed, &n_mallocs);
+	char b1[32], b2[32], id[96];
 	int rc = 0;
 
-	t.name = path;
-	if (load_trace(&t, path) != 0)
-		return -1;
-	printf("\n-- %s: %zu allocations, %zu frees\n", path, t.allocs, t.frees);
-	int w = 22;
-
-	for (size_t c = 0; c < n_configs; c++)
-		if ((int)strlen(configs[c].label) > w)
-			w = (int)strlen(configs[c].label);
-	printf("%-*s %8s %11s %11s %11s %6s %9s %10s %9s\n", w, "options", "ns/op", "peak req",
-	       "peak alloc", "peak resvd", "resvd/", "device", "after", "device");
-	printf("%-*s %8s %11s %11s %11s %6s %9s %10s %9s\n", w, "", "", "MiB", "MiB", "MiB",
-	       "alloc", "allocs", "warm-up", "frees");
 	for (size_t c = 0; c < n_configs; c++) {
-		const devcache_stats_t *s = &o[c].stats;
+		const devcache_stats_t *s = &fg->o[c].stats;
 
-		if (replay(&t, configs[c].options, &o[c]) != 0 && o[c].ops == 0) {
-			printf("%-*s FAILED: %s\n", w, configs[c].label, o[c].error);
-			rc = -1;
+		if (fg->o[c].failed || !configs[c].caching)
 			continue;
+		snprintf(id, sizeof id, "replay/%s/vs-malloc [%s]", kind, configs[c].label);
+		if (best < 0) {
+			printf("TARGET %-44s SKIP  no malloc measured (target: at most the ns/op of "
+			       "the fastest malloc)\n", id);
+		} else {
+			bool pass = med[c] <= mmed[best];
+
+			printf("TARGET %-44s %s  devcache %s ns/op %s %s %s ns/op, the fastest of %d "
+			       "malloc%s (%.2fx; target: at most the ns/op of the fastest malloc)\n",
+			       id, pass ? "PASS" : "MISS", fmt_ns(b1, sizeof b1, med[c]),
+			       pass ? "<=" : ">", mallocs[best].name, fmt_ns(b2, sizeof b2, mmed[best]),
+			       n_mallocs, n_mallocs > 1 ? "s" : "", med[c] / mmed[best]);
+			rc |= !pass;
 		}
-		double ratio = (double)s->reserved_bytes[DEVCACHE_POOL_ALL].peak /
-			       (double)s->allocated_bytes[DEVCACHE_POOL_ALL].peak;
-
-		printf("%-*s %8.0f %11s %11s %11s %6.3f %9llu %10llu %9llu\n", w, configs[c].label,
-		       o[c].seconds * 1e9 / (double)o[c].ops,
-		       mib(b1, sizeof b1, (int64_t)o[c].peak_requested),
-		       mib(b2, sizeof b2, s->allocated_bytes[DEVCACHE_POOL_ALL].peak),
-		       mib(b3, sizeof b3, s->reserved_bytes[DEVCACHE_POOL_ALL].peak), ratio,
-		       (unsigned long long)s->num_device_alloc,
-		       (unsigned long long)o[c].dev_allocs_after_warmup,
-		       (unsigned long long)s->num_device_free);
-		if (o[c].failed) {
-			printf("%-*s FAILED: %s\n", w, "", o[c].error);
-			rc = -1;
-			continue;
-		}
-	}
-	if (t.has_warmup)
-		printf("(\"after warm-up\": device allocations in the %u steps after the trace's "
-		       "warm-up mark)\n", o[0].steps_after_warmup);
-
-	for (size_t c = 0; c < n_configs; c++) {
-		const devcache_stats_t *s = &o[c].stats;
-		char id[96];
-
-		if (o[c].failed || !configs[c].caching)
-			continue;
 		if (fixed) {
-			bool pass = o[c].dev_allocs_after_warmup == 0;
+			bool pass = fg->o[c].dev_allocs_after_warmup == 0;
 
 			snprintf(id, sizeof id, "replay/train-fixed/steady [%s]", configs[c].label);
 			printf("TARGET %-44s %s  %llu device allocations in %u steps after warm-up "
 			       "(target 0)\n", id, pass ? "PASS" : "MISS",
-			       (unsigned long long)o[c].dev_allocs_after_warmup,
-			       o[c].steps_after_warmup);
+			       (unsigned long long)fg->o[c].dev_allocs_after_warmup,
+			       fg->o[c].steps_after_warmup);
 			rc |= !pass;
 		}
 		if (var) {
@@ -452,21 +586,102 @@ static int report_trace(const char *path, double ratio_target)
 			rc |= !pass;
 		}
 	}
+	return rc;
+}
+
+static int report_trace(const char *path, double ratio_target)
+{
+	struct trace t = { 0 };
+	struct figures *fg = malloc(sizeof *fg);
+	double med[MAX_CONFIGS], mmed[N_REF_MALLOCS];
+	char b1[32], b2[32], b3[32], b4[32], kind[64];
+	int rc = 0, w = 24;
+
+	t.name = path;
+	if (!fg || load_trace(&t, path) != 0) {
+		free(fg);
+		return -1;
+	}
+	trace_kind(path, kind, sizeof kind);
+	printf("\n-- %s: %zu allocations, %zu frees\n", path, t.allocs, t.frees);
+	fflush(stdout);
+	measure(&t, fg);
+	for (size_t c = 0; c < n_configs; c++)
+		if ((int)strlen(configs[c].label) > w)
+			w = (int)strlen(configs[c].label);
+	printf("%-*s %8s %11s %11s %11s %6s %9s %10s %9s\n", w, "options", "ns/op", "peak req",
+	       "peak alloc", "peak resvd", "resvd/", "device", "after", "device");
+	printf("%-*s %8s %11s %11s %11s %6s %9s %10s %9s\n", w, "", "", "MiB", "MiB", "MiB",
+	       "alloc", "allocs", "warm-up", "frees");
+	for (size_t c = 0; c < n_configs; c++) {
+		const struct outcome *o = &fg->o[c];
+		const devcache_stats_t *s = &o->stats;
+
+		med[c] = fg->n[c] ? median(fg->ns[c], fg->n[c]) : -1;
+		if (o->failed && o->ops == 0) {
+			printf("%-*s FAILED: %s\n", w, configs[c].label, o->error);
+			rc = -1;
+			continue;
+		}
+		double ratio = (double)s->reserved_bytes[DEVCACHE_POOL_ALL].peak /
+			       (double)s->allocated_bytes[DEVCACHE_POOL_ALL].peak;
+
+		printf("%-*s %8s %11s %11s %11s %6.3f %9llu %10llu %9llu\n", w, configs[c].label,
+		       med[c] < 0 ? "-" : fmt_ns(b4, sizeof b4, med[c]),
+		       mib(b1, sizeof b1, (int64_t)o->peak_requested),
+		       mib(b2, sizeof b2, s->allocated_bytes[DEVCACHE_POOL_ALL].peak),
+		       mib(b3, sizeof b3, s->reserved_bytes[DEVCACHE_POOL_ALL].peak), ratio,
+		       (unsigned long long)s->num_device_alloc,
+		       (unsigned long long)o->dev_allocs_after_warmup,
+		       (unsigned long long)s->num_device_free);
+		if (o->failed) {
+			printf("%-*s FAILED: %s\n", w, "", o->error);
+			rc = -1;
+		}
+	}
+	for (int m = 0; m < N_REF_MALLOCS; m++) {
+		char name[96];
+
+		mmed[m] = -1;
+		snprintf(name, sizeof name, "%s %s", mallocs[m].name, mallocs[m].version);
+		if (!mallocs[m].available)
+			printf("%-*s %8s  (not measured: %s)\n", w, mallocs[m].name, "-",
+			       mallocs[m].why);
+		else if (fg->mfailed[m])
+			printf("%-*s %8s  (malloc returned NULL)\n", w, name, "-");
+		else if (fg->mn[m] == 1 && reps > 1)
+			printf("%-*s %8s  (malloc and free; 1 replay: over %gx the fastest malloc's)\n",
+			       w, name, fmt_ns(b1, sizeof b1, mmed[m] = fg->mns[m][0]), MALLOC_FAR);
+		else
+			printf("%-*s %8s  (malloc and free)\n", w, name,
+			       fmt_ns(b1, sizeof b1, mmed[m] = median(fg->mns[m], fg->mn[m])));
+	}
+	if (t.has_warmup)
+		printf("(\"after warm-up\": device allocations in the %u steps after the trace's "
+		       "warm-up mark)\n", fg->o[0].steps_after_warmup);
+	int r = print_targets(fg, med, mmed, kind, ratio_target);
+
+	rc = rc < 0 ? rc : r;
 	free(t.ev);
+	free(fg);
 	return rc;
 }
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: replay [-o OPTIONS]... [-v] [-E] [-S FILE] TRACE...\n"
+	fprintf(f, "usage: replay [-o OPTIONS]... [-r REPS] [-v] [-E] [-S FILE] TRACE...\n"
 		   "  Replays each trace on the host device with default tunables,\n"
 		   "  max_split_size_mb:128, max_split_size_mb:512, expandable_segments:True\n"
-		   "  and caching:false.\n"
-		   "  -o OPTIONS  replay with these tunables (\"key:value,...\") instead;\n"
-		   "              repeat for more settings, \"\" for the defaults\n"
-		   "  -v          print the memory summary after each replay\n"
-		   "  -E          call devcache_empty_cache() at each step (for comparison)\n"
-		   "  -S FILE     append a JSON snapshot after each replay to FILE\n");
+		   "  and caching:false, and through glibc's malloc, jemalloc, mimalloc and\n"
+		   "  tcmalloc.\n"
+		   "  -o OPTIONS    replay with these tunables (\"key:value,...\") instead;\n"
+		   "                repeat for more settings, \"\" for the defaults\n"
+		   "  -r REPS       replays per ns/op figure, the median is shown (default 5,\n"
+		   "                at most %d; caching:false runs once)\n"
+		   "  -v            print the memory summary after each replay\n"
+		   "  -E            call devcache_empty_cache() at each step (for comparison)\n"
+		   "  -S FILE       append a JSON snapshot after each replay to FILE\n",
+		MAX_REPS);
 }
 
 int main(int argc, char **argv)
@@ -474,7 +689,8 @@ int main(int argc, char **argv)
 	int opt, rc = 0;
 	size_t n_opts = 0;
 
-	while ((opt = getopt(argc, argv, "o:vES:h")) != -1) {
+	ref_mallocs_load(mallocs, argv);
+	while ((opt = getopt(argc, argv, "o:r:vES:h")) != -1) {
 		switch (opt) {
 		case 'o':
 			if (n_opts == MAX_CONFIGS) {
@@ -486,6 +702,9 @@ int main(int argc, char **argv)
 			configs[n_opts].caching = !strstr(optarg, "caching:false") &&
 						  !strstr(optarg, "caching:0");
 			n_configs = ++n_opts;
+			break;
+		case 'r':
+			reps = atoi(optarg);
 			break;
 		case 'v':
 			print_summary = true;
@@ -508,12 +727,14 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind == argc) {
+	if (optind == argc || reps < 1 || reps > MAX_REPS) {
 		usage(stderr);
 		return 2;
 	}
 	printf("== Trace replay: host device, one context per run, each trace parsed once%s\n",
 	       empty_each_step ? "; empty_cache at each step" : "");
+	printf("ns/op: median of %d replays (caching:false: 1), devcache and the mallocs "
+	       "interleaved\n", reps);
 	fflush(stdout);
 	for (int i = optind; i < argc; i++) {
 		int r = report_trace(argv[i], 1.10);
