@@ -191,7 +191,8 @@ static FILE *snapshot_out; /* -S: a JSON snapshot after each replay */
 static bool print_summary;  /* -v: the summary table after each replay */
 static bool empty_each_step; /* -E: devcache_empty_cache() at each step mark */
 
-int replay(const struct trace *t, const char *options, unsigned flags, struct outcome *o)
+int replay(const struct trace *t, const char *device, const char *options, unsigned flags,
+	   struct outcome *o)
 {
 	devcache_ctx_t *ctx;
 	devcache_device_t *dev;
@@ -211,9 +212,9 @@ int replay(const struct trace *t, const char *options, unsigned flags, struct ou
 	err = bench_open(&ctx, options);
 	if (err)
 		bench_fail(options ? options : "devcache_open", err);
-	err = devcache_device_get(ctx, "host", &dev);
+	err = devcache_device_get(ctx, device, &dev);
 	if (err)
-		bench_fail("devcache_device_get host", err);
+		bench_fail(device, err);
 	for (unsigned i = 1; i <= t->max_stream; i++)
 		if ((err = devcache_stream_create(dev, &streams[i])) != 0)
 			bench_fail("devcache_stream_create", err);
@@ -230,6 +231,7 @@ int replay(const struct trace *t, const char *options, unsigned flags, struct ou
 			err = devcache_alloc(dev, e->size, streams[e->stream], &ptrs[a]);
 			if (err) {
 				o->failed = true;
+				o->oom = err == DEVCACHE_ENOMEM;
 				snprintf(o->error, sizeof o->error, "allocation %zu of %llu bytes: %s (%s)",
 					 a + 1, (unsigned long long)e->size, devcache_strerror(err),
 					 devcache_last_error());
@@ -420,6 +422,7 @@ static size_t n_configs = 5;
 
 #define MAX_REPS 15
 static int reps = 5;           /* -r: replays per ns/op figure, the median is shown */
+static bool no_minmem;         /* -M: no minimum-memory runs */
 
 /* The trace's name in the target lines: its file name less ".trace". */
 static void trace_kind(const char *path, char *buf, size_t n)
@@ -493,7 +496,7 @@ static void measure(const struct trace *t, struct figures *fg)
 
 			if ((r > 0 && !configs[c].caching) || (r > 0 && fg->o[c].failed))
 				continue;
-			replay(t, configs[c].options,
+			replay(t, "host", configs[c].options,
 			       (r == 0 ? REPLAY_SUMMARY : 0) | (empty_each_step ? REPLAY_EMPTY_STEPS : 0),
 			       &o);
 			if (r == 0 || !o.failed)
@@ -662,6 +665,10 @@ static int report_trace(const char *path, double ratio_target)
 	int r = print_targets(fg, med, mmed, kind, ratio_target);
 
 	rc = rc < 0 ? rc : r;
+	if (rc >= 0 && !no_minmem) {
+		r = minmem_report(&t, kind);
+		rc = r < 0 ? r : rc | r;
+	}
 	free(t.ev);
 	free(fg);
 	return rc;
@@ -669,15 +676,17 @@ static int report_trace(const char *path, double ratio_target)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: replay [-o OPTIONS]... [-r REPS] [-v] [-E] [-S FILE] TRACE...\n"
+	fprintf(f, "usage: replay [-o OPTIONS]... [-r REPS] [-m MODULEDIR] [-M] [-v] [-E] [-S FILE] TRACE...\n"
 		   "  Replays each trace on the host device with default tunables,\n"
 		   "  max_split_size_mb:128, max_split_size_mb:512, expandable_segments:True\n"
 		   "  and caching:false, and through glibc's malloc, jemalloc, mimalloc and\n"
-		   "  tcmalloc.\n"
+		   "  tcmalloc; then finds the least memory each trace runs in on benchdev:0.\n"
 		   "  -o OPTIONS    replay with these tunables (\"key:value,...\") instead;\n"
 		   "                repeat for more settings, \"\" for the defaults\n"
 		   "  -r REPS       replays per ns/op figure, the median is shown (default 5,\n"
 		   "                at most %d; caching:false runs once)\n"
+		   "  -m MODULEDIR  where benchdev.so is (default bench/modules/.libs)\n"
+		   "  -M            no minimum-memory runs\n"
 		   "  -v            print the memory summary after each replay\n"
 		   "  -E            call devcache_empty_cache() at each step (for comparison)\n"
 		   "  -S FILE       append a JSON snapshot after each replay to FILE\n",
@@ -686,11 +695,12 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	const char *module_dir = "bench/modules/.libs";
 	int opt, rc = 0;
 	size_t n_opts = 0;
 
 	ref_mallocs_load(mallocs, argv);
-	while ((opt = getopt(argc, argv, "o:r:vES:h")) != -1) {
+	while ((opt = getopt(argc, argv, "o:r:m:MvES:h")) != -1) {
 		switch (opt) {
 		case 'o':
 			if (n_opts == MAX_CONFIGS) {
@@ -705,6 +715,12 @@ int main(int argc, char **argv)
 			break;
 		case 'r':
 			reps = atoi(optarg);
+			break;
+		case 'm':
+			module_dir = optarg;
+			break;
+		case 'M':
+			no_minmem = true;
 			break;
 		case 'v':
 			print_summary = true;
@@ -736,6 +752,8 @@ int main(int argc, char **argv)
 	printf("ns/op: median of %d replays (caching:false: 1), devcache and the mallocs "
 	       "interleaved\n", reps);
 	fflush(stdout);
+	if (!no_minmem)
+		minmem_init(module_dir, 0.0025);
 	for (int i = optind; i < argc; i++) {
 		int r = report_trace(argv[i], 1.10);
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* replay.h - bench/replay's parts: a parsed trace and one replay of it through devcache. */
+/* replay.h - bench/replay's parts: a parsed trace, one replay of it through devcache, and the minimum memory it runs in. */
 #ifndef DEVCACHE_BENCH_REPLAY_H
 #define DEVCACHE_BENCH_REPLAY_H
 
@@ -31,6 +31,7 @@ struct trace {
 
 struct outcome {
 	bool failed;
+	bool oom;                       /* failed: an allocation got DEVCACHE_ENOMEM */
 	char error[512];
 	double seconds;
 	size_t ops;
@@ -43,9 +44,24 @@ struct outcome {
 #define REPLAY_SUMMARY 1u     /* -v and -S: the summary, the snapshot after it */
 #define REPLAY_EMPTY_STEPS 2u /* -E: devcache_empty_cache() at each step */
 
-/* Replays the whole trace on the host device of a fresh context opened
- * with options (NULL: the defaults).  0, or -1 with o->failed and
- * o->error; exits 2 when the context or the device cannot be had. */
-int replay(const struct trace *t, const char *options, unsigned flags, struct outcome *o);
+/* Replays the whole trace on device ("host", "benchdev:0") of a fresh
+ * context opened with options (NULL: the defaults).  0, or -1 with
+ * o->failed and o->error; exits 2 when the context or the device cannot be
+ * had. */
+int replay(const struct trace *t, const char *device, const char *options, unsigned flags,
+	   struct outcome *o);
+
+/* ---- minimum memory to run (minmem.c) ------------------------------------ */
+
+/* Finds, for one trace, the least memory in which it runs, per mode and
+ * per allocator, and prints that part of the report.  kind names the
+ * trace in the target lines.  Returns 1 when a target was missed, 0 otherwise, -1 when a replay failed
+ * for a reason other than memory. */
+int minmem_report(const struct trace *t, const char *kind);
+
+/* Where benchdev.so is (every context of the minimum-memory runs gets
+ * "backend_path:DIR"), and the bisection's resolution as a fraction of the
+ * trace's peak allocated bytes.  Call before minmem_report. */
+void minmem_init(const char *module_dir, double resolution);
 
 #endif

@@ -3,8 +3,8 @@
 # run.sh - `make bench`: generates the traces, runs the benchmarks, and prints the report and its targets.
 #
 # Usage: run.sh BUILDDIR   (the programs are BUILDDIR/bench/{gentrace,hotpath,replay,loadbench};
-# loadbench generates its model files in BUILDDIR/bench and finds its backend
-# module in BUILDDIR/bench/modules/.libs)
+# loadbench generates its model files in BUILDDIR/bench; it and replay find
+# their backend module in BUILDDIR/bench/modules/.libs)
 # The environment gives CC and CFLAGS (for the header) and BENCH_FLAGS (passed
 # to hotpath, e.g. "-r 9 -s 2").  Exit status: 0 when everything ran, even if
 # a target was missed (BENCH_STRICT=yes makes a miss fail); 2 when a program
@@ -56,7 +56,7 @@ rm -f "$log.fail" "$log.out" "$log.rc"
 	echo
 	run "$b/hotpath" ${BENCH_FLAGS:-}
 	echo
-	run "$b/replay" "$b/train-fixed.trace" "$b/train-var.trace" "$b/decode.trace"
+	run "$b/replay" -m "$b/modules/.libs" "$b/train-fixed.trace" "$b/train-var.trace" "$b/decode.trace"
 	echo
 	run "$b/loadbench" -d "$b"
 	echo
