@@ -20,11 +20,11 @@ bench_gentrace_LDADD = $(bench_ldadd)
 bench_replay_SOURCES = bench/replay.c bench/replay.h bench/minmem.c bench/bench.h \
 	bench/mallocs.c bench/mallocs.h
 # bench/replay's minimum-memory search also runs the independent model of
-# PyTorch's allocator (tests/pytorch-model.c, for the differential test)
-# when it is built in; until that file is in the tree these two lines stay
-# out, and the report says "not measured":
-#   bench_replay_SOURCES += tests/pytorch-model.c tests/pytorch-model.h
-#   bench_replay_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/tests -DHAVE_PYTORCH_MODEL
+# PyTorch's allocator that the differential test uses (tests/pytorch-model*),
+# for PyTorch's figures beside libdevcache's.
+bench_replay_SOURCES += tests/pytorch-model.c tests/pytorch-model-expand.c \
+	tests/pytorch-model.h tests/pytorch-model-internal.h
+bench_replay_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/tests -DHAVE_PYTORCH_MODEL
 bench_replay_CFLAGS = $(bench_cflags)
 bench_replay_LDADD = $(bench_ldadd)
 bench_loadbench_SOURCES = bench/loadbench.c bench/bench.h

@@ -142,6 +142,7 @@ static int run_pytorch(const struct trace *t, const struct mm_mode *mode, uint64
 	int ok = 1;
 
 	c.device_total = device_total;
+	c.address_base = (uint64_t)1 << 40; /* any base: addresses only order blocks */
 	c.max_split_size = SIZE_MAX;
 	c.max_non_split_rounding = 20 * MIB;
 	c.fraction_set = memory < device_total;
