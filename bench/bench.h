@@ -19,6 +19,20 @@ struct rng {
 	uint64_t s[4];
 };
 
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median of n figures (sorts them). */
+static inline double bench_median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static inline uint64_t rng_rotl(uint64_t x, int k)
 {
 	return (x << k) | (x >> (64 - k));

@@ -243,19 +243,6 @@ static int run_once(const struct ref_malloc *impl, const struct sequence *q, siz
 	return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ---- the allocators ------------------------------------------------------ */
 
 static void load_devcache(void)
@@ -429,8 +416,8 @@ static int bench_sequence(struct sequence *q, int nthreads_max)
 			}
 	for (int i = 0; i < N_IMPL; i++)
 		for (int t = 1; t <= nthreads_max && impls[i].available; t++) {
-			med[i][t].ns_per_pair = median(ns[i][t], reps);
-			med[i][t].mpairs = median(mp[i][t], reps);
+			med[i][t].ns_per_pair = bench_median(ns[i][t], reps);
+			med[i][t].mpairs = bench_median(mp[i][t], reps);
 		}
 
 	if (nthreads_max >= 2) {

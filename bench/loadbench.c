@@ -780,19 +780,12 @@ struct figure {
 	char why[256];
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 static double median(const struct figure *f)
 {
 	double s[MAX_REPS];
 
 	memcpy(s, f->t, (size_t)f->n * sizeof *s);
-	qsort(s, (size_t)f->n, sizeof *s, cmp_double);
+	qsort(s, (size_t)f->n, sizeof *s, bench_cmp_double);
 	return f->n % 2 ? s[f->n / 2] : (s[f->n / 2 - 1] + s[f->n / 2]) / 2;
 }
 
@@ -1405,7 +1398,7 @@ static void run_switching(const struct model *a, const struct model *b, const ch
 	}
 	devcache_cache_stats(ctx, &cs);
 	devcache_close(ctx);
-	qsort(t, (size_t)n_switches, sizeof *t, cmp_double);
+	qsort(t, (size_t)n_switches, sizeof *t, bench_cmp_double);
 	printf("%-11s RSS MiB after switch%s\n", mmap_opt, line);
 	printf("%-11s %.1f ms per switch (load + touch, median), %llu misses, %llu hits, "
 	       "%llu evictions, %.2f GiB read\n", "", t[n_switches / 2] * 1e3,

@@ -437,19 +437,6 @@ static void trace_kind(const char *path, char *buf, size_t n)
 	snprintf(buf, n, "%.*s", (int)len, base);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* The figures of one trace: devcache's under each setting, then the
  * mallocs'.  Repetitions interleave them all, so that a slow moment of the
  * machine does not land on one; caching:false runs once (its time is the
@@ -620,7 +607,7 @@ static int report_trace(const char *path, double ratio_target)
 		const struct outcome *o = &fg->o[c];
 		const devcache_stats_t *s = &o->stats;
 
-		med[c] = fg->n[c] ? median(fg->ns[c], fg->n[c]) : -1;
+		med[c] = fg->n[c] ? bench_median(fg->ns[c], fg->n[c]) : -1;
 		if (o->failed && o->ops == 0) {
 			printf("%-*s FAILED: %s\n", w, configs[c].label, o->error);
 			rc = -1;
@@ -657,7 +644,7 @@ static int report_trace(const char *path, double ratio_target)
 			       w, name, fmt_ns(b1, sizeof b1, mmed[m] = fg->mns[m][0]), MALLOC_FAR);
 		else
 			printf("%-*s %8s  (malloc and free)\n", w, name,
-			       fmt_ns(b1, sizeof b1, mmed[m] = median(fg->mns[m], fg->mn[m])));
+			       fmt_ns(b1, sizeof b1, mmed[m] = bench_median(fg->mns[m], fg->mn[m])));
 	}
 	if (t.has_warmup)
 		printf("(\"after warm-up\": device allocations in the %u steps after the trace's "
