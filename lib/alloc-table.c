@@ -30,16 +30,14 @@ static int table_grow(struct allocator *a)
 	return 0;
 }
 
-int table_insert(struct allocator *a, struct block *b)
+void table_insert(struct allocator *a, struct block *b)
 {
-	if (2 * (a->table_used + 1) > a->table_cap && table_grow(a))
-		return DEVCACHE_ENOMEM;
 	size_t s = slot_of(a, b->addr);
+
 	while (a->table[s])
 		s = (s + 1) & (a->table_cap - 1);
 	a->table[s] = b;
 	a->table_used++;
-	return 0;
 }
 
 static size_t table_slot(const struct allocator *a, uintptr_t addr)

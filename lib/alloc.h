@@ -153,8 +153,8 @@ size_t index_largest(const struct free_index *ix);
 /* alloc-table.c: allocated blocks by address */
 /* Room for one more entry: 0, or DEVCACHE_ENOMEM. */
 int table_reserve(struct allocator *a);
-/* Insert b; table_reserve() first, which makes this one never fail. */
-int table_insert(struct allocator *a, struct block *b);
+/* Insert b, after table_reserve() made room: it cannot fail. */
+void table_insert(struct allocator *a, struct block *b);
 struct block *table_find(const struct allocator *a, uintptr_t addr);
 /* Remove and return the block at addr, or NULL. */
 struct block *table_take(struct allocator *a, uintptr_t addr);
