@@ -79,31 +79,65 @@ void link_after(struct block *n, struct block *at, uintptr_t addr, size_t size)
 	at->next = n;
 }
 
-void unmap_page(struct allocator *a, struct segment *seg, size_t i)
-{
-	void *va = (void *)(seg->base + i * seg->page);
+/* Physical pages, unmapped and kept for mapping again elsewhere (stitching)
+ * instead of being given back to the driver. */
+struct spare_pages {
+	void **h;
+	size_t n, cap;
+};
 
-	if (bk_vm_unmap(a->dev, va, seg->page) ||
-	    bk_vm_destroy(a->dev, seg->pages[i]))
+/* Unmap granule i of seg: its handle goes to spares when there is room,
+ * else back to the driver. */
+static void unmap_page(struct allocator *a, struct segment *seg, size_t i, struct spare_pages *spares)
+{
+	void *va = (void *)(seg->base + i * seg->gran);
+
+	if (bk_vm_unmap(a->dev, va, seg->gran)) {
 		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
 			_("%s: the driver refused to unmap %p: %s"), a->dev->id, va,
 			devcache_last_error());
+	} else if (spares && spares->n < spares->cap) {
+		spares->h[spares->n++] = seg->pages[i];
+	} else if (bk_vm_destroy(a->dev, seg->pages[i])) {
+		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
+			_("%s: the driver refused to free the memory mapped at %p: %s"), a->dev->id, va,
+			devcache_last_error());
+	}
 	seg->pages[i] = NULL;
 }
 
-/* Reserve the address space of a pool's expandable segment: one unmapped
- * block, a hole as large as the device's memory and an eighth more. */
+/* Give a segment's mapped pages and address space back, live blocks
+ * included: the allocator is closing. */
+void expandable_destroy(struct allocator *a, struct segment *seg)
+{
+	for (size_t i = 0; i < seg->size / seg->gran; i++)
+		if (seg->pages[i])
+			unmap_page(a, seg, i, NULL);
+	if (bk_vm_release(a->dev, seg->handle, seg->size))
+		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
+			_("%s: the driver refused to release %p: %s"), a->dev->id, seg->handle,
+			devcache_last_error());
+	free(seg->pages);
+}
+
+/* The unit PyTorch's policy maps and unmaps in: 2 MiB for the small pool,
+ * large_segment_size_mb for the large one.  Physical memory is made and
+ * kept in granules, the small pool's unit, which divides the large one's;
+ * only stitching maps and unmaps single granules of a large pool. */
 static size_t expandable_page(const struct allocator *a, bool small)
 {
 	return round_up(small ? ALLOC_SMALL_BUFFER : a->large_segment_size, a->vm_granularity);
 }
 
+/* Reserve the address space of a pool's expandable segment: one unmapped
+ * block, a hole as large as the device's memory and an eighth more. */
+
 static struct segment *expandable_create(struct allocator *a, struct stream_pool *pool, bool small)
 {
-	size_t page = expandable_page(a, small);
+	size_t page = expandable_page(a, small), gran = expandable_page(a, true);
 	size_t size = round_up(a->vm_space, page);
 	struct segment *seg = calloc(1, sizeof *seg);
-	void **pages = calloc(size / page, sizeof *pages);
+	void **pages = calloc(size / gran, sizeof *pages);
 	struct block *b = seg && pages ? block_new(a) : NULL;
 	void *va;
 
@@ -120,7 +154,8 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 		return NULL;
 	}
 	*seg = (struct segment){.base = (uintptr_t)va, .size = size, .handle = va, .pool = pool,
-				.small = small, .expandable = true, .page = page, .pages = pages};
+				.small = small, .expandable = true, .page = page, .gran = gran,
+				.pages = pages};
 	segment_add(a, seg, b);
 	hole_add(seg, b);
 	/* The pool's segments in address order too. */
@@ -132,13 +167,15 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 	return seg;
 }
 
-/* Map the pages that cover the first bytes of hole h: they become a free
- * block, merged with its free neighbours, which is returned.  All or
- * nothing: NULL when the device's memory or the driver refuses. */
-static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes, bool *capped)
+/* Map the units that cover the first bytes of hole h, in granules, taking
+ * physical pages from spares first: they become a free block, merged with
+ * its free neighbours, which is returned.  All or nothing: NULL when the
+ * device's memory or the driver refuses. */
+static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes, size_t unit,
+			      struct spare_pages *spares, bool *capped)
 {
 	struct segment *seg = h->seg;
-	size_t map = round_up(bytes, seg->page), first, n, i;
+	size_t map = round_up(bytes, unit), first, n, i;
 	uint64_t total = a->dev->info.total_memory;
 	struct block *nb;
 
@@ -155,15 +192,21 @@ static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes
 		err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 		return NULL;
 	}
-	first = (h->addr - seg->base) / seg->page;
-	n = map / seg->page;
+	first = (h->addr - seg->base) / seg->gran;
+	n = map / seg->gran;
 	for (i = 0; i < n; i++) {
-		void *va = (void *)(h->addr + i * seg->page), *ph;
+		void *va = (void *)(h->addr + i * seg->gran), *ph;
+		bool spare = spares && spares->n;
 
-		if (bk_vm_create(a->dev, seg->page, &ph))
+		if (spare)
+			ph = spares->h[--spares->n];
+		else if (bk_vm_create(a->dev, seg->gran, &ph))
 			break;
-		if (bk_vm_map(a->dev, va, seg->page, ph)) {
-			bk_vm_destroy(a->dev, ph);
+		if (bk_vm_map(a->dev, va, seg->gran, ph)) {
+			if (spare)
+				spares->h[spares->n++] = ph;
+			else
+				bk_vm_destroy(a->dev, ph);
 			break;
 		}
 		seg->pages[first + i] = ph;
@@ -173,7 +216,7 @@ static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes
 		 * the detail message. */
 		driver_refused(a, DEVCACHE_ENOMEM);
 		while (i--)
-			unmap_page(a, seg, first + i);
+			unmap_page(a, seg, first + i, spares);
 		if (nb != h)
 			block_delete(a, nb);
 		err_set(DEVCACHE_ENOMEM, "%s", a->driver_why);
@@ -248,7 +291,8 @@ struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, boo
 			return NULL;
 		c = seg->holes;
 	}
-	if (c->unmapped && !(c = map_hole(a, c, c->size < rsize ? c->size : rsize, capped)))
+	if (c->unmapped && !(c = map_hole(a, c, c->size < rsize ? c->size : rsize, c->seg->page, NULL,
+					   capped)))
 		return NULL;
 	/* Free, then a hole, then perhaps more: map until the block is large
 	 * enough. */
@@ -256,21 +300,23 @@ struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, boo
 		struct block *h = c->next;
 		size_t want = rsize - c->size;
 
-		if (!h || !h->unmapped || !(c = map_hole(a, h, want < h->size ? want : h->size, capped)))
+		if (!h || !h->unmapped ||
+		    !(c = map_hole(a, h, want < h->size ? want : h->size, h->seg->page, NULL, capped)))
 			return NULL;
 	}
 	return c;
 }
 
-/* Unmap the whole pages inside free block b of an expandable segment: b
- * becomes a hole, with the partial pages at either end left as free
- * blocks.  Returns the bytes given back. */
-static size_t expandable_release(struct allocator *a, struct block *b)
+/* Unmap the whole units (a multiple of the granule) inside free block b
+ * of an expandable segment: b becomes a hole, with the partial units at
+ * either end left as free blocks.  Returns the bytes given back. */
+static size_t expandable_release(struct allocator *a, struct block *b, size_t unit,
+				 struct spare_pages *spares)
 {
 	struct segment *seg = b->seg;
 	uintptr_t end = b->addr + b->size;
-	uintptr_t lo = seg->base + round_up(b->addr - seg->base, seg->page);
-	uintptr_t hi = seg->base + (end - seg->base) / seg->page * seg->page;
+	uintptr_t lo = seg->base + round_up(b->addr - seg->base, unit);
+	uintptr_t hi = seg->base + (end - seg->base) / unit * unit;
 	struct block *head = NULL, *tail = NULL;
 	bool small = seg->small;
 
@@ -282,8 +328,8 @@ static size_t expandable_release(struct allocator *a, struct block *b)
 		return 0; /* no metadata: keep the memory cached */
 	}
 	take_free(a, b);
-	for (size_t i = (lo - seg->base) / seg->page; i < (hi - seg->base) / seg->page; i++)
-		unmap_page(a, seg, i);
+	for (size_t i = (lo - seg->base) / seg->gran; i < (hi - seg->base) / seg->gran; i++)
+		unmap_page(a, seg, i, spares);
 	a->stats.num_device_free++; /* one unmap operation, as PyTorch counts */
 	seg->mapped -= hi - lo;
 	a->reserved_total -= hi - lo;
@@ -327,6 +373,6 @@ void expandable_release_all(struct allocator *a, uint64_t limit)
 		if (seg->expandable)
 			for (struct block *b = seg->first; b && a->reserved_total > limit; b = b->next)
 				if (b->is_free)
-					expandable_release(a, b);
+					expandable_release(a, b, seg->page, NULL);
 }
 

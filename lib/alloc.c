@@ -965,19 +965,10 @@ void allocator_destroy(struct allocator *a)
 		struct segment *seg = a->segments;
 
 		a->segments = seg->snext;
-		if (seg->expandable) {
-
-			for (size_t i = 0; i < seg->size / seg->page; i++)
-				if (seg->pages[i])
-					unmap_page(a, seg, i);
-			if (bk_vm_release(a->dev, seg->handle, seg->size))
-				log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
-					_("%s: the driver refused to release %p: %s"), a->dev->id,
-					seg->handle, devcache_last_error());
-			free(seg->pages);
-		} else {
+		if (seg->expandable)
+			expandable_destroy(a, seg);
+		else
 			driver_free(a, seg->handle);
-		}
 		free(seg);
 	}
 	for (size_t i = 0; i < a->n_pools; i++)

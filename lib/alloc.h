@@ -61,9 +61,10 @@ struct segment {
 	struct block *first; /* the block at base */
 	bool small;
 	bool expandable;
-	size_t page;      /* expandable: the unit of mapping */
+	size_t page;      /* expandable: the unit PyTorch's policy maps in */
+	size_t gran;      /* expandable: the unit of physical memory, which divides page */
 	size_t mapped;    /* expandable: bytes mapped */
-	void **pages;     /* expandable: the physical handle of each page, or NULL */
+	void **pages;     /* expandable: the physical handle of each granule, or NULL */
 	struct block *holes; /* expandable: unmapped blocks, linked by inext */
 	struct segment *enext; /* expandable: the pool's next one, if holes ran out */
 	struct segment *sprev, *snext;
@@ -180,7 +181,7 @@ struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, boo
 void expandable_release_all(struct allocator *a, uint64_t limit);
 /* Make n the block after at, covering [addr, addr + size). */
 void link_after(struct block *n, struct block *at, uintptr_t addr, size_t size);
-void unmap_page(struct allocator *a, struct segment *seg, size_t i);
+void expandable_destroy(struct allocator *a, struct segment *seg);
 
 /* alloc-stats.c */
 void allocator_stats(struct allocator *a, devcache_stats_t *out);

@@ -191,11 +191,18 @@ static inline void check_block(struct check_walk *w, const struct allocator *a,
 	assert_true(b->allocated + b->is_free + b->unmapped <= 1);
 	/* Merged: never two free blocks side by side. */
 	assert_false(b->is_free && b->next && b->next->is_free);
+	/* Memory, used or not, lies on mapped granules. */
+	if (!b->unmapped && seg->expandable)
+		for (uintptr_t g = (b->addr - seg->base) / seg->gran;
+		     g * seg->gran < b->addr + b->size - seg->base; g++)
+			assert_non_null(seg->pages[g]);
 	if (b->unmapped) {
 		assert_true(seg->expandable);
 		assert_false(b->next && b->next->unmapped);
-		assert_int_equal((b->addr - seg->base) % seg->page, 0);
-		assert_int_equal(b->size % seg->page, 0);
+		assert_int_equal((b->addr - seg->base) % seg->gran, 0);
+		assert_int_equal(b->size % seg->gran, 0);
+		for (size_t i = 0; i < b->size / seg->gran; i++)
+			assert_null(seg->pages[(b->addr - seg->base) / seg->gran + i]);
 	} else if (b->is_free) {
 		check_push(&w->free_blocks, b);
 		w->largest = b->size > w->largest ? b->size : w->largest;
@@ -249,9 +256,10 @@ static inline void check_segment(struct check_walk *w, const struct allocator *a
 		w->oversize_segs += seg->size >= a->max_split_size;
 		return;
 	}
-	for (size_t i = 0; i < seg->size / seg->page; i++)
+	assert_int_equal(seg->page % seg->gran, 0);
+	for (size_t i = 0; i < seg->size / seg->gran; i++)
 		pages += seg->pages[i] != NULL;
-	assert_int_equal(pages * seg->page, seg->mapped);
+	assert_int_equal(pages * seg->gran, seg->mapped);
 	for (struct block *h = seg->holes; h; h = h->inext) {
 		assert_true(h->unmapped && h->seg == seg);
 		assert_true(holes-- > 0);

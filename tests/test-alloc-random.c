@@ -98,9 +98,9 @@ static void check_model(struct fx *f, struct live *live, size_t n)
 			continue;
 		}
 		size_t pages = 0;
-		for (size_t i = 0; i < seg->size / seg->page; i++)
+		for (size_t i = 0; i < seg->size / seg->gran; i++)
 			pages += seg->pages[i] != NULL;
-		assert_int_equal(pages * seg->page, seg->mapped);
+		assert_int_equal(pages * seg->gran, seg->mapped);
 		live_segments += seg->mapped > 0;
 		mapped += (int64_t)seg->mapped;
 		/* Holes are unmapped, never free, and never next to each other. */
