@@ -247,7 +247,8 @@ typedef struct devcache_stats {
 	uint64_t largest_free_block;   /* the largest cached free block, bytes */
 	double fragmentation;          /* reserved but unallocated, as a fraction of reserved */
 	int64_t max_split_size;        /* max_split_size_mb in bytes, -1 unlimited: PyTorch's key */
-	uint64_t reserved[15];
+	uint64_t num_stitches;         /* requests served by stitching, which PyTorch's policy failed */
+	uint64_t reserved[14];
 } devcache_stats_t;
 
 DEVCACHE_API int devcache_stats(devcache_device_t *dev, devcache_stats_t *stats);

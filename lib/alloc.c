@@ -482,13 +482,19 @@ static struct block *alloc_segment(struct allocator *a, struct stream_pool *pool
 }
 
 /* Memory for a request the cache cannot serve: a new segment, or more of
- * the expandable one. */
+ * the expandable one.  The last attempts (retry) may stitch, where
+ * PyTorch's policy has failed. */
 static struct block *grow(struct allocator *a, struct stream_pool *pool, bool small, size_t rsize,
 			  size_t seg_size, bool retry, bool *capped)
 {
-	if (a->expandable)
-		return expandable_grow(a, pool, small, rsize, seg_size, retry, capped);
-	return alloc_segment(a, pool, small, seg_size, retry, capped);
+	struct block *b;
+
+	if (!a->expandable)
+		return alloc_segment(a, pool, small, seg_size, retry, capped);
+	b = expandable_grow(a, pool, small, rsize, seg_size, retry, capped);
+	if (!b && retry && a->stitching)
+		b = expandable_stitch(a, pool, small, rsize, capped);
+	return b;
 }
 
 /* Garbage collection, PyTorch's: when reserved memory is above the
@@ -937,6 +943,7 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 				dev->id);
 		else {
 			a->expandable = true;
+			a->stitching = t->v[TUN_expandable_stitching].u.b;
 			a->vm_granularity = g;
 			a->vm_space = (size_t)(total + total / 8);
 		}

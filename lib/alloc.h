@@ -108,6 +108,8 @@ struct allocator {
 	bool fraction_set;    /* memory_fraction was set: PyTorch's set_fraction */
 	bool gc_active;       /* garbage collection: a threshold and fraction_set */
 	bool expandable;      /* expandable_segments, on a device that can map */
+	bool stitching;       /* expandable_stitching, with expandable */
+	bool stitched;        /* stitching has run: granules, memory_fraction on pages */
 	size_t vm_granularity;
 	size_t vm_space;      /* address space an expandable segment reserves */
 	uint64_t reserved_total;
@@ -179,6 +181,8 @@ void segment_add(struct allocator *a, struct segment *seg, struct block *b);
 struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, bool small,
 			      size_t rsize, size_t seg_size, bool retry, bool *capped);
 void expandable_release_all(struct allocator *a, uint64_t limit);
+struct block *expandable_stitch(struct allocator *a, struct stream_pool *pool, bool small,
+				size_t rsize, bool *capped);
 /* Make n the block after at, covering [addr, addr + size). */
 void link_after(struct block *n, struct block *at, uintptr_t addr, size_t size);
 void expandable_destroy(struct allocator *a, struct segment *seg);

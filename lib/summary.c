@@ -114,7 +114,10 @@ static void facts(struct table *t, const char *left, const char *left_value, con
 	char l[WIDTH + 1], r[WIDTH + 1];
 
 	snprintf(l, sizeof l, "%s: %-12s", left, left_value);
-	snprintf(r, sizeof r, "       %s: %s", right, right_value);
+	if (right)
+		snprintf(r, sizeof r, "       %s: %s", right, right_value);
+	else
+		r[0] = '\0';
 	add(t, "|%*.35s | %-37.37s|\n", 35, l, r);
 }
 
@@ -152,6 +155,11 @@ static void header(struct table *t, const char *device, const devcache_stats_t *
 	unsigned permille = f > 0 && f <= 1 ? (unsigned)(f * 1000 + 0.5) : f > 1 ? 1000 : 0;
 	snprintf(b, sizeof b, "%u.%u%%", permille / 10, permille % 10);
 	facts(t, "Largest free block", a, "Fragmentation", b);
+	/* libdevcache's own, where it did better than PyTorch. */
+	if (st->num_stitches) {
+		snprintf(a, sizeof a, "%" PRIu64, st->num_stitches);
+		facts(t, "Stitched allocations", a, NULL, NULL);
+	}
 	rule(t, '=');
 	add(t, "|%-*s|\n", WIDTH, "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
 }

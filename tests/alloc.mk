@@ -2,7 +2,7 @@
 ## tests/alloc.mk - the caching allocator's tests.
 EXTRA_DIST += tests/alloc-fixture.h tests/alloc-check.h
 alloc_tests = tests/test-alloc-policy tests/test-alloc-oom tests/test-alloc-random \
-	tests/test-alloc-expand tests/test-alloc-threads
+	tests/test-alloc-expand tests/test-alloc-threads tests/test-alloc-stitch
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(alloc_tests)
@@ -19,6 +19,10 @@ tests_test_alloc_random_LDADD = $(test_ldadd)
 tests_test_alloc_expand_SOURCES = tests/test-alloc-expand.c tests/alloc-fixture.h tests/tap.h
 tests_test_alloc_expand_CFLAGS = $(test_cflags)
 tests_test_alloc_expand_LDADD = $(test_ldadd)
+tests_test_alloc_stitch_SOURCES = tests/test-alloc-stitch.c tests/alloc-check.h tests/alloc-fixture.h \
+	tests/tap.h
+tests_test_alloc_stitch_CFLAGS = $(test_cflags)
+tests_test_alloc_stitch_LDADD = $(test_ldadd)
 tests_test_alloc_threads_SOURCES = tests/test-alloc-threads.c tests/alloc-check.h tests/alloc-fixture.h \
 	tests/tap.h
 tests_test_alloc_threads_CFLAGS = $(test_cflags)

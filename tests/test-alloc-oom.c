@@ -198,7 +198,9 @@ static void expandable_segments_advised_where_they_help(void **state)
 
 	(void)state;
 	for (int expandable = 0; expandable < 2; expandable++) {
-		fx_open(&f, "vmm:0", expandable ? "expandable_segments:true" : NULL);
+		/* Stitching would serve the request (test-alloc-expand). */
+		fx_open(&f, "vmm:0",
+			expandable ? "expandable_segments:true,expandable_stitching:false" : NULL);
 		/* Each 20 MiB segment (or 20 MiB page) keeps one 8 MiB block. */
 		for (int i = 0; i < 40; i++)
 			p[i] = fx_alloc(&f, 8 * MiB, NULL);

@@ -34,6 +34,7 @@ enum {
 	X_OVERSIZE = 2, /* release_available_cached_blocks releases segments */
 	X_OOM = 4,      /* the cache is flushed for a retry, and some allocations fail */
 	X_FREE = 8,     /* memory goes back to the driver (segments, or pages unmapped) */
+	X_STITCH = 16,  /* stitching on: the same until the model's first failure, then fewer */
 };
 
 struct setting {
@@ -58,7 +59,11 @@ static const struct setting settings[] = {
 	{"expandable_segments:True", 0},
 	{"expandable_segments:True,roundup_power2_divisions:4", 0},
 	{"expandable_segments:True,garbage_collection_threshold:0.6,memory_fraction:0.8", 0},
-	{"expandable_segments:True,memory_fraction:0.42", X_OOM | X_FREE},
+	{"expandable_segments:True,expandable_stitching:False,memory_fraction:0.42",
+	 X_OOM | X_FREE},
+	{"expandable_segments:True,memory_fraction:0.42", X_OOM | X_FREE | X_STITCH},
+	{"expandable_segments:True,max_split_size_mb:64,memory_fraction:0.3",
+	 X_OOM | X_FREE | X_STITCH},
 };
 
 /* PyTorch's reading of roundup_power2_divisions: one number for every
@@ -133,6 +138,8 @@ static struct ptm_config model_config(const char *options, uint64_t total, uint6
 			c.fraction_set = true, c.memory_fraction = strtod(value, NULL);
 		else if (strcmp(key, "expandable_segments") == 0)
 			c.expandable = strcmp(value, "True") == 0;
+		else if (strcmp(key, "expandable_stitching") == 0)
+			; /* libdevcache's own: X_STITCH says what to expect */
 		else
 			fail_msg("the test reads no option %s", key);
 		p = v + vlen;
@@ -270,6 +277,35 @@ static void report(const struct trace *t, const struct divergence *d, uint64_t b
 #undef ADD
 }
 
+/* With stitching, a request fails only when memory has run out: every
+ * free granule is unmapped, and the granules holding live blocks and
+ * those the request needs (at most one more than its size in granules,
+ * where it straddles) pass memory_fraction's cap. */
+static void check_stitch_failure(devcache_device_t *dev, uint64_t size, uint64_t total,
+				 const char *options)
+{
+	const char *f = strstr(options, "memory_fraction:");
+	uint64_t cap = (uint64_t)(strtod(f + strlen("memory_fraction:"), NULL) * (double)total);
+	uint64_t rsize = (size + 511) / 512 * 512, gran = 2 * MiB;
+	devcache_stats_t s;
+
+	assert_non_null(f);
+	assert_int_equal(devcache_stats(dev, &s), 0);
+	int64_t reserved = s.reserved_bytes[DEVCACHE_POOL_ALL].current;
+	int64_t live = s.active_bytes[DEVCACHE_POOL_ALL].current;
+	/* No free granule is left mapped... */
+	if (reserved - live >= (int64_t)(2 * gran) * (int64_t)s.active[DEVCACHE_POOL_ALL].current +
+					      (int64_t)gran)
+		fail_msg("a failed request left %" PRId64 " bytes mapped around %" PRId64
+			 " live ones",
+			 reserved - live, live);
+	/* ...and what the request needs does not fit under the cap. */
+	if ((uint64_t)reserved + ((rsize + gran - 1) / gran + 1) * gran <= cap)
+		fail_msg("a request of %" PRIu64 " bytes failed with %" PRId64
+			 " bytes mapped under a cap of %" PRIu64,
+			 size, reserved, cap);
+}
+
 static void run_case(void **state)
 {
 	const struct test_case *c = *state;
@@ -288,6 +324,10 @@ static void run_case(void **state)
 	bool *model_live = calloc(t->tensors, sizeof *model_live);
 	struct divergence d;
 	int64_t lf[F_COUNT] = {0}, mf[F_COUNT] = {0};
+	/* With stitching, the two agree until PyTorch's policy fails a
+	 * request, which stitching may then serve. */
+	bool stitch = c->setting->expect & X_STITCH, compare = true;
+	uint64_t lib_failures = 0, stitches = 0;
 
 	assert_true(lib_ptr && model_addr && lib_live && model_live);
 	for (int k = 0; k <= F_COUNT; k++)
@@ -317,7 +357,12 @@ static void run_case(void **state)
 			assert_int_not_equal(mrc, -2);
 			lib_live[e->id] = lib_ok = rc == 0;
 			model_live[e->id] = model_ok = mrc == 0;
-			if (lib_ok && model_ok && d.at[F_COUNT] == SIZE_MAX &&
+			lib_failures += !lib_ok;
+			if (stitch && !model_ok)
+				compare = false;
+			if (stitch && !lib_ok)
+				check_stitch_failure(dev, e->size, info.total_memory, c->setting->options);
+			if (compare && lib_ok && model_ok && d.at[F_COUNT] == SIZE_MAX &&
 			    (uintptr_t)lib_ptr[e->id] != model_addr[e->id]) {
 				d.at[F_COUNT] = i;
 				d.lib[F_COUNT] = (int64_t)(uintptr_t)lib_ptr[e->id];
@@ -335,7 +380,7 @@ static void run_case(void **state)
 		}
 		lib_figures(dev, lib_ok, lf);
 		model_figures(m, model_ok, mf);
-		for (int k = 0; k < F_COUNT; k++)
+		for (int k = 0; k < F_COUNT && compare; k++)
 			if (lf[k] != mf[k] && d.at[k] == SIZE_MAX) {
 				d.at[k] = i;
 				d.lib[k] = lf[k];
@@ -354,6 +399,11 @@ static void run_case(void **state)
 		      ms.num_device_free, ms.gc_releases, ms.oversize_releases, ms.num_alloc_retries,
 		      ms.num_ooms);
 
+	devcache_stats_t ls;
+	assert_int_equal(devcache_stats(dev, &ls), 0);
+	stitches = ls.num_stitches;
+	if (!stitch)
+		assert_int_equal(stitches, 0);
 	for (uint32_t k = 0; k < t->tensors; k++)
 		if (lib_live[k])
 			devcache_free(dev, lib_ptr[k]);
@@ -373,6 +423,8 @@ static void run_case(void **state)
 		fail_msg("%s: %s", c->name, why);
 	}
 	unsigned x = c->setting->expect;
+	print_message("# %s: libdevcache: %" PRIu64 " failed allocations, %" PRIu64 " stitched\n",
+		      c->name, lib_failures, stitches);
 	if (((x & X_GC) && ms.gc_releases == 0) || ((x & X_OVERSIZE) && ms.oversize_releases == 0) ||
 	    ((x & X_OOM) && (ms.num_alloc_retries == 0 || ms.num_ooms == 0)) ||
 	    ((x & X_FREE) && ms.num_device_free == 0))

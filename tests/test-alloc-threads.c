@@ -682,11 +682,26 @@ static void oom_under_tight_fraction(void **state)
 				  0x0bad5eed});
 }
 
+#ifndef STITCH_CAP
+#define STITCH_CAP "0.1"
+#endif
+
 static void oom_expandable(void **state)
 {
 	(void)state;
-	run_phase(&(struct phase){"vmm:0", "expandable_segments:true,memory_fraction:0.1875",
+	run_phase(&(struct phase){"vmm:0",
+				  "expandable_segments:true,expandable_stitching:false,"
+				  "memory_fraction:0.1875",
 				  &oom_sizes, true, 0xdecade});
+}
+
+/* Stitching serves more under the same cap: a tighter one makes it fail,
+ * and unmap and map pages for other threads meanwhile. */
+static void oom_stitching(void **state)
+{
+	(void)state;
+	run_phase(&(struct phase){"vmm:0", "expandable_segments:true,memory_fraction:" STITCH_CAP,
+				  &oom_sizes, true, 0xfacade});
 }
 
 int main(void)
@@ -699,6 +714,7 @@ int main(void)
 		cmocka_unit_test(device_expandable_gc),
 		cmocka_unit_test(oom_under_tight_fraction),
 		cmocka_unit_test(oom_expandable),
+		cmocka_unit_test(oom_stitching),
 	};
 	return RUN_TAP(tests);
 }

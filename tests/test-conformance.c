@@ -345,6 +345,65 @@ static void expandable_segments_where_the_device_maps(void **state)
 	devcache_close(ctx);
 }
 
+/* Stitching, where the device can map: under a 200 MiB cap, with every
+ * other 8 MiB block freed, a 100 MiB request is more than PyTorch's policy
+ * serves (140 MiB mapped in 20 MiB pages, and a segment's 100 more) but
+ * not more than the free pages; it gets them, and every byte stays put. */
+static void stitching_where_the_device_maps(void **state)
+{
+	const struct target *t = *state;
+	devcache_device_t *dev;
+	devcache_device_info_t info;
+	devcache_ctx_t *ctx = open_target(t, "expandable_segments:True", &dev);
+	enum { N = 16, BLOCK = 8 << 20, BIG = 100 << 20 };
+	unsigned char *in = malloc(BIG), *out = malloc(BIG);
+	void *p[N], *q;
+	char opts[256];
+
+	assert_true(in && out);
+	assert_int_equal(devcache_device_info(dev, &info), 0);
+	devcache_close(ctx);
+	if (!(info.caps & DEVCACHE_CAP_VMM) || info.total_memory < 1u << 30) {
+		free(in);
+		free(out);
+		skip_because("%s: the device cannot map memory, or has less than 1 GiB",
+			     t->label);
+	}
+	snprintf(opts, sizeof opts, "expandable_segments:True,memory_fraction:%.17g",
+		 (double)(200 << 20) / (double)info.total_memory);
+	ctx = open_target(t, opts, &dev);
+	for (int i = 0; i < N; i++) {
+		fill(in, BLOCK, (unsigned)i);
+		assert_int_equal(devcache_alloc(dev, BLOCK, NULL, &p[i]), 0);
+		assert_int_equal(devcache_copy_to_device(dev, p[i], in, BLOCK, NULL), 0);
+	}
+	for (int i = 0; i < N; i += 2)
+		assert_int_equal(devcache_free(dev, p[i]), 0);
+	fill(in, BIG, 99);
+	assert_int_equal(devcache_alloc(dev, BIG, NULL, &q), 0);
+	assert_int_equal(devcache_copy_to_device(dev, q, in, BIG, NULL), 0);
+	assert_int_equal(devcache_copy_to_host(dev, out, q, BIG, NULL), 0);
+	assert_memory_equal(in, out, BIG);
+	for (int i = 1; i < N; i += 2) {
+		fill(in, BLOCK, (unsigned)i);
+		assert_int_equal(devcache_copy_to_host(dev, out, p[i], BLOCK, NULL), 0);
+		assert_memory_equal(in, out, BLOCK);
+		assert_int_equal(devcache_free(dev, p[i]), 0);
+	}
+	devcache_stats_t s;
+	devcache_stats(dev, &s);
+	assert_int_equal(s.num_stitches, 1);
+	assert_int_equal(s.num_ooms, 0);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 164 << 20);
+	assert_int_equal(devcache_free(dev, q), 0);
+	assert_int_equal(devcache_empty_cache(dev), 0);
+	devcache_stats(dev, &s);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
+	free(in);
+	free(out);
+	devcache_close(ctx);
+}
+
 /* A safetensors file of U8 tensors, and the check of a loaded model. */
 static void write_model(const char *path)
 {
@@ -630,6 +689,7 @@ int main(void)
 		FOR_EACH_TARGET(a_model_uploads_byte_exact),
 		FOR_EACH_TARGET(a_model_set_uploads_byte_exact),
 		FOR_EACH_TARGET(expandable_segments_where_the_device_maps),
+		FOR_EACH_TARGET(stitching_where_the_device_maps),
 		FOR_EACH_TARGET(injected_faults_leave_nothing),
 		/* On the fakes only: the faults are injected in them. */
 		ON(a_failing_start_leaves_nothing, 2),
@@ -642,6 +702,7 @@ int main(void)
 		ON_THE_STUB(a_model_uploads_byte_exact),
 		ON_THE_STUB(a_model_set_uploads_byte_exact),
 		ON_THE_STUB(expandable_segments_where_the_device_maps),
+		ON_THE_STUB(stitching_where_the_device_maps),
 		ON_THE_STUB(injected_faults_leave_nothing),
 	};
 

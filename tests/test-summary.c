@@ -56,7 +56,7 @@ static void check_box(const char *text)
 				 (int)(nl - l), l);
 		l = nl + 1;
 	}
-	assert_int_equal(lines, 48);
+	assert_int_equal(lines, 48 + (fake.num_stitches != 0));
 }
 
 #define K 1024LL
@@ -189,6 +189,18 @@ static void extremes_keep_the_box(void **state)
 	assert_contains(text, "|     -5 B   |");
 	assert_contains(text, "CUDA OOMs: 18446744073709551615");
 	assert_contains(text, "Fragmentation: 100.0%");
+	assert_not_contains(text, "Stitched");
+	free(text);
+	/* Only where stitching served something, a line of libdevcache's own. */
+	fake.num_stitches = UINT64_MAX;
+	text = render(&dev);
+	check_box(text);
+	assert_contains(text, "|Stitched allocations: 1844674407370 |");
+	free(text);
+	fake.num_stitches = 12;
+	text = render(&dev);
+	check_box(text);
+	assert_contains(text, "| Stitched allocations: 12           |                                      |");
 	assert_contains(text, "libdevcache memory summary, device ID a-very-long-device-name:31");
 	free(text);
 

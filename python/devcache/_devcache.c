@@ -691,6 +691,7 @@ static PyObject *stats_dict(DeviceObject *self, int host)
 	    add_int(d, "num_device_alloc", (long long)s.num_device_alloc) < 0 ||
 	    add_int(d, "num_device_free", (long long)s.num_device_free) < 0 ||
 	    add_int(d, "max_split_size", (long long)s.max_split_size) < 0 ||
+	    add_int(d, "num_stitches", (long long)s.num_stitches) < 0 ||
 	    add_int(d, "largest_free_block", (long long)s.largest_free_block) < 0)
 		goto err;
 	PyObject *frag = PyFloat_FromDouble(s.fragmentation);

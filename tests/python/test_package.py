@@ -77,7 +77,7 @@ TORCH_STAT_KEYS = (
     "oversize_segments.allocated", "oversize_segments.current", "oversize_segments.freed",
     "oversize_segments.peak",
     "num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc",
-    "num_device_free", "max_split_size",
+    "num_device_free", "max_split_size", "num_stitches",
 )
 
 # Every error class: its code and the built-in class it also is.

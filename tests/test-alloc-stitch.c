@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* test-alloc-stitch.c - stitching: what PyTorch's expandable segments fail, served from free pages anywhere on the device. */
+#include "tap.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+#include "alloc-fixture.h"
+#include "alloc-check.h"
+
+/* vmm:0 has 1 GiB that it enforces and 2 MiB mapping granularity;
+ * fake_allocs() counts the physical pages it was asked to make. */
+
+struct vmm {
+	void *module;
+	unsigned long (*allocs)(void);
+};
+
+static void vmm_open(struct vmm *v)
+{
+	char path[4096];
+
+	snprintf(path, sizeof path, "%s/vmm.so", test_env("TEST_MODULES"));
+	assert_non_null(v->module = dlopen(path, RTLD_NOW));
+	*(void **)&v->allocs = dlsym(v->module, "fake_allocs");
+	assert_non_null(v->allocs);
+}
+
+/* 40 blocks of 8 MiB, every other one freed: each 20 MiB page PyTorch
+ * maps keeps a live block, so none can be unmapped; then 500 MiB. */
+static void fragment(struct fx *f, void *p[40], void **big)
+{
+	for (int i = 0; i < 40; i++) {
+		p[i] = fx_alloc(f, 8 * MiB, NULL);
+		memset(p[i], i, 8 * MiB);
+	}
+	for (int i = 0; i < 40; i += 2)
+		fx_free(f, p[i]);
+	*big = fx_alloc(f, 500 * MiB, NULL);
+}
+
+static void intact(void *p[40])
+{
+	for (int i = 1; i < 40; i += 2)
+		for (size_t k = 0; k < 8 * MiB; k += 4093)
+			if (((unsigned char *)p[i])[k] != (unsigned char)i)
+				fail_msg("block %d was overwritten at %zu", i, k);
+}
+
+static void serves_what_pytorch_fails(void **state)
+{
+	struct fx f;
+	struct vmm v;
+	void *p[40], *big, *q = NULL;
+
+	(void)state;
+	vmm_open(&v);
+	fx_open(&f, "vmm:0", "expandable_segments:True");
+	fragment(&f, p, &big);
+	/* PyTorch's policy has 820 MiB mapped and needs 300 more.  The 20
+	 * free blocks hold 80 whole granules: unmapped, they leave 660 MiB,
+	 * and their pages make 80 of the 150 the request needs. */
+	unsigned long before = v.allocs();
+	q = fx_alloc(&f, 300 * MiB, NULL);
+	assert_int_equal(v.allocs() - before, 150 - 80);
+	memset(q, 0xa5, 300 * MiB);
+	intact(p);
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.num_stitches, 1);
+	assert_int_equal(s.num_ooms, 0);
+	assert_int_equal(s.num_alloc_retries, 1);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 960 * MiB);
+	struct held held[22];
+	for (int i = 0; i < 20; i++)
+		held[i] = (struct held){p[2 * i + 1], 8 * MiB};
+	held[20] = (struct held){big, 500 * MiB};
+	held[21] = (struct held){q, 300 * MiB};
+	check_allocator(&f, held, 22);
+	/* From then on, free memory goes back granule by granule: only the
+	 * live blocks' stay mapped, where PyTorch keeps the 20 MiB pages. */
+	fx_free(&f, q);
+	assert_int_equal(devcache_empty_cache(f.dev), 0);
+	s = fx_stats(&f);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 660 * MiB);
+	check_allocator(&f, held, 21);
+	intact(p);
+	fx_free(&f, big);
+	for (int i = 1; i < 40; i += 2)
+		fx_free(&f, p[i]);
+	assert_int_equal(devcache_empty_cache(f.dev), 0);
+	check_allocator(&f, NULL, 0);
+	assert_int_equal(fx_stats(&f).reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
+	devcache_close(f.ctx);
+	dlclose(v.module);
+}
+
+/* Turned off, the allocator fails where PyTorch fails. */
+static void off_fails_as_pytorch(void **state)
+{
+	struct fx f;
+	void *p[40], *big, *q = NULL;
+
+	(void)state;
+	fx_open(&f, "vmm:0", "expandable_segments:True,expandable_stitching:false");
+	fragment(&f, p, &big);
+	assert_int_equal(devcache_alloc(f.dev, 300 * MiB, NULL, &q), DEVCACHE_ENOMEM);
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.num_stitches, 0);
+	assert_int_equal(s.num_ooms, 1);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 820 * MiB);
+	fx_free(&f, big);
+	for (int i = 1; i < 40; i += 2)
+		fx_free(&f, p[i]);
+	devcache_close(f.ctx);
+}
+
+/* Out of memory even so: a clean failure, the free granules given back,
+ * and memory_fraction then counts what is mapped, not PyTorch's segment. */
+static void fails_when_memory_runs_out(void **state)
+{
+	struct fx f;
+	void *p[40], *q = NULL;
+
+	(void)state;
+	fx_open(&f, "vmm:0", "expandable_segments:True,memory_fraction:0.5");
+	for (int i = 0; i < 40; i++)
+		p[i] = fx_alloc(&f, 8 * MiB, NULL);
+	for (int i = 0; i < 40; i += 2)
+		fx_free(&f, p[i]);
+	/* 160 MiB live; 160 + 400 > 512. */
+	assert_int_equal(devcache_alloc(f.dev, 400 * MiB, NULL, &q), DEVCACHE_ENOMEM);
+	assert_null(q);
+	assert_contains(devcache_last_error(), "vmm:0: out of memory. Tried to allocate 400.00 MiB");
+	assert_contains(devcache_last_error(), "memory_fraction");
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.num_ooms, 1);
+	assert_int_equal(s.num_stitches, 0);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 160 * MiB);
+	struct held held[20];
+	for (int i = 0; i < 20; i++)
+		held[i] = (struct held){p[2 * i + 1], 8 * MiB};
+	check_allocator(&f, held, 20);
+	/* 160 + 300 <= 512: mapped in granules, with no stitch needed and no
+	 * 20 MiB segment counted against the cap. */
+	q = fx_alloc(&f, 300 * MiB, NULL);
+	s = fx_stats(&f);
+	assert_int_equal(s.num_stitches, 0);
+	assert_int_equal(s.num_ooms, 1);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 460 * MiB);
+	/* 2 MiB more fits in granules under the cap: PyTorch's check
+	 * (460 + 20 MiB segment) would pass too, but 50 MiB would not. */
+	void *r = fx_alloc(&f, 50 * MiB, NULL);
+	assert_int_equal(fx_stats(&f).reserved_bytes[DEVCACHE_POOL_ALL].current, 510 * MiB);
+	fx_free(&f, r);
+	fx_free(&f, q);
+	for (int i = 1; i < 40; i += 2)
+		fx_free(&f, p[i]);
+	check_allocator(&f, NULL, 0);
+	devcache_close(f.ctx);
+}
+
+/* Pages cached by another stream's pool are taken too. */
+static void takes_pages_from_other_streams(void **state)
+{
+	struct fx f;
+	devcache_stream_t other;
+	void *p[40], *big;
+
+	(void)state;
+	fx_open(&f, "vmm:0", "expandable_segments:True");
+	assert_int_equal(devcache_stream_create(f.dev, &other), 0);
+	fragment(&f, p, &big);
+	/* The other stream's request maps fresh pages up to the device's
+	 * 1 GiB; what is missing comes from the default stream's free
+	 * granules. */
+	void *q = fx_alloc(&f, 300 * MiB, other);
+	devcache_stats_t s = fx_stats(&f);
+	assert_int_equal(s.num_stitches, 1);
+	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 960 * MiB);
+	memset(q, 0x5a, 300 * MiB);
+	intact(p);
+	fx_free(&f, q);
+	fx_free(&f, big);
+	for (int i = 1; i < 40; i += 2)
+		fx_free(&f, p[i]);
+	assert_int_equal(devcache_stream_destroy(f.dev, other), 0);
+	check_allocator(&f, NULL, 0);
+	devcache_close(f.ctx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(serves_what_pytorch_fails),
+		cmocka_unit_test(off_fails_as_pytorch),
+		cmocka_unit_test(fails_when_memory_runs_out),
+		cmocka_unit_test(takes_pages_from_other_streams),
+	};
+
+	return RUN_TAP(tests);
+}
