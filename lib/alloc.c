@@ -32,9 +32,10 @@
  *   max(request, max_split_size) and trying again; then waiting for every
  *   pending event, releasing every whole cached segment and every free
  *   page of the expandable ones and retrying (the one attempt counted in
- *   num_alloc_retries); then, and here libdevcache adds to PyTorch, the
- *   context's pressure callbacks (the model cache evicts); then
- *   DEVCACHE_ENOMEM with PyTorch's message and only the advice that fits.
+ *   num_alloc_retries); then, and here libdevcache adds to PyTorch,
+ *   stitching with expandable segments (below) and the context's pressure
+ *   callbacks (the model cache evicts); then DEVCACHE_ENOMEM with
+ *   PyTorch's message and only the advice that fits.
  * - With expandable_segments (alloc-expand.c), each pool maps pages into
  *   one reserved range instead of making segments: 2 MiB pages for the
  *   small pool, large_segment_size_mb for the large one.  A miss maps
@@ -42,6 +43,11 @@
  *   free or unmapped space after it, can hold the request; best fit counts
  *   a block with the unmapped space after it and walks on to larger
  *   blocks while that figure falls, as PyTorch's does.
+ * - Better than PyTorch, with expandable_stitching: where PyTorch's policy
+ *   has failed a request, every free granule of the device is unmapped
+ *   and its physical page mapped again where the request needs it; from
+ *   then on the large pool maps in granules and memory_fraction counts
+ *   what is mapped (alloc-expand.c says why).
  *
  * The files: alloc.c the policy and the public calls, alloc-index.c the
  * free blocks' tree, alloc-table.c the allocated blocks by address,
