@@ -233,6 +233,7 @@ static void replays_and_reports(void **state)
 	assert_true(field(r.out, "device allocations") >= 2);
 	assert_int_equal(field(r.out, "OOMs"), 0);
 	assert_int_equal(field(r.out, "retries"), 0);
+	assert_not_contains(r.out, "stitched"); /* only when stitching served */
 	assert_true(field(r.out, "time per operation") >= 0);
 	assert_contains(r.out, "  reserved/allocated: ");
 
@@ -262,6 +263,7 @@ static void json_output(void **state)
 	assert_int_equal(json_number(r.out, "operations"), 12);
 	assert_int_equal(json_number(r.out, "ooms"), 0);
 	assert_int_equal(json_number(r.out, "retries"), 0);
+	assert_int_equal(json_number(r.out, "stitched"), 0);
 	assert_true(json_number(r.out, "peak_reserved_bytes") >=
 		    json_number(r.out, "peak_allocated_bytes"));
 	assert_true(json_number(r.out, "device_allocations") >= 2);

@@ -311,9 +311,10 @@ static void print_json(const struct replay *rp, int n_paths, char **paths, const
 	else
 		fputs("null", out);
 	fprintf(out, ",\"device_allocations\":%llu,\"device_frees\":%llu,\"ooms\":%llu,"
-		     "\"retries\":%llu",
+		     "\"retries\":%llu,\"stitched\":%llu",
 		(unsigned long long)st->num_device_alloc, (unsigned long long)st->num_device_free,
-		(unsigned long long)rp->ooms, (unsigned long long)st->num_alloc_retries);
+		(unsigned long long)rp->ooms, (unsigned long long)st->num_alloc_retries,
+		(unsigned long long)st->num_stitches);
 	if (summary) {
 		fputs(",\"summary\":", out);
 		json_string(out, summary);
@@ -332,13 +333,15 @@ static size_t width(const char *s)
 static void print_text(const struct replay *rp)
 {
 	const devcache_stats_t *st = &rp->stats;
-	char v[9][96], a[32], b[32];
-	const char *label[9] = {
+	char v[10][96], a[32], b[32];
+	const char *label[10] = {
 		_("events"),         _("time per operation"), _("peak allocated"),
 		_("peak reserved"),  _("reserved/allocated"), _("device allocations"),
 		_("device frees"),   _("OOMs"),               _("retries"),
+		_("stitched"),
 	};
-	size_t w = 0;
+	/* The last line, libdevcache's own, only where stitching served. */
+	size_t n = st->num_stitches ? 10 : 9, w = 0;
 
 	snprintf(v[0], sizeof v[0], _("%zu (%llu operations)"), rp->set.n_read,
 		 (unsigned long long)rp->operations);
@@ -360,10 +363,11 @@ static void print_text(const struct replay *rp)
 	snprintf(v[6], sizeof v[6], "%llu", (unsigned long long)st->num_device_free);
 	snprintf(v[7], sizeof v[7], "%llu", (unsigned long long)rp->ooms);
 	snprintf(v[8], sizeof v[8], "%llu", (unsigned long long)st->num_alloc_retries);
-	for (size_t i = 0; i < 9; i++)
+	snprintf(v[9], sizeof v[9], "%llu", (unsigned long long)st->num_stitches);
+	for (size_t i = 0; i < n; i++)
 		w = width(label[i]) > w ? width(label[i]) : w;
 	printf(_("Replay on %s:\n"), rp->device_id);
-	for (size_t i = 0; i < 9; i++)
+	for (size_t i = 0; i < n; i++)
 		printf("  %s:%*s %s\n", label[i], (int)(w - width(label[i])), "", v[i]);
 }
 
