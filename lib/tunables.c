@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,12 +193,39 @@ static int parse_ll(const char *text, long long *out)
 	return errno || end == skip_space(text) || !is_blank(end) ? -1 : 0;
 }
 
+/* Numbers in option strings and files are written with a decimal point
+ * whatever the program's LC_NUMERIC (a German one reads "0.5" as 0). */
+static double c_strtod(const char *text, char **end)
+{
+	locale_t c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+	double v;
+
+	if (c == (locale_t)0)
+		return strtod(text, end);
+	v = strtod_l(text, end, c);
+	freelocale(c);
+	return v;
+}
+
+/* "%.*g" with a decimal point, whatever the program's LC_NUMERIC. */
+static void c_format_g(char *buf, size_t size, int prec, double v)
+{
+	locale_t c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+	locale_t old = c != (locale_t)0 ? uselocale(c) : (locale_t)0;
+
+	snprintf(buf, size, "%.*g", prec, v);
+	if (c != (locale_t)0) {
+		uselocale(old);
+		freelocale(c);
+	}
+}
+
 static int parse_double(const char *text, double *out)
 {
 	char *end;
 
 	errno = 0;
-	*out = strtod(skip_space(text), &end);
+	*out = c_strtod(skip_space(text), &end);
 	return errno || end == skip_space(text) || !is_blank(end) || !isfinite(*out) ? -1 : 0;
 }
 
@@ -234,7 +262,7 @@ static void parse_range(const struct tunable_def *def, struct range *r)
 		if (def->type == TT_SIZE && parse_size_text(t, false, &sz) == 0)
 			*d = (double)sz;
 		else
-			*d = strtod(t, NULL);
+			*d = c_strtod(t, NULL);
 	}
 }
 
@@ -738,8 +766,8 @@ void tunable_format_def(const struct tunable_def *def, const struct tunable_valu
 	case TT_FLOAT:
 		/* The shortest text that reads back as the same double. */
 		for (int prec = 1; prec <= 17; prec++) {
-			snprintf(buf, size, "%.*g", prec, v->u.f);
-			if (strtod(buf, NULL) == v->u.f)
+			c_format_g(buf, size, prec, v->u.f);
+			if (c_strtod(buf, NULL) == v->u.f)
 				break;
 		}
 		break;

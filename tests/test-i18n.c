@@ -114,6 +114,13 @@ static void tool_speaks_german(void **state)
 	spawn_tool(r, bad, (const char *const[]){"config", NULL});
 	assert_int_equal(r->status, 2);
 	assert_contains(r->err, "DEVCACHE_OPTIONS: max_split_size_mb: ungültiger size-Wert „abc“");
+	/* A decimal comma in the locale changes neither how a float is read
+	 * nor how it is written back. */
+	const char *fraction[] = {"LANGUAGE=de", lc_all, "DEVCACHE_OPTIONS=memory_fraction:0.25", NULL};
+	spawn_tool(r, fraction, (const char *const[]){"config", NULL});
+	assert_int_equal(r->status, 0);
+	assert_contains(r->out, "0.25");
+	assert_not_contains(r->out, "0,25");
 	free(r);
 }
 
