@@ -39,6 +39,15 @@ static void fragment(struct fx *f, void *p[40], void **big)
 	*big = fx_alloc(f, 500 * MiB, NULL);
 }
 
+/* The live blocks of fragment(), as check_allocator() takes them;
+ * returns how many. */
+static size_t held_blocks(void *p[40], struct held *held)
+{
+	for (int i = 0; i < 20; i++)
+		held[i] = (struct held){p[2 * i + 1], 8 * MiB};
+	return 20;
+}
+
 static void intact(void *p[40])
 {
 	for (int i = 1; i < 40; i += 2)
@@ -71,8 +80,7 @@ static void serves_what_pytorch_fails(void **state)
 	assert_int_equal(s.num_alloc_retries, 1);
 	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 960 * MiB);
 	struct held held[22];
-	for (int i = 0; i < 20; i++)
-		held[i] = (struct held){p[2 * i + 1], 8 * MiB};
+	held_blocks(p, held);
 	held[20] = (struct held){big, 500 * MiB};
 	held[21] = (struct held){q, 300 * MiB};
 	check_allocator(&f, held, 22);
@@ -137,9 +145,7 @@ static void fails_when_memory_runs_out(void **state)
 	assert_int_equal(s.num_stitches, 0);
 	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 160 * MiB);
 	struct held held[20];
-	for (int i = 0; i < 20; i++)
-		held[i] = (struct held){p[2 * i + 1], 8 * MiB};
-	check_allocator(&f, held, 20);
+	check_allocator(&f, held, held_blocks(p, held));
 	/* 160 + 300 <= 512: mapped in granules, with no stitch needed and no
 	 * 20 MiB segment counted against the cap. */
 	q = fx_alloc(&f, 300 * MiB, NULL);
