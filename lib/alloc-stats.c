@@ -6,6 +6,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define EACH_STAT_ARRAY(X)                                                                      \
+	X(allocation) X(segment) X(active) X(inactive_split) X(allocated_bytes) X(reserved_bytes) \
+	X(active_bytes) X(inactive_split_bytes) X(requested_bytes)
+
+/* A stat as it is kept (alloc.h: freed holds current at the last reset)
+ * made what the user reads. */
+static void stat_public(devcache_stat_t *s)
+{
+	s->freed = s->allocated - s->current + s->freed;
+}
+
+/* The ALL entry of an array: its peak as kept, the rest the pools' sums. */
+static void array_public(devcache_stat_t *array)
+{
+	devcache_stat_t *all = &array[DEVCACHE_POOL_ALL];
+
+	stat_public(&array[DEVCACHE_POOL_SMALL]);
+	stat_public(&array[DEVCACHE_POOL_LARGE]);
+	all->current = array[DEVCACHE_POOL_SMALL].current + array[DEVCACHE_POOL_LARGE].current;
+	all->allocated = array[DEVCACHE_POOL_SMALL].allocated + array[DEVCACHE_POOL_LARGE].allocated;
+	all->freed = array[DEVCACHE_POOL_SMALL].freed + array[DEVCACHE_POOL_LARGE].freed;
+}
+
 void allocator_stats(struct allocator *a, devcache_stats_t *out)
 {
 	size_t largest = 0;
@@ -19,6 +42,11 @@ void allocator_stats(struct allocator *a, devcache_stats_t *out)
 		largest = l > largest ? l : largest;
 	}
 	pthread_mutex_unlock(&a->lock);
+#define ARRAY_PUBLIC(name) array_public(out->name);
+	EACH_STAT_ARRAY(ARRAY_PUBLIC)
+#undef ARRAY_PUBLIC
+	stat_public(&out->oversize_allocations);
+	stat_public(&out->oversize_segments);
 	out->largest_free_block = largest;
 	int64_t reserved = out->reserved_bytes[DEVCACHE_POOL_ALL].current;
 	int64_t allocated = out->allocated_bytes[DEVCACHE_POOL_ALL].current;
@@ -42,33 +70,35 @@ int devcache_host_stats(devcache_device_t *dev, devcache_stats_t *stats)
 	return 0;
 }
 
-#define EACH_STAT_ARRAY(X)                                                                      \
-	X(allocation) X(segment) X(active) X(inactive_split) X(allocated_bytes) X(reserved_bytes) \
-	X(active_bytes) X(inactive_split_bytes) X(requested_bytes)
+/* A reset as the stats are kept (alloc.h): a peak starts again from
+ * current, the accumulated figures from zero. */
+static void reset_stat(devcache_stat_t *s, bool peaks)
+{
+	if (peaks) {
+		s->peak = s->current;
+	} else {
+		s->allocated = 0;
+		s->freed = s->current;
+	}
+}
 
 static void reset(struct allocator *a, bool peaks)
 {
 	pthread_mutex_lock(&a->lock);
 	devcache_stats_t *s = &a->stats;
 #define RESET_ARRAY(name)                                                                       \
-	for (int p = 0; p < DEVCACHE_POOL_COUNT; p++)                                          \
-		reset_stat(&s->name[p], peaks);
-#define reset_stat(st, pk)                                                                      \
-	do {                                                                                   \
-		if (pk)                                                                        \
-			(st)->peak = (st)->current;                                            \
-		else                                                                           \
-			(st)->allocated = (st)->freed = 0;                                     \
-	} while (0)
+	reset_stat(&s->name[DEVCACHE_POOL_SMALL], peaks);                                      \
+	reset_stat(&s->name[DEVCACHE_POOL_LARGE], peaks);                                      \
+	if (peaks)                                                                             \
+		s->name[DEVCACHE_POOL_ALL].peak = stats_current(s->name);
 	EACH_STAT_ARRAY(RESET_ARRAY)
+#undef RESET_ARRAY
 	reset_stat(&s->oversize_allocations, peaks);
 	reset_stat(&s->oversize_segments, peaks);
 	if (!peaks) {
 		s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
 		s->num_device_alloc = s->num_device_free = 0;
 	}
-#undef reset_stat
-#undef RESET_ARRAY
 	pthread_mutex_unlock(&a->lock);
 }
 

@@ -682,7 +682,7 @@ static void format_mem(uint64_t n, char *buf, size_t size)
 static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool capped)
 {
 	uint64_t free_mem = 0, total = a->dev->info.total_memory;
-	uint64_t allocated = (uint64_t)a->stats.allocated_bytes[DEVCACHE_POOL_ALL].current;
+	uint64_t allocated = (uint64_t)stats_current(a->stats.allocated_bytes);
 	uint64_t unused = a->reserved_total - allocated;
 	char req[32], fr[32], tot[32], held[32], alloc[32], un[32], cap[160] = "", hint[512] = "";
 	char said[600] = "";

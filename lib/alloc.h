@@ -195,23 +195,40 @@ static inline size_t round_up(size_t size, size_t unit)
 	return (size + unit - 1) / unit * unit;
 }
 
-/* Statistics change on every allocation and free: inline, branch-light. */
+/* Statistics change on every allocation and free, so the figures kept are
+ * those a change must write, and the rest are made when read
+ * (allocator_stats):
+ * - a decrease writes only current: a stat's `freed` holds, inside, what
+ *   current was at the last reset of the accumulated figures (freed is
+ *   allocated - current + that);
+ * - an array's ALL entry keeps only its peak, raised from the sum of the
+ *   SMALL and LARGE currents; its other figures are their sums. */
 static inline void stat_change(devcache_stat_t *s, int64_t delta)
 {
 	s->current += delta;
 	if (delta > 0) {
 		s->allocated += delta;
-		s->peak = s->current > s->peak ? s->current : s->peak;
-	} else {
-		s->freed -= delta;
+		if (s->current > s->peak)
+			s->peak = s->current;
 	}
 }
 
 /* Every statistic is kept for all pools and for the block's own. */
 static inline void stats_change(devcache_stat_t *array, bool small, int64_t delta)
 {
-	stat_change(&array[DEVCACHE_POOL_ALL], delta);
 	stat_change(&array[small ? DEVCACHE_POOL_SMALL : DEVCACHE_POOL_LARGE], delta);
+	if (delta > 0) {
+		int64_t all = array[DEVCACHE_POOL_SMALL].current + array[DEVCACHE_POOL_LARGE].current;
+
+		if (all > array[DEVCACHE_POOL_ALL].peak)
+			array[DEVCACHE_POOL_ALL].peak = all;
+	}
+}
+
+/* The ALL pool's current figure, without a whole allocator_stats(). */
+static inline int64_t stats_current(const devcache_stat_t *array)
+{
+	return array[DEVCACHE_POOL_SMALL].current + array[DEVCACHE_POOL_LARGE].current;
 }
 
 #endif
