@@ -212,20 +212,6 @@ void index_remove(struct free_index *ix, struct block *b)
 	b->tl = b->tr = b->tp = NULL;
 }
 
-struct block *index_lower_bound(const struct free_index *ix, size_t size)
-{
-	struct block *best = NULL;
-
-	for (struct block *n = ix->root; n;)
-		if (n->size >= size) {
-			best = n;
-			n = n->tl;
-		} else {
-			n = n->tr;
-		}
-	return best;
-}
-
 struct block *index_last(const struct free_index *ix)
 {
 	struct block *b = ix->root;
@@ -250,9 +236,13 @@ struct block *index_next(const struct block *b)
 
 void index_replace(struct free_index *ix, struct block *old, struct block *b)
 {
-	struct block *p = index_prev(old), *n = index_next(old);
+	/* Only the neighbour on the side b's key moves to can be out of
+	 * order: a split makes a block smaller, a merge larger. */
+	struct block *p, *n;
+	bool moved = before(b, old) ? (p = index_prev(old)) && !before(p, b)
+				    : (n = index_next(old)) && !before(b, n);
 
-	if ((p && !before(p, b)) || (n && !before(b, n))) {
+	if (moved) {
 		index_remove(ix, old);
 		index_insert(ix, b);
 		return;

@@ -4,12 +4,7 @@
 
 #include <stdlib.h>
 
-static size_t slot_of(const struct allocator *a, uintptr_t addr)
-{
-	return (size_t)(((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull >> 20) & (a->table_cap - 1);
-}
-
-static int table_grow(struct allocator *a)
+int table_grow(struct allocator *a)
 {
 	size_t old_cap = a->table_cap, cap = old_cap ? old_cap * 2 : 1024;
 	struct block **old = a->table, **t = calloc(cap, sizeof *t);
@@ -20,7 +15,7 @@ static int table_grow(struct allocator *a)
 	a->table_cap = cap;
 	for (size_t i = 0; i < old_cap; i++)
 		if (old[i]) {
-			size_t s = slot_of(a, old[i]->addr);
+			size_t s = table_home(a, old[i]->addr);
 
 			while (t[s])
 				s = (s + 1) & (cap - 1);
@@ -30,19 +25,9 @@ static int table_grow(struct allocator *a)
 	return 0;
 }
 
-void table_insert(struct allocator *a, struct block *b)
-{
-	size_t s = slot_of(a, b->addr);
-
-	while (a->table[s])
-		s = (s + 1) & (a->table_cap - 1);
-	a->table[s] = b;
-	a->table_used++;
-}
-
 static size_t table_slot(const struct allocator *a, uintptr_t addr)
 {
-	size_t mask = a->table_cap - 1, s = slot_of(a, addr);
+	size_t mask = a->table_cap - 1, s = table_home(a, addr);
 
 	while (a->table[s] && a->table[s]->addr != addr)
 		s = (s + 1) & mask;
@@ -68,7 +53,7 @@ struct block *table_take(struct allocator *a, uintptr_t addr)
 		return NULL;
 	a->table[hole] = NULL;
 	for (size_t j = (hole + 1) & mask; a->table[j]; j = (j + 1) & mask) {
-		size_t home = slot_of(a, a->table[j]->addr);
+		size_t home = table_home(a, a->table[j]->addr);
 		bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
 
 		if (stays)
@@ -79,9 +64,4 @@ struct block *table_take(struct allocator *a, uintptr_t addr)
 	}
 	a->table_used--;
 	return found;
-}
-
-int table_reserve(struct allocator *a)
-{
-	return 2 * (a->table_used + 1) > a->table_cap ? table_grow(a) : 0;
 }

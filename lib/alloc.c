@@ -181,10 +181,8 @@ static size_t segment_size(const struct allocator *a, size_t rsize)
 	return round_up(rsize, ALLOC_ROUND_LARGE);
 }
 
-static struct stream_pool *pool_for(struct allocator *a, devcache_stream_t stream)
+static struct stream_pool *pool_find(struct allocator *a, devcache_stream_t stream)
 {
-	if (a->last_pool && a->last_pool->stream == stream)
-		return a->last_pool;
 	for (size_t i = 0; i < a->n_pools; i++)
 		if (a->pools[i]->stream == stream)
 			return a->last_pool = a->pools[i];
@@ -206,6 +204,13 @@ static struct stream_pool *pool_for(struct allocator *a, devcache_stream_t strea
 	pool->index = stream ? ++a->stream_indices : 0;
 	a->pools[a->n_pools++] = pool;
 	return a->last_pool = pool;
+}
+
+static inline struct stream_pool *pool_for(struct allocator *a, devcache_stream_t stream)
+{
+	if (a->last_pool && a->last_pool->stream == stream)
+		return a->last_pool;
+	return pool_find(a, stream);
 }
 
 static struct free_index *index_of(struct segment *seg)
@@ -249,8 +254,8 @@ static void note_free(struct allocator *a, struct block *b)
 	} else if (!b->seg->expandable) {
 		/* As PyTorch, inactive_split leaves expandable segments out:
 		 * their free pages can always be released. */
-		stats_change(a->stats.inactive_split, b->seg->small, 1);
-		stats_change(a->stats.inactive_split_bytes, b->seg->small, (int64_t)b->size);
+		stats_add(a->stats.inactive_split, b->seg->small, 1);
+		stats_add(a->stats.inactive_split_bytes, b->seg->small, b->size);
 	}
 }
 
@@ -260,8 +265,8 @@ static void note_taken(struct allocator *a, struct block *b)
 	if (whole_segment(b)) {
 		idle_remove(a, b);
 	} else if (!b->seg->expandable) {
-		stats_change(a->stats.inactive_split, b->seg->small, -1);
-		stats_change(a->stats.inactive_split_bytes, b->seg->small, -(int64_t)b->size);
+		stats_sub(a->stats.inactive_split, b->seg->small, 1);
+		stats_sub(a->stats.inactive_split_bytes, b->seg->small, b->size);
 	}
 }
 
@@ -286,10 +291,10 @@ static void release_segment(struct allocator *a, struct block *b)
 	driver_free(a, seg->handle);
 	a->stats.num_device_free++;
 	a->reserved_total -= seg->size;
-	stats_change(a->stats.segment, seg->small, -1);
-	stats_change(a->stats.reserved_bytes, seg->small, -(int64_t)seg->size);
+	stats_sub(a->stats.segment, seg->small, 1);
+	stats_sub(a->stats.reserved_bytes, seg->small, seg->size);
 	if (seg->size >= a->max_split_size)
-		stat_change(&a->stats.oversize_segments, -1);
+		stat_sub(&a->stats.oversize_segments, 1);
 	if (seg->sprev)
 		seg->sprev->snext = seg->snext;
 	else
@@ -349,9 +354,9 @@ static void free_block(struct allocator *a, struct block *b)
 
 	/* Requested bytes go with active ones, when the block is free at
 	 * last, as PyTorch counts them. */
-	stats_change(a->stats.active, small, -1);
-	stats_change(a->stats.active_bytes, small, -(int64_t)b->size);
-	stats_change(a->stats.requested_bytes, small, -(int64_t)b->requested);
+	stats_sub(a->stats.active, small, 1);
+	stats_sub(a->stats.active_bytes, small, b->size);
+	stats_sub(a->stats.requested_bytes, small, b->requested);
 	b->requested = 0;
 	free_merged(a, b);
 	/* Pass-through (caching off): straight back to the driver. */
@@ -478,10 +483,10 @@ static struct block *alloc_segment(struct allocator *a, struct stream_pool *pool
 				.pool = pool, .small = small};
 	segment_add(a, seg, b);
 	a->reserved_total += size;
-	stats_change(a->stats.segment, small, 1);
-	stats_change(a->stats.reserved_bytes, small, (int64_t)size);
+	stats_add(a->stats.segment, small, 1);
+	stats_add(a->stats.reserved_bytes, small, size);
 	if (size >= a->max_split_size)
-		stat_change(&a->stats.oversize_segments, 1);
+		stat_add(&a->stats.oversize_segments, 1);
 	/* Accounted as a free whole segment, taken at once by the caller. */
 	make_free(a, b);
 	return b;
@@ -637,8 +642,8 @@ static int use_block(struct allocator *a, struct block *b, size_t rsize, size_t 
 	if (rest) {
 		/* What is left takes the block's place in the index. */
 		link_after(rest, b, b->addr + rsize, b->size - rsize);
-		b->size = rsize;
 		index_replace(index_of(b->seg), b, rest);
+		b->size = rsize;
 		note_free(a, rest);
 	} else {
 		index_remove(index_of(b->seg), b);
@@ -647,13 +652,13 @@ static int use_block(struct allocator *a, struct block *b, size_t rsize, size_t 
 	bool small = b->seg->small;
 	b->allocated = true;
 	b->requested = requested;
-	stats_change(a->stats.allocation, small, 1);
-	stats_change(a->stats.allocated_bytes, small, (int64_t)b->size);
-	stats_change(a->stats.active, small, 1);
-	stats_change(a->stats.active_bytes, small, (int64_t)b->size);
-	stats_change(a->stats.requested_bytes, small, (int64_t)requested);
+	stats_add(a->stats.allocation, small, 1);
+	stats_add(a->stats.allocated_bytes, small, b->size);
+	stats_add(a->stats.active, small, 1);
+	stats_add(a->stats.active_bytes, small, b->size);
+	stats_add(a->stats.requested_bytes, small, requested);
 	if (b->size >= a->max_split_size)
-		stat_change(&a->stats.oversize_allocations, 1);
+		stat_add(&a->stats.oversize_allocations, 1);
 	return 0;
 }
 
@@ -750,7 +755,8 @@ static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size,
  * the pressure callbacks run with it released. */
 static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, void **ptr_p)
 {
-	size_t rsize = alloc_round_size(a, size);
+	size_t rsize = !a->plain_rounding ? alloc_round_size(a, size)
+			: size < ALLOC_ROUND ? ALLOC_ROUND : round_up(size, ALLOC_ROUND);
 	bool small = rsize <= ALLOC_SMALL_SIZE, capped = false;
 	struct stream_pool *pool = pool_for(a, stream);
 	struct block *b;
@@ -919,6 +925,9 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 	a->max_non_split_rounding = t->v[TUN_max_non_split_rounding_mb].u.size;
 	a->large_segment_size = round_up(t->v[TUN_large_segment_size_mb].u.size, ALLOC_ROUND_LARGE);
 	memcpy(a->divisions, t->v[TUN_roundup_power2_divisions].divisions, sizeof a->divisions);
+	a->plain_rounding = a->caching;
+	for (int i = 0; i < DIVISION_INTERVALS; i++)
+		a->plain_rounding &= a->divisions[i] <= 1;
 	a->gc_threshold = t->v[TUN_garbage_collection_threshold].u.f;
 	/* PyTorch's set_fraction: any memory_fraction given, 1 included. */
 	a->fraction_set = strcmp(t->v[TUN_memory_fraction].origin, "default") != 0;
@@ -1036,10 +1045,10 @@ static int do_free(struct allocator *a, void *ptr, const char *what)
 		bool small = b->seg->small;
 
 		b->allocated = false;
-		stats_change(a->stats.allocation, small, -1);
-		stats_change(a->stats.allocated_bytes, small, -(int64_t)b->size);
+		stats_sub(a->stats.allocation, small, 1);
+		stats_sub(a->stats.allocated_bytes, small, b->size);
 		if (b->size >= a->max_split_size)
-			stat_change(&a->stats.oversize_allocations, -1);
+			stat_sub(&a->stats.oversize_allocations, 1);
 		if (a->trace)
 			trace_free(a->trace, b->trace_id);
 		if (b->uses)

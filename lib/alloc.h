@@ -103,6 +103,7 @@ struct allocator {
 	size_t max_non_split_rounding;
 	size_t large_segment_size;
 	unsigned divisions[DIVISION_INTERVALS];
+	bool plain_rounding;  /* caching, and no roundup_power2_divisions: multiples of 512 */
 	double gc_threshold;
 	uint64_t cap; /* memory_fraction of the device's memory */
 	bool fraction_set;    /* memory_fraction was set: PyTorch's set_fraction */
@@ -141,23 +142,58 @@ struct allocator {
 /* alloc-index.c */
 void index_insert(struct free_index *ix, struct block *b);
 void index_remove(struct free_index *ix, struct block *b);
-/* The smallest block of at least size, the lowest address among equals. */
-struct block *index_lower_bound(const struct free_index *ix, size_t size);
+/* The smallest block of at least size, the lowest address among equals:
+ * inline, as every allocation looks. */
+static inline struct block *index_lower_bound(const struct free_index *ix, size_t size)
+{
+	struct block *best = NULL;
+
+	for (struct block *n = ix->root; n;)
+		if (n->size >= size) {
+			best = n;
+			n = n->tl;
+		} else {
+			n = n->tr;
+		}
+	return best;
+}
 /* The largest block, and the block before b in the index's order. */
 struct block *index_last(const struct free_index *ix);
 struct block *index_prev(const struct block *b);
 struct block *index_next(const struct block *b);
-/* b, in no index, takes old's place in it, and old leaves: in place when
+/* b, in no index, takes old's place in it, and old leaves: old must still
+ * have the size and address it is in the index by.  In place when
  * b's key falls between old's neighbours (a split or a merge mostly
  * does), which spares the tree a removal and an insertion. */
 void index_replace(struct free_index *ix, struct block *old, struct block *b);
 size_t index_largest(const struct free_index *ix);
 
-/* alloc-table.c: allocated blocks by address */
+/* alloc-table.c: allocated blocks by address; the calls of every
+ * allocation inline. */
+int table_grow(struct allocator *a);
+
+/* An address's home slot; blocks are at least 512 bytes apart. */
+static inline size_t table_home(const struct allocator *a, uintptr_t addr)
+{
+	return (size_t)(((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull >> 20) & (a->table_cap - 1);
+}
+
 /* Room for one more entry: 0, or DEVCACHE_ENOMEM. */
-int table_reserve(struct allocator *a);
+static inline int table_reserve(struct allocator *a)
+{
+	return 2 * (a->table_used + 1) > a->table_cap ? table_grow(a) : 0;
+}
+
 /* Insert b, after table_reserve() made room: it cannot fail. */
-void table_insert(struct allocator *a, struct block *b);
+static inline void table_insert(struct allocator *a, struct block *b)
+{
+	size_t s = table_home(a, b->addr);
+
+	while (a->table[s])
+		s = (s + 1) & (a->table_cap - 1);
+	a->table[s] = b;
+	a->table_used++;
+}
 struct block *table_find(const struct allocator *a, uintptr_t addr);
 /* Remove and return the block at addr, or NULL. */
 struct block *table_take(struct allocator *a, uintptr_t addr);
@@ -203,26 +239,47 @@ static inline size_t round_up(size_t size, size_t unit)
  *   allocated - current + that);
  * - an array's ALL entry keeps only its peak, raised from the sum of the
  *   SMALL and LARGE currents; its other figures are their sums. */
-static inline void stat_change(devcache_stat_t *s, int64_t delta)
+static inline void stat_add(devcache_stat_t *s, uint64_t n)
 {
-	s->current += delta;
-	if (delta > 0) {
-		s->allocated += delta;
-		if (s->current > s->peak)
-			s->peak = s->current;
-	}
+	s->current += (int64_t)n;
+	s->allocated += (int64_t)n;
+	if (s->current > s->peak)
+		s->peak = s->current;
+}
+
+static inline void stat_sub(devcache_stat_t *s, uint64_t n)
+{
+	s->current -= (int64_t)n;
 }
 
 /* Every statistic is kept for all pools and for the block's own. */
+static inline void stats_add(devcache_stat_t *array, bool small, uint64_t n)
+{
+	stat_add(&array[small ? DEVCACHE_POOL_SMALL : DEVCACHE_POOL_LARGE], n);
+	int64_t all = array[DEVCACHE_POOL_SMALL].current + array[DEVCACHE_POOL_LARGE].current;
+	if (all > array[DEVCACHE_POOL_ALL].peak)
+		array[DEVCACHE_POOL_ALL].peak = all;
+}
+
+static inline void stats_sub(devcache_stat_t *array, bool small, uint64_t n)
+{
+	stat_sub(&array[small ? DEVCACHE_POOL_SMALL : DEVCACHE_POOL_LARGE], n);
+}
+
+static inline void stat_change(devcache_stat_t *s, int64_t delta)
+{
+	if (delta > 0)
+		stat_add(s, (uint64_t)delta);
+	else
+		stat_sub(s, (uint64_t)-delta);
+}
+
 static inline void stats_change(devcache_stat_t *array, bool small, int64_t delta)
 {
-	stat_change(&array[small ? DEVCACHE_POOL_SMALL : DEVCACHE_POOL_LARGE], delta);
-	if (delta > 0) {
-		int64_t all = array[DEVCACHE_POOL_SMALL].current + array[DEVCACHE_POOL_LARGE].current;
-
-		if (all > array[DEVCACHE_POOL_ALL].peak)
-			array[DEVCACHE_POOL_ALL].peak = all;
-	}
+	if (delta > 0)
+		stats_add(array, small, (uint64_t)delta);
+	else
+		stats_sub(array, small, (uint64_t)-delta);
 }
 
 /* The ALL pool's current figure, without a whole allocator_stats(). */
