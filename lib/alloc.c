@@ -96,23 +96,29 @@ static void driver_free(struct allocator *a, void *ptr)
 
 /* ---- block structs: a slab, so the hot path never calls malloc ----------- */
 
-struct block *block_new(struct allocator *a)
+/* More block structs on the spare list: false when out of memory. */
+static bool slab_add(struct allocator *a)
 {
-	if (!a->spare_blocks) {
-		enum { PER_SLAB = 256 };
-		void **slabs = realloc(a->slabs, (a->n_slabs + 1) * sizeof *slabs);
-		struct block *slab = slabs ? calloc(PER_SLAB, sizeof *slab) : NULL;
+	enum { PER_SLAB = 256 };
+	void **slabs = realloc(a->slabs, (a->n_slabs + 1) * sizeof *slabs);
+	struct block *slab = slabs ? calloc(PER_SLAB, sizeof *slab) : NULL;
 
-		if (slabs)
-			a->slabs = slabs;
-		if (!slab)
-			return NULL;
-		a->slabs[a->n_slabs++] = slab;
-		for (int i = 0; i < PER_SLAB; i++) {
-			slab[i].hnext = a->spare_blocks;
-			a->spare_blocks = &slab[i];
-		}
+	if (slabs)
+		a->slabs = slabs;
+	if (!slab)
+		return false;
+	a->slabs[a->n_slabs++] = slab;
+	for (int i = 0; i < PER_SLAB; i++) {
+		slab[i].hnext = a->spare_blocks;
+		a->spare_blocks = &slab[i];
 	}
+	return true;
+}
+
+ALLOC_INLINE struct block *block_take(struct allocator *a)
+{
+	if (!a->spare_blocks && !slab_add(a))
+		return NULL;
 	struct block *b = a->spare_blocks;
 	a->spare_blocks = b->hnext;
 	/* Every field the allocator reads before writing, and no more. */
@@ -123,6 +129,11 @@ struct block *block_new(struct allocator *a)
 	b->requested = 0;
 	b->trace_id = 0;
 	return b;
+}
+
+struct block *block_new(struct allocator *a)
+{
+	return block_take(a);
 }
 
 void block_delete(struct allocator *a, struct block *b)
@@ -220,12 +231,12 @@ static struct free_index *index_of(struct segment *seg)
 
 /* ---- free blocks and idle segments ---------------------------------------- */
 
-static bool whole_segment(const struct block *b)
+ALLOC_INLINE bool whole_segment(const struct block *b)
 {
 	return !b->prev && !b->next && !b->seg->expandable;
 }
 
-static void idle_remove(struct allocator *a, struct block *b)
+ALLOC_INLINE void idle_remove(struct allocator *a, struct block *b)
 {
 	if (b->iprev)
 		b->iprev->inext = b->inext;
@@ -239,7 +250,7 @@ static void idle_remove(struct allocator *a, struct block *b)
 }
 
 /* The bookkeeping of a block entering the free set, apart from the index. */
-static void note_free(struct allocator *a, struct block *b)
+ALLOC_INLINE void note_free(struct allocator *a, struct block *b)
 {
 	/* Its age for garbage collection counts from here, as PyTorch's. */
 	b->gc_base = a->large_lookups;
@@ -260,7 +271,7 @@ static void note_free(struct allocator *a, struct block *b)
 }
 
 /* And of one leaving it, before its neighbours or size change. */
-static void note_taken(struct allocator *a, struct block *b)
+ALLOC_INLINE void note_taken(struct allocator *a, struct block *b)
 {
 	if (whole_segment(b)) {
 		idle_remove(a, b);
@@ -306,7 +317,7 @@ static void release_segment(struct allocator *a, struct block *b)
 }
 
 /* b takes the index place of the first neighbour it absorbs. */
-void free_merged(struct allocator *a, struct block *b)
+ALLOC_INLINE void merge_free(struct allocator *a, struct block *b)
 {
 	struct free_index *ix = index_of(b->seg);
 	struct block *slot = NULL;
@@ -347,8 +358,13 @@ void free_merged(struct allocator *a, struct block *b)
 	note_free(a, b);
 }
 
+void free_merged(struct allocator *a, struct block *b)
+{
+	merge_free(a, b);
+}
+
 /* Return a freed block to its pool, merging it with free neighbours. */
-static void free_block(struct allocator *a, struct block *b)
+ALLOC_INLINE void free_block(struct allocator *a, struct block *b)
 {
 	bool small = b->seg->small;
 
@@ -358,7 +374,7 @@ static void free_block(struct allocator *a, struct block *b)
 	stats_sub(a->stats.active_bytes, small, b->size);
 	stats_sub(a->stats.requested_bytes, small, b->requested);
 	b->requested = 0;
-	free_merged(a, b);
+	merge_free(a, b);
 	/* Pass-through (caching off): straight back to the driver. */
 	if (!a->caching && whole_segment(b))
 		release_segment(a, b);
@@ -597,7 +613,7 @@ static size_t expandable_size(const struct block *b)
 /* PyTorch's get_free_block: the best fit, unless it is an oversize block
  * for a request that is not, or more than max_non_split_rounding_mb larger
  * than an oversize request. */
-static struct block *find_cached(struct allocator *a, struct stream_pool *pool, bool small,
+ALLOC_INLINE struct block *find_cached(struct allocator *a, struct stream_pool *pool, bool small,
 				 size_t rsize)
 {
 	struct free_index *ix = small ? &pool->small : &pool->large;
@@ -618,7 +634,7 @@ static struct block *find_cached(struct allocator *a, struct stream_pool *pool, 
 	return b->size < rsize + a->max_non_split_rounding ? b : NULL;
 }
 
-static bool should_split(const struct allocator *a, const struct block *b, size_t rsize)
+ALLOC_INLINE bool should_split(const struct allocator *a, const struct block *b, size_t rsize)
 {
 	size_t rest = b->size - rsize;
 
@@ -631,12 +647,12 @@ static bool should_split(const struct allocator *a, const struct block *b, size_
 
 /* Take the block from its free list and split off what is not needed.
  * Metadata is made ready first, so a failure leaves the cache as it was. */
-static int use_block(struct allocator *a, struct block *b, size_t rsize, size_t requested)
+ALLOC_INLINE int use_block(struct allocator *a, struct block *b, size_t rsize, size_t requested)
 {
 	struct block *rest = NULL;
 
 	if (table_reserve(a) ||
-	    (should_split(a, b, rsize) && !(rest = block_new(a))))
+	    (should_split(a, b, rsize) && !(rest = block_take(a))))
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 	note_taken(a, b);
 	if (rest) {

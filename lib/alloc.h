@@ -226,6 +226,10 @@ void expandable_destroy(struct allocator *a, struct segment *seg);
 /* alloc-stats.c */
 void allocator_stats(struct allocator *a, devcache_stats_t *out);
 
+/* For the small helpers of a cache hit that the compiler would leave as
+ * calls, being called from several places. */
+#define ALLOC_INLINE static inline __attribute__((always_inline))
+
 static inline size_t round_up(size_t size, size_t unit)
 {
 	return (size + unit - 1) / unit * unit;
