@@ -280,3 +280,13 @@ size_t index_largest(const struct free_index *ix)
 
 	return b ? b->size : 0;
 }
+
+void index_key_fell(struct free_index *ix, struct block *b)
+{
+	struct block *p = index_prev(b);
+
+	if (p && !before(p, b)) {
+		index_remove(ix, b);
+		index_insert(ix, b);
+	}
+}

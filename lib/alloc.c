@@ -647,20 +647,34 @@ ALLOC_INLINE bool should_split(const struct allocator *a, const struct block *b,
 
 /* Take the block from its free list and split off what is not needed.
  * Metadata is made ready first, so a failure leaves the cache as it was. */
-ALLOC_INLINE int use_block(struct allocator *a, struct block *b, size_t rsize, size_t requested)
+ALLOC_INLINE int use_block(struct allocator *a, struct block **b_p, size_t rsize,
+			   size_t requested)
 {
-	struct block *rest = NULL;
+	struct block *b = *b_p, *front = NULL;
 
 	if (table_reserve(a) ||
-	    (should_split(a, b, rsize) && !(rest = block_take(a))))
+	    (should_split(a, b, rsize) && !(front = block_take(a))))
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 	note_taken(a, b);
-	if (rest) {
-		/* What is left takes the block's place in the index. */
-		link_after(rest, b, b->addr + rsize, b->size - rsize);
-		index_replace(index_of(b->seg), b, rest);
-		b->size = rsize;
-		note_free(a, rest);
+	if (front) {
+		/* The allocation is the front, in a new block struct; the
+		 * free one stays in the index with what is left, its key
+		 * smaller, which mostly leaves it where it is. */
+		front->addr = b->addr;
+		front->size = rsize;
+		front->seg = b->seg;
+		front->prev = b->prev;
+		front->next = b;
+		if (b->prev)
+			b->prev->next = front;
+		if (b->seg->first == b)
+			b->seg->first = front;
+		b->prev = front;
+		b->addr += rsize;
+		b->size -= rsize;
+		index_key_fell(index_of(b->seg), b);
+		note_free(a, b);
+		*b_p = b = front;
 	} else {
 		index_remove(index_of(b->seg), b);
 	}
@@ -772,7 +786,7 @@ static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size,
 ALLOC_INLINE int hand_out(struct allocator *a, struct stream_pool *pool, struct block *b,
 			  size_t rsize, size_t size, void **ptr_p)
 {
-	int rc = use_block(a, b, rsize, size);
+	int rc = use_block(a, &b, rsize, size);
 
 	if (rc)
 		return rc;

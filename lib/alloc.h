@@ -167,6 +167,9 @@ struct block *index_next(const struct block *b);
  * does), which spares the tree a removal and an insertion. */
 void index_replace(struct free_index *ix, struct block *old, struct block *b);
 size_t index_largest(const struct free_index *ix);
+/* b, in the index, has just been given a smaller key (a split left it
+ * less): it moves only if it must. */
+void index_key_fell(struct free_index *ix, struct block *b);
 
 /* alloc-table.c: allocated blocks by address; the calls of every
  * allocation inline. */
