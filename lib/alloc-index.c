@@ -290,3 +290,13 @@ void index_key_fell(struct free_index *ix, struct block *b)
 		index_insert(ix, b);
 	}
 }
+
+void index_key_rose(struct free_index *ix, struct block *b)
+{
+	struct block *n = index_next(b);
+
+	if (n && !before(b, n)) {
+		index_remove(ix, b);
+		index_insert(ix, b);
+	}
+}

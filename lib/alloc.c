@@ -316,8 +316,9 @@ static void release_segment(struct allocator *a, struct block *b)
 	block_delete(a, b);
 }
 
-/* b takes the index place of the first neighbour it absorbs. */
-ALLOC_INLINE void merge_free(struct allocator *a, struct block *b)
+/* b takes the index place of the first neighbour it absorbs: alloc-expand.c
+ * goes on with b. */
+void free_merged(struct allocator *a, struct block *b)
 {
 	struct free_index *ix = index_of(b->seg);
 	struct block *slot = NULL;
@@ -358,9 +359,50 @@ ALLOC_INLINE void merge_free(struct allocator *a, struct block *b)
 	note_free(a, b);
 }
 
-void free_merged(struct allocator *a, struct block *b)
+/* A free's merge: the first free neighbour (the one before, else the one
+ * after) absorbs b and the other one, and stays in the index, its key
+ * larger, which mostly leaves it where it is; it is returned, and b's
+ * struct goes back to the spares.  The blocks are free_merged()'s. */
+ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, struct block *b)
 {
-	merge_free(a, b);
+	struct free_index *ix = index_of(b->seg);
+	struct block *p = b->prev && b->prev->is_free ? b->prev : NULL;
+	struct block *n = b->next && b->next->is_free ? b->next : NULL;
+	struct block *s = p ? p : n;
+
+	if (!s) {
+		index_insert(ix, b);
+		note_free(a, b);
+		return b;
+	}
+	note_taken(a, s);
+	if (p) {
+		p->size += b->size;
+		p->next = b->next;
+		if (b->next)
+			b->next->prev = p;
+	} else {
+		n->addr = b->addr;
+		n->size += b->size;
+		n->prev = b->prev;
+		if (b->prev)
+			b->prev->next = n;
+		if (b->seg->first == b)
+			b->seg->first = n;
+	}
+	block_delete(a, b);
+	if (p && n) {
+		note_taken(a, n);
+		index_remove(ix, n);
+		p->size += n->size;
+		p->next = n->next;
+		if (n->next)
+			n->next->prev = p;
+		block_delete(a, n);
+	}
+	index_key_rose(ix, s);
+	note_free(a, s);
+	return s;
 }
 
 /* Return a freed block to its pool, merging it with free neighbours. */
@@ -374,7 +416,7 @@ ALLOC_INLINE void free_block(struct allocator *a, struct block *b)
 	stats_sub(a->stats.active_bytes, small, b->size);
 	stats_sub(a->stats.requested_bytes, small, b->requested);
 	b->requested = 0;
-	merge_free(a, b);
+	b = merge_into_neighbour(a, b);
 	/* Pass-through (caching off): straight back to the driver. */
 	if (!a->caching && whole_segment(b))
 		release_segment(a, b);

@@ -170,6 +170,8 @@ size_t index_largest(const struct free_index *ix);
 /* b, in the index, has just been given a smaller key (a split left it
  * less): it moves only if it must. */
 void index_key_fell(struct free_index *ix, struct block *b);
+/* And a larger key (a merge made it more). */
+void index_key_rose(struct free_index *ix, struct block *b);
 
 /* alloc-table.c: allocated blocks by address; the calls of every
  * allocation inline. */

@@ -288,10 +288,15 @@ static void free_index_is_an_ordered_set(void **state)
 			index_replace(&ix, old, b);
 			assert_false(old->is_free);
 			assert_true(b->is_free);
-		} else if (op % 3 == 1 && b->is_free && b->size > 512) {
+		} else if (op % 3 == 1 && b->is_free && b->size > 512 && xorshift(&seed) % 2) {
 			/* A split that leaves b, in the index, smaller. */
 			b->size -= 512 * (1 + xorshift(&seed) % (b->size / 512 - 1 ? b->size / 512 - 1 : 1));
 			index_key_fell(&ix, b);
+			assert_true(b->is_free);
+		} else if (op % 3 == 1 && b->is_free) {
+			/* A merge that leaves b, in the index, larger. */
+			b->size += 512 * (1 + xorshift(&seed) % 8);
+			index_key_rose(&ix, b);
 			assert_true(b->is_free);
 		} else if (b->is_free) {
 			index_remove(&ix, b);
