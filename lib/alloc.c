@@ -51,9 +51,11 @@
  *
  * The files: alloc.c the policy and the public calls, alloc-index.c the
  * free blocks' tree, alloc-table.c the allocated blocks by address,
- * alloc-expand.c expandable segments, alloc-stats.c the statistics and the
- * snapshot.  One mutex per allocator guards all of it; the pressure
- * callbacks run with it released.
+ * alloc-expand.c expandable segments and stitching, alloc-events.c blocks
+ * used on other streams, alloc-oom.c the out-of-memory message and the
+ * pressure callbacks, alloc-life.c creating and destroying an allocator,
+ * alloc-stats.c the statistics and the snapshot.  One mutex per allocator
+ * guards all of it; the pressure callbacks run with it released.
  */
 #include "alloc.h"
 #include "backend-call.h"
@@ -82,7 +84,7 @@ static int driver_alloc(struct allocator *a, size_t size, void **ptr_p)
 	return rc ? driver_refused(a, rc) : 0;
 }
 
-static void driver_free(struct allocator *a, void *ptr)
+void alloc_driver_free(struct allocator *a, void *ptr)
 {
 	int rc = a->kind == ALLOC_PINNED ? bk_host_free(a->dev, ptr)
 					 : bk_mem_free(a->dev, ptr);
@@ -299,7 +301,7 @@ static void release_segment(struct allocator *a, struct block *b)
 	struct segment *seg = b->seg;
 
 	take_free(a, b);
-	driver_free(a, seg->handle);
+	alloc_driver_free(a, seg->handle);
 	a->stats.num_device_free++;
 	a->reserved_total -= seg->size;
 	stats_sub(a->stats.segment, seg->small, 1);
@@ -422,80 +424,10 @@ ALLOC_INLINE void free_block(struct allocator *a, struct block *b)
 		release_segment(a, b);
 }
 
-/* ---- events for blocks used on other streams ------------------------------- */
-
-static void process_events(struct allocator *a, bool wait)
+/* free_block() for the files off the hot path. */
+void pool_return(struct allocator *a, struct block *b)
 {
-	struct pending_event **link = &a->events_head, *prev = NULL;
-
-	while (*link) {
-		struct pending_event *pe = *link;
-		int rc = wait ? bk_event_synchronize(a->dev, pe->event)
-			      : bk_event_query(a->dev, pe->event);
-
-		if (rc == DEVCACHE_EAGAIN) {
-			prev = pe;
-			link = &pe->next;
-			continue;
-		}
-		/* A failed query cannot tell us when the stream is done with the
-		 * block; only a completed one frees it. */
-		if (rc) {
-			log_msg(&a->dev->ctx->log, DEVCACHE_LOG_WARNING,
-				_("%s: event query failed, block %p kept: %s"), a->dev->id,
-				(void *)pe->block->addr, devcache_last_error());
-			prev = pe;
-			link = &pe->next;
-			if (!wait)
-				continue;
-			break;
-		}
-		bk_event_destroy(a->dev, pe->event);
-		*link = pe->next;
-		if (a->events_tail == pe)
-			a->events_tail = prev;
-		if (--pe->block->pending_events == 0)
-			free_block(a, pe->block);
-		free(pe);
-	}
-}
-
-/* Record an event on each stream that used b; b is free once all complete. */
-static int defer_free(struct allocator *a, struct block *b)
-{
-	while (b->uses) {
-		struct stream_use *u = b->uses;
-		struct pending_event *pe = calloc(1, sizeof *pe);
-		int rc = pe ? bk_event_create(a->dev, &pe->event)
-			    : DEVCACHE_ENOMEM;
-
-		if (rc == 0) {
-			rc = bk_event_record(a->dev, pe->event, u->stream);
-			if (rc)
-				bk_event_destroy(a->dev, pe->event);
-		}
-		if (rc) {
-			/* Without an event the only safe way is to wait for the stream. */
-			free(pe);
-			if (bk_stream_synchronize(a->dev, u->stream))
-				return err_set(DEVCACHE_EBACKEND,
-					       _("%s: cannot track the use of %p on a stream: %s"),
-					       a->dev->id, (void *)b->addr, devcache_last_error());
-		} else {
-			pe->block = b;
-			b->pending_events++;
-			if (a->events_tail)
-				a->events_tail->next = pe;
-			else
-				a->events_head = pe;
-			a->events_tail = pe;
-		}
-		b->uses = u->next;
-		free(u);
-	}
-	if (b->pending_events == 0)
-		free_block(a, b);
-	return 0;
+	free_block(a, b);
 }
 
 /* ---- growing and shrinking the cache ---------------------------------------- */
@@ -734,95 +666,6 @@ ALLOC_INLINE int use_block(struct allocator *a, struct block **b_p, size_t rsize
 	return 0;
 }
 
-/* ---- out of memory ------------------------------------------------------------ */
-
-static size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need);
-
-/* Sizes as PyTorch's messages write them: bytes up to 1 KiB, then KiB,
- * MiB or GiB with two decimals. */
-static void format_mem(uint64_t n, char *buf, size_t size)
-{
-	if (n <= 1024)
-		snprintf(buf, size, _("%llu bytes"), (unsigned long long)n);
-	else if (n <= (uint64_t)1 << 20)
-		snprintf(buf, size, "%.2f KiB", (double)n / 1024.0);
-	else if (n <= (uint64_t)1 << 30)
-		snprintf(buf, size, "%.2f MiB", (double)n / 1048576.0);
-	else
-		snprintf(buf, size, "%.2f GiB", (double)n / 1073741824.0);
-}
-
-/* PyTorch's OutOfMemoryError, in its order and units: what was asked
- * for, the device's capacity and free memory, what this process holds,
- * the cap when one is set, what is allocated and what is reserved but
- * unallocated; then only the advice that can help. */
-static int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool capped)
-{
-	uint64_t free_mem = 0, total = a->dev->info.total_memory;
-	uint64_t allocated = (uint64_t)stats_current(a->stats.allocated_bytes);
-	uint64_t unused = a->reserved_total - allocated;
-	char req[32], fr[32], tot[32], held[32], alloc[32], un[32], cap[160] = "", hint[512] = "";
-	char said[600] = "";
-
-	/* A driver that failed for another reason than memory (a lost
-	 * device, a context it would not make) is not out of memory: its own
-	 * error is the answer. */
-	if (a->driver_rc && a->driver_rc != DEVCACHE_ENOMEM)
-		return err_set(a->driver_rc, _("%s: cannot allocate %zu bytes: %s"), a->dev->id,
-			       requested, a->driver_why);
-	a->stats.num_ooms++;
-	format_mem(seg_size, req, sizeof req);
-	format_mem(allocated, alloc, sizeof alloc);
-	format_mem(unused, un, sizeof un);
-	if (a->driver_rc)
-		snprintf(said, sizeof said, _(" The driver said: %s"), a->driver_why);
-	if (a->kind == ALLOC_PINNED)
-		return err_set(DEVCACHE_ENOMEM,
-			       _("%s: out of pinned host memory. Tried to allocate %s for a request "
-				 "of %zu bytes. Of the pinned memory %s is allocated by libdevcache, "
-				 "and %s is cached but unallocated.%s"),
-			       a->dev->id, req, requested, alloc, un, said);
-	if (bk_mem_get_info(a->dev, &free_mem, &total))
-		free_mem = 0;
-	format_mem(free_mem, fr, sizeof fr);
-	format_mem(total, tot, sizeof tot);
-	format_mem(a->reserved_total, held, sizeof held);
-	if (a->fraction_set) {
-		char c[32];
-
-		format_mem(a->cap, c, sizeof c);
-		snprintf(cap, sizeof cap, _(" %s allowed (memory_fraction);"), c);
-	}
-	if (seg_size > total)
-		snprintf(hint, sizeof hint, _(" The request is larger than the device's memory."));
-	else if (capped && a->cap < total && seg_size <= a->cap)
-		snprintf(hint, sizeof hint,
-			 _(" The memory_fraction cap stopped it: raise memory_fraction "
-			   "(devcache.conf(5))."));
-	else if (capped && a->cap < total)
-		snprintf(hint, sizeof hint,
-			 _(" The request is larger than the memory_fraction cap: raise "
-			   "memory_fraction (devcache.conf(5))."));
-	else if (unused > 0 && unused + free_mem >= seg_size && a->expandable)
-		snprintf(hint, sizeof hint,
-			 _(" Reserved but unallocated memory would be enough: it is "
-			   "fragmented."));
-	else if (unused > 0 && unused + free_mem >= seg_size && (a->dev->info.caps & DEVCACHE_CAP_VMM))
-		snprintf(hint, sizeof hint,
-			 _(" Reserved but unallocated memory would be enough: to avoid this "
-			   "fragmentation, try expandable_segments:true (devcache.conf(5))."));
-	else if (unused > 0 && unused + free_mem >= seg_size && a->max_split_size == SIZE_MAX)
-		snprintf(hint, sizeof hint,
-			 _(" Reserved but unallocated memory would be enough: to avoid this "
-			   "fragmentation, try max_split_size_mb (devcache.conf(5))."));
-	return err_set(DEVCACHE_ENOMEM,
-		       _("%s: out of memory. Tried to allocate %s for a request of %zu bytes. The "
-			 "device has a total capacity of %s of which %s is free. This process has %s "
-			 "in use through libdevcache.%s Of the allocated memory %s is allocated by "
-			 "libdevcache, and %s is reserved by libdevcache but unallocated.%s%s"),
-		       a->dev->id, req, requested, tot, fr, held, cap, alloc, un, hint, said);
-}
-
 /* What follows finding a block, on a hit or a miss: take it, trace it,
  * hand it out. */
 ALLOC_INLINE int hand_out(struct allocator *a, struct stream_pool *pool, struct block *b,
@@ -917,196 +760,9 @@ ALLOC_INLINE int allocate_hit(struct allocator *a, size_t size, devcache_stream_
 	return b ? hand_out(a, pool, b, rsize, size, ptr_p) : ALLOC_MISSED;
 }
 
-/* ---- the context's pressure callbacks -------------------------------------- */
-
-static size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need)
-{
-	struct pressure_cb cbs[DEVCACHE_MAX_PRESSURE];
-	size_t n, freed = 0;
-
-	pthread_mutex_lock(&ctx->lock);
-	n = ctx->n_pressure;
-	memcpy(cbs, ctx->pressure, n * sizeof *cbs);
-	pthread_mutex_unlock(&ctx->lock);
-	for (size_t i = 0; i < n; i++)
-		freed += cbs[i].fn(cbs[i].user, dev, need);
-	return freed;
-}
-
-int devcache_pressure_register(devcache_ctx_t *ctx, devcache_pressure_fn fn, void *user)
-{
-	int rc = 0;
-
-	if (!ctx || !fn)
-		return err_set(DEVCACHE_EINVAL, _("devcache_pressure_register: NULL argument"));
-	pthread_mutex_lock(&ctx->lock);
-	if (ctx->n_pressure == DEVCACHE_MAX_PRESSURE)
-		rc = err_set(DEVCACHE_EBUSY, _("devcache_pressure_register: %d callbacks already"),
-			     DEVCACHE_MAX_PRESSURE);
-	else
-		ctx->pressure[ctx->n_pressure++] = (struct pressure_cb){fn, user};
-	pthread_mutex_unlock(&ctx->lock);
-	return rc;
-}
-
-int devcache_pressure_unregister(devcache_ctx_t *ctx, devcache_pressure_fn fn, void *user)
-{
-	int rc = DEVCACHE_ENOENT;
-
-	if (!ctx || !fn)
-		return err_set(DEVCACHE_EINVAL, _("devcache_pressure_unregister: NULL argument"));
-	pthread_mutex_lock(&ctx->lock);
-	for (size_t i = 0; i < ctx->n_pressure; i++)
-		if (ctx->pressure[i].fn == fn && ctx->pressure[i].user == user) {
-			ctx->pressure[i] = ctx->pressure[--ctx->n_pressure];
-			rc = 0;
-			break;
-		}
-	pthread_mutex_unlock(&ctx->lock);
-	return rc ? err_set(rc, _("devcache_pressure_unregister: no such callback")) : 0;
-}
-
-/* ---- creating and destroying allocators -------------------------------------- */
-
-/* Devices whose trace names expand to one file share it: the context owns
- * every open trace, and an allocator only borrows one. */
-static int open_trace(struct allocator *a)
-{
-	devcache_ctx_t *ctx = a->dev->ctx;
-	const char *name = ctx->tun.v[TUN_trace].str;
-	char *path = NULL;
-	int rc;
-
-	if (!name || !*name || a->kind == ALLOC_PINNED)
-		return 0;
-	if ((rc = trace_expand(name, a->dev->id, &path)))
-		return rc;
-	pthread_mutex_lock(&ctx->lock);
-	for (size_t i = 0; i < ctx->n_traces && !a->trace; i++)
-		if (strcmp(trace_path(ctx->traces[i]), path) == 0) {
-			a->trace = ctx->traces[i];
-			trace_add_device(a->trace, a->dev->id);
-		}
-	if (!a->trace) {
-		struct trace **grown = realloc(ctx->traces, (ctx->n_traces + 1) * sizeof *grown);
-
-		if (!grown)
-			rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
-		else if ((ctx->traces = grown, rc = trace_open(&a->trace, name, a->dev->id, &ctx->log)) == 0)
-			ctx->traces[ctx->n_traces++] = a->trace;
-	}
-	pthread_mutex_unlock(&ctx->lock);
-	free(path);
-	return rc;
-}
-
-int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct allocator **a_p)
-{
-	const struct tunable_set *t = &dev->ctx->tun;
-	struct allocator *a = calloc(1, sizeof *a);
-	uint64_t total;
-	int rc;
-
-	if (!a)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-	/* Spin briefly before sleeping: critical sections are short, and a
-	 * sleeping waiter costs two system calls per hand-over. */
-	pthread_mutexattr_t attr;
-	pthread_mutexattr_init(&attr);
-	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-	pthread_mutex_init(&a->lock, &attr);
-	pthread_mutexattr_destroy(&attr);
-	a->dev = dev;
-	a->kind = kind;
-	a->caching = t->v[TUN_caching].u.b;
-	a->max_split_size = t->v[TUN_max_split_size_mb].special == TV_UNLIMITED
-				    ? SIZE_MAX
-				    : t->v[TUN_max_split_size_mb].u.size;
-	a->max_non_split_rounding = t->v[TUN_max_non_split_rounding_mb].u.size;
-	a->large_segment_size = round_up(t->v[TUN_large_segment_size_mb].u.size, ALLOC_ROUND_LARGE);
-	memcpy(a->divisions, t->v[TUN_roundup_power2_divisions].divisions, sizeof a->divisions);
-	a->plain_rounding = a->caching;
-	for (int i = 0; i < DIVISION_INTERVALS; i++)
-		a->plain_rounding &= a->divisions[i] <= 1;
-	a->gc_threshold = t->v[TUN_garbage_collection_threshold].u.f;
-	/* PyTorch's set_fraction: any memory_fraction given, 1 included. */
-	a->fraction_set = strcmp(t->v[TUN_memory_fraction].origin, "default") != 0;
-	a->gc_active = a->gc_threshold > 0 && a->fraction_set && kind == ALLOC_DEVICE;
-	if (a->gc_threshold > 0 && !a->fraction_set && kind == ALLOC_DEVICE)
-		log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
-			_("%s: garbage_collection_threshold does nothing without memory_fraction, "
-			  "as in PyTorch"),
-			dev->id);
-	/* The total the backend gave at start-up: asking the driver again
-	 * (cuMemGetInfo) would make every device's context at devcache_open(),
-	 * where a context costs device memory and only the devices used need one. */
-	total = dev->info.total_memory;
-	a->cap = kind == ALLOC_PINNED ? UINT64_MAX
-				     : (uint64_t)(t->v[TUN_memory_fraction].u.f * (double)total);
-	if (t->v[TUN_expandable_segments].u.b && kind == ALLOC_DEVICE && a->caching) {
-		size_t g = 0;
-
-		if (!(dev->info.caps & DEVCACHE_CAP_VMM))
-			log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
-				_("%s: expandable_segments is set, but the device cannot map memory; "
-				  "it gets ordinary segments"),
-				dev->id);
-		else if (bk_vm_granularity(dev, &g) || !g || (g & (g - 1)))
-			log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
-				_("%s: expandable_segments is set, but the driver gives no usable "
-				  "mapping granularity; the device gets ordinary segments"),
-				dev->id);
-		else {
-			a->expandable = true;
-			a->stitching = t->v[TUN_expandable_stitching].u.b;
-			a->vm_granularity = g;
-			a->vm_space = (size_t)(total + total / 8);
-		}
-	}
-	if ((rc = open_trace(a))) {
-		allocator_destroy(a);
-		return rc;
-	}
-	*a_p = a;
-	return 0;
-}
-
-void allocator_destroy(struct allocator *a)
-{
-	if (!a)
-		return;
-	if (a->events_head)
-		process_events(a, true);
-	size_t live = a->table_used;
-	if (live)
-		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_WARNING,
-			_("%s: %zu block(s) still allocated when the context closed"), a->dev->id,
-			live);
-	/* Whatever is left, live blocks included, goes back to the driver. */
-	while (a->segments) {
-		struct segment *seg = a->segments;
-
-		a->segments = seg->snext;
-		if (seg->expandable)
-			expandable_destroy(a, seg);
-		else
-			driver_free(a, seg->handle);
-		free(seg);
-	}
-	for (size_t i = 0; i < a->n_pools; i++)
-		free(a->pools[i]);
-	for (size_t i = 0; i < a->n_slabs; i++)
-		free(a->slabs[i]);
-	free(a->pools);
-	free(a->slabs);
-	free(a->table);
-	pthread_mutex_destroy(&a->lock);
-	free(a);
-}
-
 /* ---- the public API ---------------------------------------------------------- */
 
-static int check_dev(devcache_device_t *dev, const char *fn)
+int alloc_check_dev(devcache_device_t *dev, const char *fn)
 {
 	if (!dev)
 		return err_set(DEVCACHE_EINVAL, _("%s: NULL device"), fn);
@@ -1164,64 +820,30 @@ static int do_free(struct allocator *a, void *ptr, const char *what)
 
 int devcache_alloc(devcache_device_t *dev, size_t size, devcache_stream_t stream, void **ptr_p)
 {
-	if (check_dev(dev, "devcache_alloc") || !ptr_p)
+	if (alloc_check_dev(dev, "devcache_alloc") || !ptr_p)
 		return err_set(DEVCACHE_EINVAL, _("devcache_alloc: NULL argument"));
 	return do_alloc(dev->alloc, size, stream, ptr_p);
 }
 
 int devcache_free(devcache_device_t *dev, void *ptr)
 {
-	int rc = check_dev(dev, "devcache_free");
+	int rc = alloc_check_dev(dev, "devcache_free");
 
 	return rc ? rc : do_free(dev->alloc, ptr, "devcache_alloc");
 }
 
 int devcache_host_alloc(devcache_device_t *dev, size_t size, void **ptr_p)
 {
-	if (check_dev(dev, "devcache_host_alloc") || !ptr_p)
+	if (alloc_check_dev(dev, "devcache_host_alloc") || !ptr_p)
 		return err_set(DEVCACHE_EINVAL, _("devcache_host_alloc: NULL argument"));
 	return do_alloc(dev->pinned, size, NULL, ptr_p);
 }
 
 int devcache_host_free(devcache_device_t *dev, void *ptr)
 {
-	int rc = check_dev(dev, "devcache_host_free");
+	int rc = alloc_check_dev(dev, "devcache_host_free");
 
 	return rc ? rc : do_free(dev->pinned, ptr, "devcache_host_alloc");
-}
-
-int devcache_record_stream(devcache_device_t *dev, void *ptr, devcache_stream_t stream)
-{
-	int rc = check_dev(dev, "devcache_record_stream");
-	struct allocator *a;
-
-	if (rc)
-		return rc;
-	a = dev->alloc;
-	pthread_mutex_lock(&a->lock);
-	struct block *b = table_find(a, (uintptr_t)ptr);
-	if (!b) {
-		rc = err_set(DEVCACHE_EINVAL, _("%s: %p is not an allocated block of this device"),
-			     dev->id, ptr);
-	} else {
-		bool known = stream == b->seg->pool->stream;
-
-		for (struct stream_use *u = b->uses; u && !known; u = u->next)
-			known = u->stream == stream;
-		if (!known) {
-			struct stream_use *u = malloc(sizeof *u);
-
-			if (!u) {
-				rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
-			} else {
-				u->stream = stream;
-				u->next = b->uses;
-				b->uses = u;
-			}
-		}
-	}
-	pthread_mutex_unlock(&a->lock);
-	return rc;
 }
 
 static int empty(struct allocator *a)
@@ -1234,39 +856,14 @@ static int empty(struct allocator *a)
 
 int devcache_empty_cache(devcache_device_t *dev)
 {
-	int rc = check_dev(dev, "devcache_empty_cache");
+	int rc = alloc_check_dev(dev, "devcache_empty_cache");
 
 	return rc ? rc : empty(dev->alloc);
 }
 
 int devcache_host_empty_cache(devcache_device_t *dev)
 {
-	int rc = check_dev(dev, "devcache_host_empty_cache");
+	int rc = alloc_check_dev(dev, "devcache_host_empty_cache");
 
 	return rc ? rc : empty(dev->pinned);
-}
-
-/* ---- streams ------------------------------------------------------------------ */
-
-int devcache_stream_create(devcache_device_t *dev, devcache_stream_t *stream_p)
-{
-	if (!dev || !stream_p)
-		return err_set(DEVCACHE_EINVAL, _("devcache_stream_create: NULL argument"));
-	return bk_stream_create(dev, stream_p);
-}
-
-int devcache_stream_destroy(devcache_device_t *dev, devcache_stream_t stream)
-{
-	if (!dev)
-		return err_set(DEVCACHE_EINVAL, _("devcache_stream_destroy: NULL device"));
-	if (!stream)
-		return 0; /* the default stream is not destroyed */
-	return bk_stream_destroy(dev, stream);
-}
-
-int devcache_stream_synchronize(devcache_device_t *dev, devcache_stream_t stream)
-{
-	if (!dev)
-		return err_set(DEVCACHE_EINVAL, _("devcache_stream_synchronize: NULL device"));
-	return bk_stream_synchronize(dev, stream);
 }

@@ -203,10 +203,17 @@ struct block *table_find(const struct allocator *a, uintptr_t addr);
 /* Remove and return the block at addr, or NULL. */
 struct block *table_take(struct allocator *a, uintptr_t addr);
 
-/* alloc.c */
+/* alloc-life.c */
 int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct allocator **a_p);
 void allocator_destroy(struct allocator *a);
+
+/* alloc.c */
 size_t alloc_round_size(const struct allocator *a, size_t size);
+/* DEVCACHE_EINVAL, naming fn, for a NULL device. */
+int alloc_check_dev(devcache_device_t *dev, const char *fn);
+void alloc_driver_free(struct allocator *a, void *ptr);
+/* b, freed and used on no other stream now, goes back to its pool. */
+void pool_return(struct allocator *a, struct block *b);
 /* What alloc-expand.c shares with the rest: the driver's refusal kept for
  * the error message, block structs, the free lists and the segment list. */
 int driver_refused(struct allocator *a, int rc);
@@ -227,6 +234,18 @@ struct block *expandable_stitch(struct allocator *a, struct stream_pool *pool, b
 /* Make n the block after at, covering [addr, addr + size). */
 void link_after(struct block *n, struct block *at, uintptr_t addr, size_t size);
 void expandable_destroy(struct allocator *a, struct segment *seg);
+
+/* alloc-events.c: blocks used on other streams */
+/* Free the blocks whose events have completed; with wait, wait for all. */
+void process_events(struct allocator *a, bool wait);
+/* Free b now, or once the streams named by devcache_record_stream are done. */
+int defer_free(struct allocator *a, struct block *b);
+
+/* alloc-oom.c */
+/* DEVCACHE_ENOMEM with PyTorch's message for a request that failed. */
+int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool capped);
+/* Ask the context's pressure callbacks for need bytes; what they freed. */
+size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need);
 
 /* alloc-stats.c */
 void allocator_stats(struct allocator *a, devcache_stats_t *out);

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* alloc-life.c - an allocator made from the tunables and the device, and given back whole. */
+#include "alloc.h"
+#include "backend-call.h"
+#include "trace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- creating and destroying allocators -------------------------------------- */
+
+/* Devices whose trace names expand to one file share it: the context owns
+ * every open trace, and an allocator only borrows one. */
+static int open_trace(struct allocator *a)
+{
+	devcache_ctx_t *ctx = a->dev->ctx;
+	const char *name = ctx->tun.v[TUN_trace].str;
+	char *path = NULL;
+	int rc;
+
+	if (!name || !*name || a->kind == ALLOC_PINNED)
+		return 0;
+	if ((rc = trace_expand(name, a->dev->id, &path)))
+		return rc;
+	pthread_mutex_lock(&ctx->lock);
+	for (size_t i = 0; i < ctx->n_traces && !a->trace; i++)
+		if (strcmp(trace_path(ctx->traces[i]), path) == 0) {
+			a->trace = ctx->traces[i];
+			trace_add_device(a->trace, a->dev->id);
+		}
+	if (!a->trace) {
+		struct trace **grown = realloc(ctx->traces, (ctx->n_traces + 1) * sizeof *grown);
+
+		if (!grown)
+			rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		else if ((ctx->traces = grown, rc = trace_open(&a->trace, name, a->dev->id, &ctx->log)) == 0)
+			ctx->traces[ctx->n_traces++] = a->trace;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	free(path);
+	return rc;
+}
+
+int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct allocator **a_p)
+{
+	const struct tunable_set *t = &dev->ctx->tun;
+	struct allocator *a = calloc(1, sizeof *a);
+	uint64_t total;
+	int rc;
+
+	if (!a)
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	/* Spin briefly before sleeping: critical sections are short, and a
+	 * sleeping waiter costs two system calls per hand-over. */
+	pthread_mutexattr_t attr;
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(&a->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+	a->dev = dev;
+	a->kind = kind;
+	a->caching = t->v[TUN_caching].u.b;
+	a->max_split_size = t->v[TUN_max_split_size_mb].special == TV_UNLIMITED
+				    ? SIZE_MAX
+				    : t->v[TUN_max_split_size_mb].u.size;
+	a->max_non_split_rounding = t->v[TUN_max_non_split_rounding_mb].u.size;
+	a->large_segment_size = round_up(t->v[TUN_large_segment_size_mb].u.size, ALLOC_ROUND_LARGE);
+	memcpy(a->divisions, t->v[TUN_roundup_power2_divisions].divisions, sizeof a->divisions);
+	a->plain_rounding = a->caching;
+	for (int i = 0; i < DIVISION_INTERVALS; i++)
+		a->plain_rounding &= a->divisions[i] <= 1;
+	a->gc_threshold = t->v[TUN_garbage_collection_threshold].u.f;
+	/* PyTorch's set_fraction: any memory_fraction given, 1 included. */
+	a->fraction_set = strcmp(t->v[TUN_memory_fraction].origin, "default") != 0;
+	a->gc_active = a->gc_threshold > 0 && a->fraction_set && kind == ALLOC_DEVICE;
+	if (a->gc_threshold > 0 && !a->fraction_set && kind == ALLOC_DEVICE)
+		log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
+			_("%s: garbage_collection_threshold does nothing without memory_fraction, "
+			  "as in PyTorch"),
+			dev->id);
+	/* The total the backend gave at start-up: asking the driver again
+	 * (cuMemGetInfo) would make every device's context at devcache_open(),
+	 * where a context costs device memory and only the devices used need one. */
+	total = dev->info.total_memory;
+	a->cap = kind == ALLOC_PINNED ? UINT64_MAX
+				     : (uint64_t)(t->v[TUN_memory_fraction].u.f * (double)total);
+	if (t->v[TUN_expandable_segments].u.b && kind == ALLOC_DEVICE && a->caching) {
+		size_t g = 0;
+
+		if (!(dev->info.caps & DEVCACHE_CAP_VMM))
+			log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
+				_("%s: expandable_segments is set, but the device cannot map memory; "
+				  "it gets ordinary segments"),
+				dev->id);
+		else if (bk_vm_granularity(dev, &g) || !g || (g & (g - 1)))
+			log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
+				_("%s: expandable_segments is set, but the driver gives no usable "
+				  "mapping granularity; the device gets ordinary segments"),
+				dev->id);
+		else {
+			a->expandable = true;
+			a->stitching = t->v[TUN_expandable_stitching].u.b;
+			a->vm_granularity = g;
+			a->vm_space = (size_t)(total + total / 8);
+		}
+	}
+	if ((rc = open_trace(a))) {
+		allocator_destroy(a);
+		return rc;
+	}
+	*a_p = a;
+	return 0;
+}
+
+void allocator_destroy(struct allocator *a)
+{
+	if (!a)
+		return;
+	if (a->events_head)
+		process_events(a, true);
+	size_t live = a->table_used;
+	if (live)
+		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_WARNING,
+			_("%s: %zu block(s) still allocated when the context closed"), a->dev->id,
+			live);
+	/* Whatever is left, live blocks included, goes back to the driver. */
+	while (a->segments) {
+		struct segment *seg = a->segments;
+
+		a->segments = seg->snext;
+		if (seg->expandable)
+			expandable_destroy(a, seg);
+		else
+			alloc_driver_free(a, seg->handle);
+		free(seg);
+	}
+	for (size_t i = 0; i < a->n_pools; i++)
+		free(a->pools[i]);
+	for (size_t i = 0; i < a->n_slabs; i++)
+		free(a->slabs[i]);
+	free(a->pools);
+	free(a->slabs);
+	free(a->table);
+	pthread_mutex_destroy(&a->lock);
+	free(a);
+}
