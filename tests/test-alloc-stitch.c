@@ -3,6 +3,7 @@
 #include "tap.h"
 
 #include <dlfcn.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include "alloc-fixture.h"
@@ -194,6 +195,86 @@ static void takes_pages_from_other_streams(void **state)
 	devcache_close(f.ctx);
 }
 
+static uint64_t rng(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* Random requests from 512 bytes to 48 MiB on two streams under a 256 MiB
+ * cap: every failure is a true want of memory, every byte handed out stays
+ * as written, and the allocator's structure and statistics stay whole. */
+static void random_under_a_tight_cap(void **state)
+{
+	struct fx f;
+	struct vmm v;
+	devcache_stream_t streams[2] = {NULL, NULL};
+	struct held held[128];
+	unsigned char tag[128];
+	size_t n = 0, failures = 0;
+	uint64_t seed = 0x5717c4, cap = 256 * MiB, gran = 2 * MiB;
+
+	(void)state;
+	vmm_open(&v);
+	fx_open(&f, "vmm:0", "expandable_segments:True,memory_fraction:0.25");
+	assert_int_equal(devcache_stream_create(f.dev, &streams[1]), 0);
+	for (int step = 0; step < 4000; step++) {
+		if (n == 0 || (n < 128 && rng(&seed) % 100 < 55)) {
+			size_t size = (size_t)512 << (rng(&seed) % 17);
+			void *p = NULL;
+
+			size += rng(&seed) % size;
+			if (devcache_alloc(f.dev, size, streams[rng(&seed) & 1], &p) == 0) {
+				tag[n] = (unsigned char)step;
+				memset(p, tag[n], size);
+				held[n++] = (struct held){p, size};
+			} else {
+				devcache_stats_t s = fx_stats(&f);
+				uint64_t rsize = (size + 511) / 512 * 512;
+
+				failures++;
+				assert_null(p);
+				/* Every free granule was unmapped, and what the
+				 * request needs does not fit. */
+				if ((uint64_t)s.reserved_bytes[DEVCACHE_POOL_ALL].current +
+					    ((rsize + gran - 1) / gran + 1) * gran <=
+				    cap)
+					fail_msg("step %d: %zu bytes failed with %" PRId64
+						 " bytes mapped under %" PRIu64,
+						 step, size, s.reserved_bytes[DEVCACHE_POOL_ALL].current,
+						 cap);
+			}
+		} else {
+			size_t i = rng(&seed) % n;
+			const unsigned char *b = held[i].ptr;
+
+			for (size_t k = 0; k < held[i].size; k += 4093)
+				if (b[k] != tag[i])
+					fail_msg("step %d: a block was overwritten", step);
+			fx_free(&f, held[i].ptr);
+			held[i] = held[--n];
+			tag[i] = tag[n];
+		}
+		if (step % 64 == 0)
+			check_allocator(&f, held, n);
+	}
+	check_allocator(&f, held, n);
+	devcache_stats_t s = fx_stats(&f);
+	print_message("# %zu failures, %" PRIu64 " stitched\n", failures, s.num_stitches);
+	assert_true(s.num_stitches > 0);
+	assert_true(failures > 0);
+	assert_true(s.reserved_bytes[DEVCACHE_POOL_ALL].peak <= (int64_t)cap);
+	while (n)
+		fx_free(&f, held[--n].ptr);
+	assert_int_equal(devcache_empty_cache(f.dev), 0);
+	assert_int_equal(fx_stats(&f).reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
+	assert_int_equal(devcache_stream_destroy(f.dev, streams[1]), 0);
+	devcache_close(f.ctx);
+	dlclose(v.module);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -201,6 +282,7 @@ int main(void)
 		cmocka_unit_test(off_fails_as_pytorch),
 		cmocka_unit_test(fails_when_memory_runs_out),
 		cmocka_unit_test(takes_pages_from_other_streams),
+		cmocka_unit_test(random_under_a_tight_cap),
 	};
 
 	return RUN_TAP(tests);
