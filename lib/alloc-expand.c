@@ -51,22 +51,8 @@ static void unlink_block(struct allocator *a, struct block *b)
 	block_delete(a, b);
 }
 
-/* Put n into the address list of at's segment, just before or after at;
- * n covers [addr, addr + size) there. */
-static void link_before(struct block *n, struct block *at, uintptr_t addr, size_t size)
-{
-	n->addr = addr;
-	n->size = size;
-	n->seg = at->seg;
-	n->prev = at->prev;
-	n->next = at;
-	if (at->prev)
-		at->prev->next = n;
-	else
-		at->seg->first = n;
-	at->prev = n;
-}
-
+/* Put n into the address list of at's segment, just after at; n covers
+ * [addr, addr + size) there. */
 void link_after(struct block *n, struct block *at, uintptr_t addr, size_t size)
 {
 	n->addr = addr;

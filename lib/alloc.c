@@ -634,16 +634,7 @@ ALLOC_INLINE int use_block(struct allocator *a, struct block **b_p, size_t rsize
 		/* The allocation is the front, in a new block struct; the
 		 * free one stays in the index with what is left, its key
 		 * smaller, which mostly leaves it where it is. */
-		front->addr = b->addr;
-		front->size = rsize;
-		front->seg = b->seg;
-		front->prev = b->prev;
-		front->next = b;
-		if (b->prev)
-			b->prev->next = front;
-		if (b->seg->first == b)
-			b->seg->first = front;
-		b->prev = front;
+		link_before(front, b, b->addr, rsize);
 		b->addr += rsize;
 		b->size -= rsize;
 		index_key_fell(index_of(b->seg), b);

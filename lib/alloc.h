@@ -254,6 +254,22 @@ void allocator_stats(struct allocator *a, devcache_stats_t *out);
  * calls, being called from several places. */
 #define ALLOC_INLINE static inline __attribute__((always_inline))
 
+/* Put n into the address list of at's segment, just before at; n covers
+ * [addr, addr + size) there. */
+ALLOC_INLINE void link_before(struct block *n, struct block *at, uintptr_t addr, size_t size)
+{
+	n->addr = addr;
+	n->size = size;
+	n->seg = at->seg;
+	n->prev = at->prev;
+	n->next = at;
+	if (at->prev)
+		at->prev->next = n;
+	else
+		at->seg->first = n;
+	at->prev = n;
+}
+
 static inline size_t round_up(size_t size, size_t unit)
 {
 	return (size + unit - 1) / unit * unit;
