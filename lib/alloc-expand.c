@@ -117,7 +117,6 @@ static size_t expandable_page(const struct allocator *a, bool small)
 
 /* Reserve the address space of a pool's expandable segment: one unmapped
  * block, a hole as large as the device's memory and an eighth more. */
-
 static struct segment *expandable_create(struct allocator *a, struct stream_pool *pool, bool small)
 {
 	size_t page = expandable_page(a, small), gran = expandable_page(a, true);
@@ -224,8 +223,7 @@ static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes
 		h->addr += map;
 		h->size -= map;
 	}
-	free_merged(a, nb);
-	return nb;
+	return free_merged(a, nb);
 }
 
 /* What the policy maps and unmaps in: PyTorch's unit, or once stitching
@@ -239,6 +237,27 @@ static size_t unit_of(const struct allocator *a, const struct segment *seg)
 static bool allocatable(const struct block *b)
 {
 	return b && (b->is_free || b->unmapped);
+}
+
+/* Map the run of free and unmapped space that starts at c (a hole, or the
+ * free block before one) until its first block holds rsize bytes: the
+ * hole, then the holes after it while the block is short.  Returns that
+ * free block, or NULL. */
+static struct block *map_run(struct allocator *a, struct block *c, size_t rsize, size_t unit,
+			     struct spare_pages *spares, bool *capped)
+{
+	if (c->unmapped && !(c = map_hole(a, c, c->size < rsize ? c->size : rsize, unit, spares,
+					  capped)))
+		return NULL;
+	while (c->size < rsize) {
+		struct block *h = c->next;
+		size_t want = rsize - c->size;
+
+		if (!h || !h->unmapped ||
+		    !(c = map_hole(a, h, want < h->size ? want : h->size, unit, spares, capped)))
+			return NULL;
+	}
+	return c;
 }
 
 /* Grow the pool's expandable segments by enough pages for rsize bytes and
@@ -287,20 +306,7 @@ struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, boo
 			return NULL;
 		c = seg->holes;
 	}
-	if (c->unmapped && !(c = map_hole(a, c, c->size < rsize ? c->size : rsize, unit_of(a, c->seg), NULL,
-					   capped)))
-		return NULL;
-	/* Free, then a hole, then perhaps more: map until the block is large
-	 * enough. */
-	while (c->size < rsize) {
-		struct block *h = c->next;
-		size_t want = rsize - c->size;
-
-		if (!h || !h->unmapped ||
-		    !(c = map_hole(a, h, want < h->size ? want : h->size, unit_of(a, h->seg), NULL, capped)))
-			return NULL;
-	}
-	return c;
+	return map_run(a, c, rsize, unit_of(a, c->seg), NULL, capped);
 }
 
 /* Whether the unit of seg that holds address x, [us, us + unit), holds
@@ -386,18 +392,24 @@ static size_t expandable_release(struct allocator *a, struct block *b, size_t un
 	return hi - lo;
 }
 
-/* Unmap every whole free page of every expandable segment, until
- * reserved memory is at most limit.  PyTorch's unit, pages going back to
- * the driver. */
-void expandable_release_all(struct allocator *a, uint64_t limit)
+/* Unmap the free pages of every expandable segment, until reserved memory
+ * is at most limit: in the policy's unit, or with granules (a unit of
+ * one granule), keeping the physical pages in spares. */
+static void release_free(struct allocator *a, uint64_t limit, bool granules,
+			 struct spare_pages *spares)
 {
 	for (struct segment *seg = a->segments; seg && a->reserved_total > limit; seg = seg->snext)
 		if (seg->expandable)
 			for (struct block *b = seg->first; b && a->reserved_total > limit; b = b->next)
 				if (b->is_free)
-					expandable_release(a, b, unit_of(a, seg), NULL);
+					expandable_release(a, b, granules ? seg->gran : unit_of(a, seg),
+							   spares);
 }
 
+void expandable_release_all(struct allocator *a, uint64_t limit)
+{
+	release_free(a, limit, false, NULL);
+}
 
 /* ---- stitching ------------------------------------------------------------- */
 
@@ -460,11 +472,7 @@ struct block *expandable_stitch(struct allocator *a, struct stream_pool *pool, b
 	spares.cap = (size_t)(a->reserved_total / gran);
 	if (spares.cap && !(spares.h = malloc(spares.cap * sizeof *spares.h)))
 		spares.cap = 0;
-	for (struct segment *seg = a->segments; seg; seg = seg->snext)
-		if (seg->expandable)
-			for (struct block *b = seg->first; b; b = b->next)
-				if (b->is_free)
-					expandable_release(a, b, gran, &spares);
+	release_free(a, 0, true, &spares);
 	for (struct segment *s = pool->expandable[small]; s; s = s->enext)
 		for (struct block *b = s->first; b; b = b->next)
 			if (allocatable(b) && !allocatable(b->prev)) {
@@ -485,16 +493,8 @@ struct block *expandable_stitch(struct allocator *a, struct stream_pool *pool, b
 					      : NULL;
 		c = seg ? seg->holes : NULL;
 	}
-	if (c && c->unmapped)
-		c = map_hole(a, c, c->size < rsize ? c->size : rsize, gran, &spares, capped);
-	while (c && c->size < rsize) {
-		size_t want = rsize - c->size;
-		struct block *h = c->next;
-
-		c = h && h->unmapped
-			    ? map_hole(a, h, want < h->size ? want : h->size, gran, &spares, capped)
-			    : NULL;
-	}
+	if (c)
+		c = map_run(a, c, rsize, gran, &spares, capped);
 	while (spares.n)
 		if (bk_vm_destroy(a->dev, spares.h[--spares.n]))
 			log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,

@@ -234,32 +234,6 @@ struct block *index_next(const struct block *b)
 	return b->tp;
 }
 
-void index_replace(struct free_index *ix, struct block *old, struct block *b)
-{
-	/* Only the neighbour on the side b's key moves to can be out of
-	 * order: a split makes a block smaller, a merge larger. */
-	struct block *p, *n;
-	bool moved = before(b, old) ? (p = index_prev(old)) && !before(p, b)
-				    : (n = index_next(old)) && !before(b, n);
-
-	if (moved) {
-		index_remove(ix, old);
-		index_insert(ix, b);
-		return;
-	}
-	b->tl = old->tl;
-	b->tr = old->tr;
-	b->red = old->red;
-	replace_child(ix, old, b);
-	if (b->tl)
-		b->tl->tp = b;
-	if (b->tr)
-		b->tr->tp = b;
-	b->is_free = true;
-	old->is_free = false;
-	old->tl = old->tr = old->tp = NULL;
-}
-
 struct block *index_prev(const struct block *b)
 {
 	if (b->tl) {

@@ -3,7 +3,6 @@
 #include "alloc.h"
 #include "backend-call.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 

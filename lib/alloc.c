@@ -318,53 +318,11 @@ static void release_segment(struct allocator *a, struct block *b)
 	block_delete(a, b);
 }
 
-/* b takes the index place of the first neighbour it absorbs: alloc-expand.c
- * goes on with b. */
-void free_merged(struct allocator *a, struct block *b)
-{
-	struct free_index *ix = index_of(b->seg);
-	struct block *slot = NULL;
-
-	for (int side = 0; side < 2; side++) {
-		struct block *n = side ? b->next : b->prev;
-
-		if (!n || !n->is_free)
-			continue;
-		note_taken(a, n);
-		if (side) {
-			b->size += n->size;
-			b->next = n->next;
-		} else {
-			b->addr = n->addr;
-			b->size += n->size;
-			b->prev = n->prev;
-			if (b->seg->first == n)
-				b->seg->first = b;
-		}
-		if (b->next)
-			b->next->prev = b;
-		if (b->prev)
-			b->prev->next = b;
-		if (slot) {
-			index_remove(ix, n);
-			block_delete(a, n);
-		} else {
-			slot = n;
-		}
-	}
-	if (slot) {
-		index_replace(ix, slot, b);
-		block_delete(a, slot);
-	} else {
-		index_insert(ix, b);
-	}
-	note_free(a, b);
-}
-
 /* A free's merge: the first free neighbour (the one before, else the one
  * after) absorbs b and the other one, and stays in the index, its key
  * larger, which mostly leaves it where it is; it is returned, and b's
- * struct goes back to the spares.  The blocks are free_merged()'s. */
+ * struct goes back to the spares.  Without a free neighbour b goes into
+ * the index as it is. */
 ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, struct block *b)
 {
 	struct free_index *ix = index_of(b->seg);
@@ -405,6 +363,11 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, struct bloc
 	index_key_rose(ix, s);
 	note_free(a, s);
 	return s;
+}
+
+struct block *free_merged(struct allocator *a, struct block *b)
+{
+	return merge_into_neighbour(a, b);
 }
 
 /* Return a freed block to its pool, merging it with free neighbours. */

@@ -161,11 +161,6 @@ static inline struct block *index_lower_bound(const struct free_index *ix, size_
 struct block *index_last(const struct free_index *ix);
 struct block *index_prev(const struct block *b);
 struct block *index_next(const struct block *b);
-/* b, in no index, takes old's place in it, and old leaves: old must still
- * have the size and address it is in the index by.  In place when
- * b's key falls between old's neighbours (a split or a merge mostly
- * does), which spares the tree a removal and an insertion. */
-void index_replace(struct free_index *ix, struct block *old, struct block *b);
 size_t index_largest(const struct free_index *ix);
 /* b, in the index, has just been given a smaller key (a split left it
  * less): it moves only if it must. */
@@ -221,13 +216,15 @@ struct block *block_new(struct allocator *a);
 void block_delete(struct allocator *a, struct block *b);
 void make_free(struct allocator *a, struct block *b);
 void take_free(struct allocator *a, struct block *b);
-/* Merge b, in no free list, with its free neighbours, and make it free. */
-void free_merged(struct allocator *a, struct block *b);
+/* Merge b, in no free list, with its free neighbours, and make it free:
+ * the free block that holds it is returned. */
+struct block *free_merged(struct allocator *a, struct block *b);
 void segment_add(struct allocator *a, struct segment *seg, struct block *b);
 
 /* alloc-expand.c: expandable segments */
 struct block *expandable_grow(struct allocator *a, struct stream_pool *pool, bool small,
 			      size_t rsize, size_t seg_size, bool retry, bool *capped);
+/* Unmap free pages in the policy's unit until reserved memory is at most limit. */
 void expandable_release_all(struct allocator *a, uint64_t limit);
 struct block *expandable_stitch(struct allocator *a, struct stream_pool *pool, bool small,
 				size_t rsize, bool *capped);

@@ -277,18 +277,9 @@ static void free_index_is_an_ordered_set(void **state)
 		blocks[i].addr = (uintptr_t)(i + 1) * 4096;
 	}
 	for (int op = 0; op < OPS; op++) {
-		struct block *b = &blocks[xorshift(&seed) % N], *old;
+		struct block *b = &blocks[xorshift(&seed) % N];
 
-		if (op % 3 == 2 && !b->is_free && (old = index_lower_bound(&ix, b->size))) {
-			/* A split or a merge: b replaces old, at old's place or not. */
-			int64_t step = ((int64_t)(xorshift(&seed) % 3) - 1) * 512 *
-				       (int64_t)(xorshift(&seed) % 4);
-
-			b->size = (size_t)((int64_t)old->size + step > 0 ? (int64_t)old->size + step : 512);
-			index_replace(&ix, old, b);
-			assert_false(old->is_free);
-			assert_true(b->is_free);
-		} else if (op % 3 == 1 && b->is_free && b->size > 512 && xorshift(&seed) % 2) {
+		if (op % 3 == 1 && b->is_free && b->size > 512 && xorshift(&seed) % 2) {
 			/* A split that leaves b, in the index, smaller. */
 			b->size -= 512 * (1 + xorshift(&seed) % (b->size / 512 - 1 ? b->size / 512 - 1 : 1));
 			index_key_fell(&ix, b);
