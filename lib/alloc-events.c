@@ -89,8 +89,9 @@ int devcache_record_stream(devcache_device_t *dev, void *ptr, devcache_stream_t 
 	if (rc)
 		return rc;
 	a = dev->alloc;
-	pthread_mutex_lock(&a->lock);
-	struct block *b = table_find(a, (uintptr_t)ptr);
+	alloc_lock(a);
+	tcache_flush_own(a);
+	struct block *b = tcache_lookup(a, (uintptr_t)ptr, false);
 	if (!b) {
 		rc = err_set(DEVCACHE_EINVAL, _("%s: %p is not an allocated block of this device"),
 			     dev->id, ptr);
@@ -111,7 +112,7 @@ int devcache_record_stream(devcache_device_t *dev, void *ptr, devcache_stream_t 
 			}
 		}
 	}
-	pthread_mutex_unlock(&a->lock);
+	alloc_unlock(a);
 	return rc;
 }
 

@@ -54,6 +54,7 @@ static bool is_red(const struct block *b)
 
 void index_insert(struct free_index *ix, struct block *b)
 {
+	index_moved(ix);
 	struct block *p = NULL, **link = &ix->root;
 
 	b->is_free = true;
@@ -179,6 +180,7 @@ static void remove_fixup(struct free_index *ix, struct block *x, struct block *x
 
 void index_remove(struct free_index *ix, struct block *b)
 {
+	index_moved(ix);
 	struct block *x, *xp;
 	bool removed_red = b->red;
 
@@ -257,6 +259,7 @@ size_t index_largest(const struct free_index *ix)
 
 void index_key_fell(struct free_index *ix, struct block *b)
 {
+	index_moved(ix);
 	struct block *p = index_prev(b);
 
 	if (p && !before(p, b)) {
@@ -267,6 +270,7 @@ void index_key_fell(struct free_index *ix, struct block *b)
 
 void index_key_rose(struct free_index *ix, struct block *b)
 {
+	index_moved(ix);
 	struct block *n = index_next(b);
 
 	if (n && !before(b, n)) {

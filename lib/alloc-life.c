@@ -57,6 +57,7 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
 	pthread_mutex_init(&a->lock, &attr);
 	pthread_mutexattr_destroy(&attr);
+	tcache_init(a);
 	a->dev = dev;
 	a->kind = kind;
 	a->caching = t->v[TUN_caching].u.b;
@@ -116,6 +117,7 @@ void allocator_destroy(struct allocator *a)
 {
 	if (!a)
 		return;
+	tcache_fini(a);
 	if (a->events_head)
 		process_events(a, true);
 	size_t live = a->table_used;

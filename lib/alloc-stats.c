@@ -29,19 +29,43 @@ static void array_public(devcache_stat_t *array)
 	all->freed = array[DEVCACHE_POOL_SMALL].freed + array[DEVCACHE_POOL_LARGE].freed;
 }
 
+/* What the thread caches add, added to the kept figures.  With several
+ * threads, a block that one thread's cache holds as freed counts as
+ * allocated in the peaks that the others' calls raise; a peak below what
+ * is read now is raised to it, in the copy and in the figures kept. */
+static void add_extra(struct allocator *a, devcache_stats_t *out, const devcache_stats_t *extra)
+{
+#define ADD_ARRAY(name)                                                                         \
+	for (int p = DEVCACHE_POOL_SMALL; p <= DEVCACHE_POOL_LARGE; p++) {                     \
+		out->name[p].current += extra->name[p].current;                                \
+		out->name[p].allocated += extra->name[p].allocated;                            \
+		if (out->name[p].current > out->name[p].peak)                                  \
+			a->stats.name[p].peak = out->name[p].peak = out->name[p].current;      \
+	}                                                                                      \
+	if (stats_current(out->name) > out->name[DEVCACHE_POOL_ALL].peak)                      \
+		a->stats.name[DEVCACHE_POOL_ALL].peak = out->name[DEVCACHE_POOL_ALL].peak =    \
+			stats_current(out->name);
+	EACH_STAT_ARRAY(ADD_ARRAY)
+#undef ADD_ARRAY
+}
+
 void allocator_stats(struct allocator *a, devcache_stats_t *out)
 {
 	size_t largest = 0;
+	devcache_stats_t extra;
 
-	pthread_mutex_lock(&a->lock);
+	alloc_lock(a);
+	tcache_flush_own(a);
 	*out = a->stats;
+	tcache_extra(a, &extra);
+	add_extra(a, out, &extra);
 	for (size_t i = 0; i < a->n_pools; i++) {
 		size_t s = index_largest(&a->pools[i]->small), l = index_largest(&a->pools[i]->large);
 
 		largest = s > largest ? s : largest;
 		largest = l > largest ? l : largest;
 	}
-	pthread_mutex_unlock(&a->lock);
+	alloc_unlock(a);
 #define ARRAY_PUBLIC(name) array_public(out->name);
 	EACH_STAT_ARRAY(ARRAY_PUBLIC)
 #undef ARRAY_PUBLIC
@@ -71,35 +95,41 @@ int devcache_host_stats(devcache_device_t *dev, devcache_stats_t *stats)
 }
 
 /* A reset as the stats are kept (alloc.h): a peak starts again from
- * current, the accumulated figures from zero. */
-static void reset_stat(devcache_stat_t *s, bool peaks)
+ * current, the accumulated figures from zero.  x is what the thread
+ * caches add to the figures read, which the reset counts in. */
+static void reset_stat(devcache_stat_t *s, const devcache_stat_t *x, bool peaks)
 {
 	if (peaks) {
-		s->peak = s->current;
+		s->peak = s->current + x->current;
 	} else {
-		s->allocated = 0;
-		s->freed = s->current;
+		s->allocated = -x->allocated;
+		s->freed = s->current + x->current;
 	}
 }
 
 static void reset(struct allocator *a, bool peaks)
 {
-	pthread_mutex_lock(&a->lock);
+	devcache_stats_t x;
+
+	alloc_lock(a);
+	tcache_flush_own(a);
+	tcache_stop_all(a);
+	tcache_extra(a, &x);
 	devcache_stats_t *s = &a->stats;
 #define RESET_ARRAY(name)                                                                       \
-	reset_stat(&s->name[DEVCACHE_POOL_SMALL], peaks);                                      \
-	reset_stat(&s->name[DEVCACHE_POOL_LARGE], peaks);                                      \
+	reset_stat(&s->name[DEVCACHE_POOL_SMALL], &x.name[DEVCACHE_POOL_SMALL], peaks);        \
+	reset_stat(&s->name[DEVCACHE_POOL_LARGE], &x.name[DEVCACHE_POOL_LARGE], peaks);        \
 	if (peaks)                                                                             \
-		s->name[DEVCACHE_POOL_ALL].peak = stats_current(s->name);
+		s->name[DEVCACHE_POOL_ALL].peak = stats_current(s->name) + stats_current(x.name);
 	EACH_STAT_ARRAY(RESET_ARRAY)
 #undef RESET_ARRAY
-	reset_stat(&s->oversize_allocations, peaks);
-	reset_stat(&s->oversize_segments, peaks);
+	reset_stat(&s->oversize_allocations, &x.oversize_allocations, peaks);
+	reset_stat(&s->oversize_segments, &x.oversize_segments, peaks);
 	if (!peaks) {
 		s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
 		s->num_device_alloc = s->num_device_free = 0;
 	}
-	pthread_mutex_unlock(&a->lock);
+	alloc_unlock(a);
 }
 
 int devcache_reset_peak(devcache_device_t *dev)
@@ -144,12 +174,13 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 	struct allocator *a = dev->alloc;
 	size_t n = 0, i = 0;
 
-	pthread_mutex_lock(&a->lock);
+	alloc_lock(a);
+	tcache_flush_own(a);
 	for (struct segment *s = a->segments; s; s = s->snext)
 		n++;
 	struct segment **segs = malloc((n ? n : 1) * sizeof *segs);
 	if (!segs) {
-		pthread_mutex_unlock(&a->lock);
+		alloc_unlock(a);
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	}
 	for (struct segment *s = a->segments; s; s = s->snext)
@@ -174,7 +205,7 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 		fprintf(out, "]}");
 	}
 	fprintf(out, "%s]}\n", n ? "\n" : "");
-	pthread_mutex_unlock(&a->lock);
+	alloc_unlock(a);
 	free(segs);
 	return ferror(out) ? err_set(DEVCACHE_EIO, _("devcache_snapshot: write error")) : 0;
 }

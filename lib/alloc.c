@@ -126,6 +126,7 @@ ALLOC_INLINE struct block *block_take(struct allocator *a)
 	/* Every field the allocator reads before writing, and no more. */
 	b->prev = b->next = b->iprev = b->inext = NULL;
 	b->uses = NULL;
+	b->tc = NULL;
 	b->pending_events = 0;
 	b->allocated = b->is_free = b->unmapped = false;
 	b->requested = 0;
@@ -633,8 +634,17 @@ ALLOC_INLINE int hand_out(struct allocator *a, struct stream_pool *pool, struct 
 		b->trace_id = __atomic_add_fetch(&a->dev->ctx->trace_ids, 1, __ATOMIC_RELAXED);
 		trace_alloc(a->trace, b->trace_id, size, pool->index);
 	}
+	a->hit_block = b;
 	*ptr_p = (void *)b->addr;
 	return 0;
+}
+
+/* A hit takes b: what the thread cache needs to know of it as it was. */
+ALLOC_INLINE void note_hit(struct allocator *a, const struct block *b)
+{
+	a->hit = true;
+	a->hit_whole = whole_segment(b);
+	a->hit_size = b->size;
 }
 
 /* The whole allocation path; called and returns with a->lock held, though
@@ -652,7 +662,9 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 	if (a->events_head)
 		process_events(a, false);
 	size_t seg = segment_size(a, rsize);
-	if (!(b = find_cached(a, pool, small, rsize))) {
+	if ((b = find_cached(a, pool, small, rsize))) {
+		note_hit(a, b);
+	} else {
 		/* Only a miss asks the driver: only then can it refuse. */
 		a->driver_rc = 0;
 		a->driver_why[0] = '\0';
@@ -676,9 +688,9 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 			char driver_why[sizeof a->driver_why];
 
 			memcpy(driver_why, a->driver_why, sizeof driver_why);
-			pthread_mutex_unlock(&a->lock);
+			alloc_unlock(a);
 			size_t freed = call_pressure(ctx, a->dev, seg);
-			pthread_mutex_lock(&a->lock);
+			alloc_lock(a);
 			a->driver_rc = driver_rc;
 			memcpy(a->driver_why, driver_why, sizeof driver_why);
 			if (freed) {
@@ -711,7 +723,10 @@ ALLOC_INLINE int allocate_hit(struct allocator *a, size_t size, devcache_stream_
 	size_t rsize = size < ALLOC_ROUND ? ALLOC_ROUND : round_up(size, ALLOC_ROUND);
 	struct block *b = find_cached(a, pool, rsize <= ALLOC_SMALL_SIZE, rsize);
 
-	return b ? hand_out(a, pool, b, rsize, size, ptr_p) : ALLOC_MISSED;
+	if (!b)
+		return ALLOC_MISSED;
+	note_hit(a, b);
+	return hand_out(a, pool, b, rsize, size, ptr_p);
 }
 
 /* ---- the public API ---------------------------------------------------------- */
@@ -733,42 +748,76 @@ static int do_alloc(struct allocator *a, size_t size, devcache_stream_t stream, 
 	}
 	if (size > SIZE_MAX / 2)
 		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes"), a->dev->id, size);
-	pthread_mutex_lock(&a->lock);
+	/* The thread's block, freed by it, asked for again: redone. */
+	if (a->tkey_ok) {
+		struct tcache *tc = pthread_getspecific(a->tkey);
+
+		if (tc && tc->req == size && tc->stream == stream &&
+		    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED &&
+		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
+			__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
+			__atomic_store_n(&tc->pairs, __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) + 1,
+					 __ATOMIC_RELAXED);
+			*ptr_p = (void *)tc->ptr;
+			return 0;
+		}
+	}
+	alloc_lock(a);
+	tcache_flush_own(a);
+	a->hit = false;
 	rc = allocate_hit(a, size, stream, ptr_p);
 	if (rc == ALLOC_MISSED)
 		rc = allocate(a, size, stream, ptr_p);
-	pthread_mutex_unlock(&a->lock);
+	if (rc == 0)
+		tcache_record(a, a->hit_block, stream);
+	alloc_unlock(a);
 	return rc;
+}
+
+int alloc_release(struct allocator *a, struct block *b)
+{
+	bool small = b->seg->small;
+
+	b->allocated = false;
+	stats_sub(a->stats.allocation, small, 1);
+	stats_sub(a->stats.allocated_bytes, small, b->size);
+	if (b->size >= a->max_split_size)
+		stat_sub(&a->stats.oversize_allocations, 1);
+	if (a->trace)
+		trace_free(a->trace, b->trace_id);
+	if (b->uses)
+		return defer_free(a, b);
+	free_block(a, b);
+	return 0;
 }
 
 static int do_free(struct allocator *a, void *ptr, const char *what)
 {
-	int rc = 0;
+	int rc;
 
 	if (!ptr)
 		return 0;
-	pthread_mutex_lock(&a->lock);
-	struct block *b = table_take(a, (uintptr_t)ptr);
-	if (!b) {
+	/* The thread's own last block, nothing moved since: undone. */
+	if (a->tkey_ok) {
+		struct tcache *tc = pthread_getspecific(a->tkey);
+
+		if (tc && tc->ptr == (uintptr_t)ptr &&
+		    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_LIVE &&
+		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
+			__atomic_store_n(&tc->state, TC_CACHED, __ATOMIC_RELAXED);
+			return 0;
+		}
+	}
+	alloc_lock(a);
+	tcache_flush_own(a);
+	struct block *b = tcache_lookup(a, (uintptr_t)ptr, true);
+	if (!b)
 		rc = err_set(DEVCACHE_EINVAL,
 			     _("%s: %p was not allocated by %s on this device, or was freed already"),
 			     a->dev->id, ptr, what);
-	} else {
-		bool small = b->seg->small;
-
-		b->allocated = false;
-		stats_sub(a->stats.allocation, small, 1);
-		stats_sub(a->stats.allocated_bytes, small, b->size);
-		if (b->size >= a->max_split_size)
-			stat_sub(&a->stats.oversize_allocations, 1);
-		if (a->trace)
-			trace_free(a->trace, b->trace_id);
-		if (b->uses)
-			rc = defer_free(a, b);
-		else
-			free_block(a, b);
-	}
-	pthread_mutex_unlock(&a->lock);
+	else
+		rc = alloc_release(a, b);
+	alloc_unlock(a);
 	return rc;
 }
 
@@ -802,9 +851,10 @@ int devcache_host_free(devcache_device_t *dev, void *ptr)
 
 static int empty(struct allocator *a)
 {
-	pthread_mutex_lock(&a->lock);
+	alloc_lock(a);
+	tcache_flush_own(a);
 	release_cached(a);
-	pthread_mutex_unlock(&a->lock);
+	alloc_unlock(a);
 	return 0;
 }
 

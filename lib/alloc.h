@@ -24,10 +24,20 @@ struct block;
 struct free_index {
 	struct block *root;
 	size_t count; /* blocks in the tree */
+	/* Raised by every change: a thread cache undoes and redoes its
+	 * block without the lock only while its pool's index has not moved
+	 * since the block was allocated (alloc-thread.c). */
+	uint64_t version;
 };
+
+static inline void index_moved(struct free_index *ix)
+{
+	__atomic_store_n(&ix->version, ix->version + 1, __ATOMIC_RELEASE);
+}
 
 struct segment;
 struct stream_pool;
+struct tcache;
 
 struct block {
 	uintptr_t addr;
@@ -41,6 +51,7 @@ struct block {
 	uint64_t trace_id;
 	uint64_t gc_base;            /* large-pool lookups when it was freed: its age's origin */
 	struct stream_use *uses;     /* streams named by devcache_record_stream */
+	struct tcache *tc;           /* the thread cache that holds it, if one does */
 	int pending_events;          /* events to complete before it is free */
 	bool allocated;
 	bool is_free;                /* in a free list */
@@ -93,8 +104,43 @@ struct pending_event {
 
 enum alloc_kind { ALLOC_DEVICE, ALLOC_PINNED };
 
+/* A thread cache (alloc-thread.c): the block this thread allocated last,
+ * while a free of it and the same allocation again would undo and redo
+ * exactly what its allocation did. */
+enum tcache_state { TC_NONE, TC_LIVE, TC_CACHED };
+/* The statistics that undoing and redoing the block move, small pool. */
+enum { TS_ALLOCATION, TS_ALLOCATED_BYTES, TS_ACTIVE, TS_ACTIVE_BYTES, TS_REQUESTED_BYTES,
+       TS_INACTIVE_SPLIT, TS_INACTIVE_SPLIT_BYTES, TS_N };
+
+struct tcache {
+	/* Written by the owning thread under the lock, read by it without. */
+	uintptr_t ptr;             /* the block's address */
+	size_t req;                /* the size asked for, which a redo must ask again */
+	devcache_stream_t stream;
+	const struct free_index *ix; /* the block's pool's */
+	uint64_t base;             /* ix's version after the allocation */
+	struct block *b;
+	/* The owner's without the lock, atomic; others may set TC_NONE. */
+	int state;                 /* enum tcache_state */
+	uint64_t pairs;            /* undone and redone since the last fold */
+	/* What the block's free changes in current (its undoing), what it
+	 * adds to the accumulated figures, and a free and redo together. */
+	int64_t adj[TS_N], fcum[TS_N], cum[TS_N];
+	int life;                  /* atomic: alloc-thread.c's TC_ALIVE... */
+	struct tcache *next;       /* the allocator's list, under the lock */
+};
+
 struct allocator {
 	pthread_mutex_t lock;
+	pthread_key_t tkey;   /* this thread's struct tcache */
+	bool tkey_ok;         /* tkey was made: thread caches are on */
+	struct tcache *tcaches; /* every thread's, under the lock */
+	/* The allocation under way was a hit: the free block it took, as it
+	 * was, for alloc-thread.c's record of what its undoing would do. */
+	bool hit;
+	bool hit_whole;
+	size_t hit_size;
+	struct block *hit_block; /* the block handed out last */
 	struct devcache_device *dev;
 	enum alloc_kind kind;
 	/* tunables, read once */
@@ -246,6 +292,43 @@ size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need);
 
 /* alloc-stats.c */
 void allocator_stats(struct allocator *a, devcache_stats_t *out);
+
+static inline void alloc_lock(struct allocator *a)
+{
+	pthread_mutex_lock(&a->lock);
+}
+
+static inline void alloc_unlock(struct allocator *a)
+{
+	pthread_mutex_unlock(&a->lock);
+}
+
+/* alloc.c: free a block taken from the address table, under the lock:
+ * its statistics and trace, then back to its pool or deferred. */
+int alloc_release(struct allocator *a, struct block *b);
+
+/* alloc-thread.c: the thread caches (see there) */
+/* Make tkey; without it (no key left) there are no thread caches. */
+void tcache_init(struct allocator *a);
+/* Every thread's cache emptied and given back, at allocator_destroy(). */
+void tcache_fini(struct allocator *a);
+/* Under the lock, at a call's start: this thread's cache has its block
+ * freed if it was freed, and its counts folded in; it holds nothing. */
+void tcache_flush_own(struct allocator *a);
+/* Under the lock, after a hit that took the free block as a->hit says:
+ * b becomes this thread's cache's block, which a free and the same
+ * allocation undo and redo without the lock. */
+void tcache_record(struct allocator *a, struct block *b, devcache_stream_t stream);
+/* Under the lock: the block at addr, unless a thread's cache holds it as
+ * freed (NULL then, as for a block freed already); a block that another
+ * thread's cache holds as allocated leaves that cache. */
+struct block *tcache_lookup(struct allocator *a, uintptr_t addr, bool take);
+/* Under the lock: what the thread caches add to the kept statistics,
+ * as figures to add to current and allocated (the rest zero). */
+void tcache_extra(struct allocator *a, devcache_stats_t *extra);
+/* Under the lock: no cache redoes its block before taking the lock (a
+ * reset of the peaks must see every allocation). */
+void tcache_stop_all(struct allocator *a);
 
 /* For the small helpers of a cache hit that the compiler would leave as
  * calls, being called from several places. */

@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* alloc-thread.c - thread caches: a block freed and asked for again by its thread, undone and redone without the lock. */
+
+/*
+ * Why this is exact.  The policy is deterministic: the same state and the
+ * same request give the same block.  When a thread's allocation A was a
+ * hit (it took part or all of a free block M and made no segment), freeing
+ * A merges it back into M and leaves the allocator exactly as it was before
+ * A, since M's neighbours were not free; allocating the same size again on
+ * the same stream then takes A again, and leaves it exactly as after A.
+ * So while nothing else has touched that pool's free blocks since A (the
+ * version of its index, raised by every change to it, is the one recorded
+ * after A), a free of A and the same request again need not be done at
+ * all: the thread's cache marks A freed (TC_CACHED) and allocated again
+ * (TC_LIVE), and counts the statistics that the free and the redo would
+ * have moved.  Every other call of the thread takes the lock and first
+ * makes a cached free real (tcache_flush_own), so on one thread every
+ * result, address and statistic is what PyTorch's policy gives, as the
+ * differential test checks.  Nothing else decides a hit: garbage
+ * collection, traces, pending events and expandable segments, which do,
+ * leave the cache off.
+ *
+ * With several threads a cached free of one thread is done, for the
+ * others, at that thread's next call that takes the lock (or its exit):
+ * every result is what the policy gives for an order of the calls that
+ * keeps each thread's own order, which is what any order of threads taking
+ * one lock gives; only the order is not always the order in time.  The
+ * statistics read with no call in flight are exact (tcache_extra adds what
+ * the caches hold); peaks are exact on one thread, and with several may
+ * count a block another thread's cache holds as freed.  Only small-pool
+ * blocks are cached, so a thread holds at most 1 MiB that the others do
+ * not see.
+ *
+ * The fast path takes no lock and writes nothing that another thread
+ * writes: the thread's struct tcache, found by pthread_getspecific(), and
+ * a load of the pool's version, which other threads write only when they
+ * change that pool.  Another thread writes a cache only under the lock,
+ * to take back a block that it frees or names a stream for (TC_NONE); a
+ * reset of the peaks raises every version, so that every redo after it
+ * takes the lock and counts in the new peaks.
+ */
+#include "alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A cache's life, for the thread's exit and the allocator's end, which may
+ * come in either order: whichever comes second frees the struct. */
+enum { TC_ALIVE, TC_EXITED, TC_ORPHAN };
+
+static devcache_stat_t *ts_stat(devcache_stats_t *s, int i)
+{
+	switch (i) {
+	case TS_ALLOCATION:
+		return &s->allocation[DEVCACHE_POOL_SMALL];
+	case TS_ALLOCATED_BYTES:
+		return &s->allocated_bytes[DEVCACHE_POOL_SMALL];
+	case TS_ACTIVE:
+		return &s->active[DEVCACHE_POOL_SMALL];
+	case TS_ACTIVE_BYTES:
+		return &s->active_bytes[DEVCACHE_POOL_SMALL];
+	case TS_REQUESTED_BYTES:
+		return &s->requested_bytes[DEVCACHE_POOL_SMALL];
+	case TS_INACTIVE_SPLIT:
+		return &s->inactive_split[DEVCACHE_POOL_SMALL];
+	default:
+		return &s->inactive_split_bytes[DEVCACHE_POOL_SMALL];
+	}
+}
+
+/* The thread's exit: the allocator, if it is still there, takes the
+ * cache's block back at its next registration or at its end. */
+static void tcache_exit(void *p)
+{
+	struct tcache *tc = p;
+
+	if (__atomic_exchange_n(&tc->life, TC_EXITED, __ATOMIC_ACQ_REL) == TC_ORPHAN)
+		free(tc);
+}
+
+void tcache_init(struct allocator *a)
+{
+	a->tkey_ok = pthread_key_create(&a->tkey, tcache_exit) == 0;
+}
+
+/* Fold the redone pairs into the kept statistics and make a cached free
+ * real; the cache then holds nothing.  Under the lock, by the owner or for
+ * a thread that is gone. */
+static void tcache_empty(struct allocator *a, struct tcache *tc)
+{
+	uint64_t pairs = __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED);
+	int state = __atomic_load_n(&tc->state, __ATOMIC_RELAXED);
+
+	if (pairs) {
+		for (int i = 0; i < TS_N; i++)
+			ts_stat(&a->stats, i)->allocated += (int64_t)pairs * tc->cum[i];
+		__atomic_store_n(&tc->pairs, 0, __ATOMIC_RELAXED);
+	}
+	if (state != TC_NONE) {
+		struct block *b = tc->b;
+
+		b->tc = NULL;
+		if (state == TC_CACHED) {
+			table_take(a, b->addr);
+			alloc_release(a, b);
+		}
+		__atomic_store_n(&tc->state, TC_NONE, __ATOMIC_RELAXED);
+	}
+	tc->b = NULL;
+	tc->ptr = 0;
+}
+
+void tcache_flush_own(struct allocator *a)
+{
+	struct tcache *tc;
+
+	if (a->tkey_ok && (tc = pthread_getspecific(a->tkey)))
+		tcache_empty(a, tc);
+}
+
+/* A new cache for this thread, on the allocator's list; the caches of
+ * threads that have exited are emptied and freed meanwhile. */
+static struct tcache *tcache_new(struct allocator *a)
+{
+	struct tcache *tc, **link = &a->tcaches;
+
+	while ((tc = *link))
+		if (__atomic_load_n(&tc->life, __ATOMIC_ACQUIRE) == TC_EXITED) {
+			tcache_empty(a, tc);
+			*link = tc->next;
+			free(tc);
+		} else {
+			link = &tc->next;
+		}
+	if (!(tc = calloc(1, sizeof *tc)))
+		return NULL;
+	if (pthread_setspecific(a->tkey, tc)) {
+		free(tc);
+		return NULL;
+	}
+	tc->next = a->tcaches;
+	a->tcaches = tc;
+	return tc;
+}
+
+void tcache_record(struct allocator *a, struct block *b, devcache_stream_t stream)
+{
+	struct tcache *tc;
+
+	/* Where a free or the allocation does more than the undoing says
+	 * (garbage collection ages blocks, a trace records each call, events
+	 * may complete, expandable segments map pages), every call is done. */
+	if (!a->tkey_ok || !a->hit || !a->caching || a->gc_active || a->trace || a->expandable ||
+	    a->events_head || !b->seg->small || b->size >= a->max_split_size || b->uses)
+		return;
+	if (!(tc = pthread_getspecific(a->tkey)) && !(tc = tcache_new(a)))
+		return;
+	/* The free block taken was whole, or split into b and a rest. */
+	int64_t size = (int64_t)b->size, req = (int64_t)b->requested;
+	int64_t m = (int64_t)a->hit_size, rest = m - size;
+	int64_t was = a->hit_whole ? 0 : 1, split = rest > 0 ? 1 : 0;
+	int64_t ecum[TS_N] = {1, size, 1, size, req, split, split * rest};
+
+	memset(tc->adj, 0, sizeof tc->adj);
+	memset(tc->fcum, 0, sizeof tc->fcum);
+	tc->adj[TS_ALLOCATION] = tc->adj[TS_ACTIVE] = -1;
+	tc->adj[TS_ALLOCATED_BYTES] = tc->adj[TS_ACTIVE_BYTES] = -size;
+	tc->adj[TS_REQUESTED_BYTES] = -req;
+	/* An inactive split block: the free makes the rest whole again, an
+	 * inactive split block if the free block taken was one. */
+	tc->adj[TS_INACTIVE_SPLIT] = was - split;
+	tc->adj[TS_INACTIVE_SPLIT_BYTES] = was * m - split * rest;
+	tc->fcum[TS_INACTIVE_SPLIT] = was;
+	tc->fcum[TS_INACTIVE_SPLIT_BYTES] = was * m;
+	for (int i = 0; i < TS_N; i++)
+		tc->cum[i] = tc->fcum[i] + ecum[i];
+	tc->b = b;
+	tc->ptr = b->addr;
+	tc->req = b->requested;
+	tc->stream = stream;
+	tc->ix = &b->seg->pool->small;
+	tc->base = tc->ix->version;
+	b->tc = tc;
+	__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
+}
+
+struct block *tcache_lookup(struct allocator *a, uintptr_t addr, bool take)
+{
+	struct block *b = table_find(a, addr);
+
+	if (b && b->tc) {
+		if (__atomic_load_n(&b->tc->state, __ATOMIC_RELAXED) == TC_CACHED)
+			return NULL;
+		/* Freed, or used on another stream, by another thread than
+		 * its own: its cache lets it go, and its free is done with
+		 * the lock. */
+		__atomic_store_n(&b->tc->state, TC_NONE, __ATOMIC_RELAXED);
+		b->tc->b = NULL;
+		b->tc = NULL;
+	}
+	return take && b ? table_take(a, addr) : b;
+}
+
+void tcache_stop_all(struct allocator *a)
+{
+	for (size_t i = 0; i < a->n_pools; i++)
+		index_moved(&a->pools[i]->small);
+}
+
+void tcache_extra(struct allocator *a, devcache_stats_t *extra)
+{
+	memset(extra, 0, sizeof *extra);
+	for (struct tcache *tc = a->tcaches; tc; tc = tc->next) {
+		int64_t pairs = (int64_t)__atomic_load_n(&tc->pairs, __ATOMIC_RELAXED);
+		bool cached = __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED;
+
+		for (int i = 0; i < TS_N; i++) {
+			devcache_stat_t *s = ts_stat(extra, i);
+
+			s->allocated += pairs * tc->cum[i];
+			if (cached) {
+				s->allocated += tc->fcum[i];
+				s->current += tc->adj[i];
+			}
+		}
+	}
+}
+
+void tcache_fini(struct allocator *a)
+{
+	struct tcache *own = a->tkey_ok ? pthread_getspecific(a->tkey) : NULL;
+
+	for (struct tcache *tc = a->tcaches; tc; tc = tc->next)
+		tcache_empty(a, tc);
+	if (a->tkey_ok)
+		pthread_key_delete(a->tkey);
+	while (a->tcaches) {
+		struct tcache *tc = a->tcaches;
+
+		a->tcaches = tc->next;
+		/* A thread still running keeps its struct: its exit frees it
+		 * if it is under way now; a later one, with the key gone,
+		 * cannot, so a program that closes the context before its
+		 * threads end loses one small struct per such thread. */
+		if (tc == own ||
+		    __atomic_exchange_n(&tc->life, TC_ORPHAN, __ATOMIC_ACQ_REL) == TC_EXITED)
+			free(tc);
+	}
+}
