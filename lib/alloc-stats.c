@@ -55,10 +55,10 @@ void allocator_stats(struct allocator *a, devcache_stats_t *out)
 	devcache_stats_t extra;
 
 	alloc_lock(a);
-	tcache_flush_own(a);
 	*out = a->stats;
 	tcache_extra(a, &extra);
 	add_extra(a, out, &extra);
+	largest = extra.largest_free_block;
 	for (size_t i = 0; i < a->n_pools; i++) {
 		size_t s = index_largest(&a->pools[i]->small), l = index_largest(&a->pools[i]->large);
 

@@ -118,9 +118,7 @@ void tcache_flush_own(struct allocator *a)
 		tcache_empty(a, tc);
 }
 
-/* A new cache for this thread, on the allocator's list; the caches of
- * threads that have exited are emptied and freed meanwhile. */
-static struct tcache *tcache_new(struct allocator *a)
+void tcache_reap(struct allocator *a)
 {
 	struct tcache *tc, **link = &a->tcaches;
 
@@ -132,6 +130,15 @@ static struct tcache *tcache_new(struct allocator *a)
 		} else {
 			link = &tc->next;
 		}
+}
+
+/* A new cache for this thread, on the allocator's list; the caches of
+ * threads that have exited are emptied and freed meanwhile. */
+static struct tcache *tcache_new(struct allocator *a)
+{
+	struct tcache *tc;
+
+	tcache_reap(a);
 	if (!(tc = calloc(1, sizeof *tc)))
 		return NULL;
 	if (pthread_setspecific(a->tkey, tc)) {
@@ -174,6 +181,7 @@ void tcache_record(struct allocator *a, struct block *b, devcache_stream_t strea
 	tc->fcum[TS_INACTIVE_SPLIT_BYTES] = was * m;
 	for (int i = 0; i < TS_N; i++)
 		tc->cum[i] = tc->fcum[i] + ecum[i];
+	tc->merged = a->hit_size;
 	tc->b = b;
 	tc->ptr = b->addr;
 	tc->req = b->requested;
@@ -223,6 +231,8 @@ void tcache_extra(struct allocator *a, devcache_stats_t *extra)
 				s->current += tc->adj[i];
 			}
 		}
+		if (cached && tc->merged > extra->largest_free_block)
+			extra->largest_free_block = tc->merged;
 	}
 }
 

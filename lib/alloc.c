@@ -531,6 +531,7 @@ static bool release_oversize(struct allocator *a, struct stream_pool *pool, size
 /* Wait for every pending event, then give every idle segment back. */
 static void release_cached(struct allocator *a)
 {
+	tcache_reap(a);
 	if (a->events_head) {
 		process_events(a, true);
 		a->stats.num_sync_all_streams++;

@@ -126,6 +126,7 @@ struct tcache {
 	/* What the block's free changes in current (its undoing), what it
 	 * adds to the accumulated figures, and a free and redo together. */
 	int64_t adj[TS_N], fcum[TS_N], cum[TS_N];
+	size_t merged;             /* the free block the free makes */
 	int life;                  /* atomic: alloc-thread.c's TC_ALIVE... */
 	struct tcache *next;       /* the allocator's list, under the lock */
 };
@@ -324,8 +325,12 @@ void tcache_record(struct allocator *a, struct block *b, devcache_stream_t strea
  * thread's cache holds as allocated leaves that cache. */
 struct block *tcache_lookup(struct allocator *a, uintptr_t addr, bool take);
 /* Under the lock: what the thread caches add to the kept statistics,
- * as figures to add to current and allocated (the rest zero). */
+ * as figures to add to current and allocated, and the largest free
+ * block they hold (the rest zero). */
 void tcache_extra(struct allocator *a, devcache_stats_t *extra);
+/* Under the lock: the caches of threads that have exited are emptied
+ * and freed. */
+void tcache_reap(struct allocator *a);
 /* Under the lock: no cache redoes its block before taking the lock (a
  * reset of the peaks must see every allocation). */
 void tcache_stop_all(struct allocator *a);

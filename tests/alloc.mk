@@ -2,7 +2,8 @@
 ## tests/alloc.mk - the caching allocator's tests.
 EXTRA_DIST += tests/alloc-fixture.h tests/alloc-check.h
 alloc_tests = tests/test-alloc-policy tests/test-alloc-oom tests/test-alloc-random \
-	tests/test-alloc-expand tests/test-alloc-threads tests/test-alloc-stitch
+	tests/test-alloc-expand tests/test-alloc-threads tests/test-alloc-stitch \
+	tests/test-alloc-tcache
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(alloc_tests)
@@ -27,6 +28,10 @@ tests_test_alloc_threads_SOURCES = tests/test-alloc-threads.c tests/alloc-check.
 	tests/tap.h
 tests_test_alloc_threads_CFLAGS = $(test_cflags)
 tests_test_alloc_threads_LDADD = $(test_ldadd)
+tests_test_alloc_tcache_SOURCES = tests/test-alloc-tcache.c tests/alloc-check.h tests/alloc-fixture.h \
+	tests/tap.h
+tests_test_alloc_tcache_CFLAGS = $(test_cflags)
+tests_test_alloc_tcache_LDADD = $(test_ldadd) -lpthread -ldl
 endif
 
 # libdevcache against an independent model of PyTorch's policy
