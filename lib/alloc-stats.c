@@ -55,6 +55,9 @@ void allocator_stats(struct allocator *a, devcache_stats_t *out)
 	devcache_stats_t extra;
 
 	alloc_lock(a);
+	/* The blocks of threads that have ended are freed first, so that
+	 * the figures and the blocks agree once the threads are done. */
+	tcache_reap(a);
 	*out = a->stats;
 	tcache_extra(a, &extra);
 	add_extra(a, out, &extra);
@@ -176,6 +179,7 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 
 	alloc_lock(a);
 	tcache_flush_own(a);
+	tcache_reap(a);
 	for (struct segment *s = a->segments; s; s = s->snext)
 		n++;
 	struct segment **segs = malloc((n ? n : 1) * sizeof *segs);

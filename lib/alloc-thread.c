@@ -83,17 +83,48 @@ void tcache_init(struct allocator *a)
 	a->tkey_ok = pthread_key_create(&a->tkey, tcache_exit) == 0;
 }
 
+/* What the statistics of the small pool move, in the order of TS_*: adj
+ * in current when the block is freed (the pool as before its allocation),
+ * fcum in the accumulated figures by that free, cum by a free and a redo. */
+static void tcache_figures(const struct tcache *tc, int64_t adj[TS_N], int64_t fcum[TS_N],
+			   int64_t cum[TS_N])
+{
+	int64_t size = (int64_t)tc->size, req = (int64_t)tc->req;
+	int64_t m = (int64_t)tc->merged, rest = m - size;
+	/* The free block taken: an inactive split block unless it was a
+	 * whole segment; its rest after the cut, if any, is one. */
+	int64_t was = tc->whole ? 0 : 1, split = rest > 0 ? 1 : 0;
+	int64_t ecum[TS_N] = {1, size, 1, size, req, split, split * rest};
+
+	for (int i = 0; i < TS_N; i++)
+		adj[i] = fcum[i] = 0;
+	adj[TS_ALLOCATION] = adj[TS_ACTIVE] = -1;
+	adj[TS_ALLOCATED_BYTES] = adj[TS_ACTIVE_BYTES] = -size;
+	adj[TS_REQUESTED_BYTES] = -req;
+	adj[TS_INACTIVE_SPLIT] = was - split;
+	adj[TS_INACTIVE_SPLIT_BYTES] = was * m - split * rest;
+	fcum[TS_INACTIVE_SPLIT] = was;
+	fcum[TS_INACTIVE_SPLIT_BYTES] = was * m;
+	for (int i = 0; i < TS_N; i++)
+		cum[i] = fcum[i] + ecum[i];
+}
+
 /* Fold the redone pairs into the kept statistics and make a cached free
  * real; the cache then holds nothing.  Under the lock, by the owner or for
  * a thread that is gone. */
-static void tcache_empty(struct allocator *a, struct tcache *tc)
+void tcache_flush(struct allocator *a, struct tcache *tc)
 {
+	if (!tc)
+		return;
 	uint64_t pairs = __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED);
 	int state = __atomic_load_n(&tc->state, __ATOMIC_RELAXED);
 
 	if (pairs) {
+		int64_t adj[TS_N], fcum[TS_N], cum[TS_N];
+
+		tcache_figures(tc, adj, fcum, cum);
 		for (int i = 0; i < TS_N; i++)
-			ts_stat(&a->stats, i)->allocated += (int64_t)pairs * tc->cum[i];
+			ts_stat(&a->stats, i)->allocated += (int64_t)pairs * cum[i];
 		__atomic_store_n(&tc->pairs, 0, __ATOMIC_RELAXED);
 	}
 	if (state != TC_NONE) {
@@ -112,10 +143,7 @@ static void tcache_empty(struct allocator *a, struct tcache *tc)
 
 void tcache_flush_own(struct allocator *a)
 {
-	struct tcache *tc;
-
-	if (a->tkey_ok && (tc = pthread_getspecific(a->tkey)))
-		tcache_empty(a, tc);
+	tcache_flush(a, tcache_own(a));
 }
 
 void tcache_reap(struct allocator *a)
@@ -124,7 +152,7 @@ void tcache_reap(struct allocator *a)
 
 	while ((tc = *link))
 		if (__atomic_load_n(&tc->life, __ATOMIC_ACQUIRE) == TC_EXITED) {
-			tcache_empty(a, tc);
+			tcache_flush(a, tc);
 			*link = tc->next;
 			free(tc);
 		} else {
@@ -150,38 +178,20 @@ static struct tcache *tcache_new(struct allocator *a)
 	return tc;
 }
 
-void tcache_record(struct allocator *a, struct block *b, devcache_stream_t stream)
+void tcache_record(struct allocator *a, struct tcache *tc, struct block *b,
+		   devcache_stream_t stream)
 {
-	struct tcache *tc;
-
 	/* Where a free or the allocation does more than the undoing says
 	 * (garbage collection ages blocks, a trace records each call, events
 	 * may complete, expandable segments map pages), every call is done. */
 	if (!a->tkey_ok || !a->hit || !a->caching || a->gc_active || a->trace || a->expandable ||
 	    a->events_head || !b->seg->small || b->size >= a->max_split_size || b->uses)
 		return;
-	if (!(tc = pthread_getspecific(a->tkey)) && !(tc = tcache_new(a)))
+	if (!tc && !(tc = tcache_new(a)))
 		return;
-	/* The free block taken was whole, or split into b and a rest. */
-	int64_t size = (int64_t)b->size, req = (int64_t)b->requested;
-	int64_t m = (int64_t)a->hit_size, rest = m - size;
-	int64_t was = a->hit_whole ? 0 : 1, split = rest > 0 ? 1 : 0;
-	int64_t ecum[TS_N] = {1, size, 1, size, req, split, split * rest};
-
-	memset(tc->adj, 0, sizeof tc->adj);
-	memset(tc->fcum, 0, sizeof tc->fcum);
-	tc->adj[TS_ALLOCATION] = tc->adj[TS_ACTIVE] = -1;
-	tc->adj[TS_ALLOCATED_BYTES] = tc->adj[TS_ACTIVE_BYTES] = -size;
-	tc->adj[TS_REQUESTED_BYTES] = -req;
-	/* An inactive split block: the free makes the rest whole again, an
-	 * inactive split block if the free block taken was one. */
-	tc->adj[TS_INACTIVE_SPLIT] = was - split;
-	tc->adj[TS_INACTIVE_SPLIT_BYTES] = was * m - split * rest;
-	tc->fcum[TS_INACTIVE_SPLIT] = was;
-	tc->fcum[TS_INACTIVE_SPLIT_BYTES] = was * m;
-	for (int i = 0; i < TS_N; i++)
-		tc->cum[i] = tc->fcum[i] + ecum[i];
+	tc->size = b->size;
 	tc->merged = a->hit_size;
+	tc->whole = a->hit_whole;
 	tc->b = b;
 	tc->ptr = b->addr;
 	tc->req = b->requested;
@@ -221,14 +231,18 @@ void tcache_extra(struct allocator *a, devcache_stats_t *extra)
 	for (struct tcache *tc = a->tcaches; tc; tc = tc->next) {
 		int64_t pairs = (int64_t)__atomic_load_n(&tc->pairs, __ATOMIC_RELAXED);
 		bool cached = __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED;
+		int64_t adj[TS_N], fcum[TS_N], cum[TS_N];
 
+		if (!pairs && !cached)
+			continue;
+		tcache_figures(tc, adj, fcum, cum);
 		for (int i = 0; i < TS_N; i++) {
 			devcache_stat_t *s = ts_stat(extra, i);
 
-			s->allocated += pairs * tc->cum[i];
+			s->allocated += pairs * cum[i];
 			if (cached) {
-				s->allocated += tc->fcum[i];
-				s->current += tc->adj[i];
+				s->allocated += fcum[i];
+				s->current += adj[i];
 			}
 		}
 		if (cached && tc->merged > extra->largest_free_block)
@@ -241,7 +255,7 @@ void tcache_fini(struct allocator *a)
 	struct tcache *own = a->tkey_ok ? pthread_getspecific(a->tkey) : NULL;
 
 	for (struct tcache *tc = a->tcaches; tc; tc = tc->next)
-		tcache_empty(a, tc);
+		tcache_flush(a, tc);
 	if (a->tkey_ok)
 		pthread_key_delete(a->tkey);
 	while (a->tcaches) {

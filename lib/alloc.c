@@ -54,8 +54,11 @@
  * alloc-expand.c expandable segments and stitching, alloc-events.c blocks
  * used on other streams, alloc-oom.c the out-of-memory message and the
  * pressure callbacks, alloc-life.c creating and destroying an allocator,
- * alloc-stats.c the statistics and the snapshot.  One mutex per allocator
- * guards all of it; the pressure callbacks run with it released.
+ * alloc-stats.c the statistics and the snapshot, alloc-thread.c the
+ * thread caches.  One mutex per allocator guards all of it; the pressure
+ * callbacks run with it released, and a thread cache's redo of a block
+ * freed and asked for again (below, devcache_alloc and devcache_free) takes
+ * it not at all, as alloc-thread.c shows it may.
  */
 #include "alloc.h"
 #include "backend-call.h"
@@ -739,7 +742,9 @@ int alloc_check_dev(devcache_device_t *dev, const char *fn)
 	return 0;
 }
 
-static int do_alloc(struct allocator *a, size_t size, devcache_stream_t stream, void **ptr_p)
+/* The allocation path with the lock: everything but a redo. */
+static __attribute__((noinline)) int alloc_locked(struct allocator *a, struct tcache *tc, size_t size,
+						  devcache_stream_t stream, void **ptr_p)
 {
 	int rc;
 
@@ -749,30 +754,35 @@ static int do_alloc(struct allocator *a, size_t size, devcache_stream_t stream, 
 	}
 	if (size > SIZE_MAX / 2)
 		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes"), a->dev->id, size);
-	/* The thread's block, freed by it, asked for again: redone. */
-	if (a->tkey_ok) {
-		struct tcache *tc = pthread_getspecific(a->tkey);
-
-		if (tc && tc->req == size && tc->stream == stream &&
-		    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED &&
-		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
-			__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
-			__atomic_store_n(&tc->pairs, __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) + 1,
-					 __ATOMIC_RELAXED);
-			*ptr_p = (void *)tc->ptr;
-			return 0;
-		}
-	}
 	alloc_lock(a);
-	tcache_flush_own(a);
+	tcache_flush(a, tc);
 	a->hit = false;
 	rc = allocate_hit(a, size, stream, ptr_p);
 	if (rc == ALLOC_MISSED)
 		rc = allocate(a, size, stream, ptr_p);
 	if (rc == 0)
-		tcache_record(a, a->hit_block, stream);
+		tcache_record(a, tc, a->hit_block, stream);
 	alloc_unlock(a);
 	return rc;
+}
+
+/* The thread's block, freed by it and asked for again, with its pool as
+ * it was: redone without the lock (alloc-thread.c).  A request of 0 bytes
+ * never matches, the block's request being at least 1. */
+ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t stream, void **ptr_p)
+{
+	struct tcache *tc = tcache_own(a);
+
+	if (tc && tc->req == size && tc->stream == stream &&
+	    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED &&
+	    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
+		__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
+		__atomic_store_n(&tc->pairs, __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) + 1,
+				 __ATOMIC_RELAXED);
+		*ptr_p = (void *)tc->ptr;
+		return 0;
+	}
+	return alloc_locked(a, tc, size, stream, ptr_p);
 }
 
 int alloc_release(struct allocator *a, struct block *b)
@@ -792,25 +802,15 @@ int alloc_release(struct allocator *a, struct block *b)
 	return 0;
 }
 
-static int do_free(struct allocator *a, void *ptr, const char *what)
+static __attribute__((noinline)) int free_locked(struct allocator *a, struct tcache *tc, void *ptr,
+						 const char *what)
 {
 	int rc;
 
 	if (!ptr)
 		return 0;
-	/* The thread's own last block, nothing moved since: undone. */
-	if (a->tkey_ok) {
-		struct tcache *tc = pthread_getspecific(a->tkey);
-
-		if (tc && tc->ptr == (uintptr_t)ptr &&
-		    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_LIVE &&
-		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
-			__atomic_store_n(&tc->state, TC_CACHED, __ATOMIC_RELAXED);
-			return 0;
-		}
-	}
 	alloc_lock(a);
-	tcache_flush_own(a);
+	tcache_flush(a, tc);
 	struct block *b = tcache_lookup(a, (uintptr_t)ptr, true);
 	if (!b)
 		rc = err_set(DEVCACHE_EINVAL,
@@ -822,18 +822,34 @@ static int do_free(struct allocator *a, void *ptr, const char *what)
 	return rc;
 }
 
+/* The thread's own last block, its pool as it was: undone. */
+ALLOC_INLINE int do_free(struct allocator *a, void *ptr, const char *what)
+{
+	struct tcache *tc = tcache_own(a);
+
+	if (tc && tc->ptr == (uintptr_t)ptr &&
+	    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_LIVE &&
+	    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
+		__atomic_store_n(&tc->state, TC_CACHED, __ATOMIC_RELAXED);
+		return 0;
+	}
+	return free_locked(a, tc, ptr, what);
+}
+
 int devcache_alloc(devcache_device_t *dev, size_t size, devcache_stream_t stream, void **ptr_p)
 {
-	if (alloc_check_dev(dev, "devcache_alloc") || !ptr_p)
+	if (__builtin_expect(!dev || !ptr_p, 0)) {
+		alloc_check_dev(dev, "devcache_alloc");
 		return err_set(DEVCACHE_EINVAL, _("devcache_alloc: NULL argument"));
+	}
 	return do_alloc(dev->alloc, size, stream, ptr_p);
 }
 
 int devcache_free(devcache_device_t *dev, void *ptr)
 {
-	int rc = alloc_check_dev(dev, "devcache_free");
-
-	return rc ? rc : do_free(dev->alloc, ptr, "devcache_alloc");
+	if (__builtin_expect(!dev, 0))
+		return alloc_check_dev(dev, "devcache_free");
+	return do_free(dev->alloc, ptr, "devcache_alloc");
 }
 
 int devcache_host_alloc(devcache_device_t *dev, size_t size, void **ptr_p)

@@ -123,10 +123,11 @@ struct tcache {
 	/* The owner's without the lock, atomic; others may set TC_NONE. */
 	int state;                 /* enum tcache_state */
 	uint64_t pairs;            /* undone and redone since the last fold */
-	/* What the block's free changes in current (its undoing), what it
-	 * adds to the accumulated figures, and a free and redo together. */
-	int64_t adj[TS_N], fcum[TS_N], cum[TS_N];
-	size_t merged;             /* the free block the free makes */
+	/* The free block the allocation took (merged: its size, whole: a
+	 * whole segment), from which tcache_figures() says what a free and
+	 * a redo change in the statistics. */
+	size_t size, merged;
+	bool whole;
 	int life;                  /* atomic: alloc-thread.c's TC_ALIVE... */
 	struct tcache *next;       /* the allocator's list, under the lock */
 };
@@ -313,13 +314,22 @@ int alloc_release(struct allocator *a, struct block *b);
 void tcache_init(struct allocator *a);
 /* Every thread's cache emptied and given back, at allocator_destroy(). */
 void tcache_fini(struct allocator *a);
-/* Under the lock, at a call's start: this thread's cache has its block
- * freed if it was freed, and its counts folded in; it holds nothing. */
+/* Under the lock, at a call's start: this thread's cache (tc, or the one
+ * pthread_getspecific() gives) has its block freed if it was freed, and
+ * its counts folded in; it holds nothing. */
+void tcache_flush(struct allocator *a, struct tcache *tc);
 void tcache_flush_own(struct allocator *a);
 /* Under the lock, after a hit that took the free block as a->hit says:
- * b becomes this thread's cache's block, which a free and the same
- * allocation undo and redo without the lock. */
-void tcache_record(struct allocator *a, struct block *b, devcache_stream_t stream);
+ * b becomes the block of this thread's cache (tc, made if NULL), which a
+ * free and the same allocation undo and redo without the lock. */
+void tcache_record(struct allocator *a, struct tcache *tc, struct block *b,
+		   devcache_stream_t stream);
+
+/* This thread's cache of a, if it has one: the first load of a call. */
+static inline struct tcache *tcache_own(const struct allocator *a)
+{
+	return a->tkey_ok ? pthread_getspecific(a->tkey) : NULL;
+}
 /* Under the lock: the block at addr, unless a thread's cache holds it as
  * freed (NULL then, as for a block freed already); a block that another
  * thread's cache holds as allocated leaves that cache. */
