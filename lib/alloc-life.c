@@ -57,8 +57,6 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
 	pthread_mutex_init(&a->lock, &attr);
 	pthread_mutexattr_destroy(&attr);
-	if (t->v[TUN_thread_cache].u.b)
-		tcache_init(a);
 	a->dev = dev;
 	a->kind = kind;
 	a->caching = t->v[TUN_caching].u.b;
@@ -110,6 +108,8 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 		allocator_destroy(a);
 		return rc;
 	}
+	if (t->v[TUN_thread_cache].u.b)
+		tcache_init(a);
 	*a_p = a;
 	return 0;
 }

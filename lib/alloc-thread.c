@@ -68,12 +68,18 @@ static devcache_stat_t *ts_stat(devcache_stats_t *s, int i)
 	}
 }
 
+__thread struct tcache *tcache_last;
+
 /* The thread's exit: the allocator, if it is still there, takes the
- * cache's block back at its next registration or at its end. */
+ * cache's block back at its next registration or at its end.  A later
+ * call of the thread (another key's destructor) looks its cache up again,
+ * and makes a new one. */
 static void tcache_exit(void *p)
 {
 	struct tcache *tc = p;
 
+	if (tcache_last == tc)
+		tcache_last = NULL;
 	if (__atomic_exchange_n(&tc->life, TC_EXITED, __ATOMIC_ACQ_REL) == TC_ORPHAN)
 		free(tc);
 }
@@ -81,6 +87,10 @@ static void tcache_exit(void *p)
 void tcache_init(struct allocator *a)
 {
 	a->tkey_ok = pthread_key_create(&a->tkey, tcache_exit) == 0;
+	/* Where a free or the allocation does more than the undoing says
+	 * (garbage collection ages blocks, a trace records each call,
+	 * expandable segments map pages), every call is done. */
+	a->tc_policy = a->tkey_ok && a->caching && !a->gc_active && !a->trace && !a->expandable;
 }
 
 /* What the statistics of the small pool move, in the order of TS_*: adj
@@ -112,10 +122,8 @@ static void tcache_figures(const struct tcache *tc, int64_t adj[TS_N], int64_t f
 /* Fold the redone pairs into the kept statistics and make a cached free
  * real; the cache then holds nothing.  Under the lock, by the owner or for
  * a thread that is gone. */
-void tcache_flush(struct allocator *a, struct tcache *tc)
+void tcache_fold(struct allocator *a, struct tcache *tc)
 {
-	if (!tc)
-		return;
 	uint64_t pairs = __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED);
 	int state = __atomic_load_n(&tc->state, __ATOMIC_RELAXED);
 
@@ -173,21 +181,19 @@ static struct tcache *tcache_new(struct allocator *a)
 		free(tc);
 		return NULL;
 	}
+	tc->a = a;
 	tc->next = a->tcaches;
 	a->tcaches = tc;
+	tcache_last = tc;
 	return tc;
 }
 
 void tcache_record(struct allocator *a, struct tcache *tc, struct block *b,
 		   devcache_stream_t stream)
 {
-	/* Where a free or the allocation does more than the undoing says
-	 * (garbage collection ages blocks, a trace records each call, events
-	 * may complete, expandable segments map pages), every call is done. */
-	if (!a->tkey_ok || !a->hit || !a->caching || a->gc_active || a->trace || a->expandable ||
-	    a->events_head || !b->seg->small || b->size >= a->max_split_size || b->uses)
-		return;
-	if (!tc && !(tc = tcache_new(a)))
+	/* Pending events may complete, and free blocks, at any call. */
+	if (!tc || tc->freed_req != b->requested || !a->tc_policy || !a->hit || a->events_head ||
+	    !b->seg->small || b->size >= a->max_split_size)
 		return;
 	tc->size = b->size;
 	tc->merged = a->hit_size;
@@ -202,21 +208,28 @@ void tcache_record(struct allocator *a, struct tcache *tc, struct block *b,
 	__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
 }
 
-struct block *tcache_lookup(struct allocator *a, uintptr_t addr, bool take)
+struct block *tcache_claim(struct allocator *a, struct block *b, bool take)
 {
-	struct block *b = table_find(a, addr);
-
-	if (b && b->tc) {
-		if (__atomic_load_n(&b->tc->state, __ATOMIC_RELAXED) == TC_CACHED)
-			return NULL;
-		/* Freed, or used on another stream, by another thread than
-		 * its own: its cache lets it go, and its free is done with
-		 * the lock. */
-		__atomic_store_n(&b->tc->state, TC_NONE, __ATOMIC_RELAXED);
-		b->tc->b = NULL;
-		b->tc = NULL;
+	if (__atomic_load_n(&b->tc->state, __ATOMIC_RELAXED) == TC_CACHED) {
+		/* Allocated still, for the allocator. */
+		if (take)
+			table_insert(a, b);
+		return NULL;
 	}
-	return take && b ? table_take(a, addr) : b;
+	/* Freed, or used on another stream, by another thread than its
+	 * own: its cache lets it go, and its free is done with the lock. */
+	__atomic_store_n(&b->tc->state, TC_NONE, __ATOMIC_RELAXED);
+	b->tc->b = NULL;
+	b->tc = NULL;
+	return b;
+}
+
+struct tcache *tcache_freed(struct allocator *a, struct tcache *tc, size_t requested)
+{
+	if (!tc && (!a->tc_policy || !(tc = tcache_new(a))))
+		return NULL;
+	tc->freed_req = requested;
+	return tc;
 }
 
 void tcache_stop_all(struct allocator *a)
@@ -262,12 +275,19 @@ void tcache_fini(struct allocator *a)
 		struct tcache *tc = a->tcaches;
 
 		a->tcaches = tc->next;
-		/* A thread still running keeps its struct: its exit frees it
-		 * if it is under way now; a later one, with the key gone,
-		 * cannot, so a program that closes the context before its
-		 * threads end loses one small struct per such thread. */
-		if (tc == own ||
-		    __atomic_exchange_n(&tc->life, TC_ORPHAN, __ATOMIC_ACQ_REL) == TC_EXITED)
+		/* A thread still running keeps its struct, which belongs
+		 * to no allocator now, should another be made where a was.
+		 * Its exit frees it if it is under way now; a later one,
+		 * with the key gone, cannot, so a program that closes the
+		 * context before its threads end loses one small struct per
+		 * such thread.  This thread's own is freed here. */
+		if (tc == own) {
+			if (tcache_last == tc)
+				tcache_last = NULL;
 			free(tc);
+		} else if (tc->a = NULL,
+			   __atomic_exchange_n(&tc->life, TC_ORPHAN, __ATOMIC_ACQ_REL) == TC_EXITED) {
+			free(tc);
+		}
 	}
 }

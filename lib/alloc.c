@@ -760,7 +760,7 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, struct tc
 	rc = allocate_hit(a, size, stream, ptr_p);
 	if (rc == ALLOC_MISSED)
 		rc = allocate(a, size, stream, ptr_p);
-	if (rc == 0)
+	if (rc == 0 && tc && tc->freed_req == size)
 		tcache_record(a, tc, a->hit_block, stream);
 	alloc_unlock(a);
 	return rc;
@@ -785,7 +785,7 @@ ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t st
 	return alloc_locked(a, tc, size, stream, ptr_p);
 }
 
-int alloc_release(struct allocator *a, struct block *b)
+ALLOC_INLINE int release_block(struct allocator *a, struct block *b)
 {
 	bool small = b->seg->small;
 
@@ -802,6 +802,11 @@ int alloc_release(struct allocator *a, struct block *b)
 	return 0;
 }
 
+int alloc_release(struct allocator *a, struct block *b)
+{
+	return release_block(a, b);
+}
+
 static __attribute__((noinline)) int free_locked(struct allocator *a, struct tcache *tc, void *ptr,
 						 const char *what)
 {
@@ -812,12 +817,17 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, struct tca
 	alloc_lock(a);
 	tcache_flush(a, tc);
 	struct block *b = tcache_lookup(a, (uintptr_t)ptr, true);
-	if (!b)
+	if (!b) {
 		rc = err_set(DEVCACHE_EINVAL,
 			     _("%s: %p was not allocated by %s on this device, or was freed already"),
 			     a->dev->id, ptr, what);
-	else
-		rc = alloc_release(a, b);
+	} else {
+		if (tc)
+			tc->freed_req = b->requested;
+		else
+			tcache_freed(a, NULL, b->requested);
+		rc = release_block(a, b);
+	}
 	alloc_unlock(a);
 	return rc;
 }

@@ -128,7 +128,12 @@ struct tcache {
 	 * a redo change in the statistics. */
 	size_t size, merged;
 	bool whole;
+	/* The size asked for of the last block this thread freed with the
+	 * lock: a hit of that size again is recorded, others are not, so
+	 * that calls that do not repeat pay for no record. */
+	size_t freed_req;
 	int life;                  /* atomic: alloc-thread.c's TC_ALIVE... */
+	const struct allocator *a; /* whose cache it is; NULL once that is gone */
 	struct tcache *next;       /* the allocator's list, under the lock */
 };
 
@@ -136,6 +141,7 @@ struct allocator {
 	pthread_mutex_t lock;
 	pthread_key_t tkey;   /* this thread's struct tcache */
 	bool tkey_ok;         /* tkey was made: thread caches are on */
+	bool tc_policy;       /* and nothing but the search decides a hit */
 	struct tcache *tcaches; /* every thread's, under the lock */
 	/* The allocation under way was a hit: the free block it took, as it
 	 * was, for alloc-thread.c's record of what its undoing would do. */
@@ -317,23 +323,67 @@ void tcache_fini(struct allocator *a);
 /* Under the lock, at a call's start: this thread's cache (tc, or the one
  * pthread_getspecific() gives) has its block freed if it was freed, and
  * its counts folded in; it holds nothing. */
-void tcache_flush(struct allocator *a, struct tcache *tc);
+void tcache_fold(struct allocator *a, struct tcache *tc);
+static inline void tcache_flush(struct allocator *a, struct tcache *tc)
+{
+	if (!tc || __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED))
+		goto fold;
+	/* The common case: a block allocated, not redone, let go. */
+	switch (__atomic_load_n(&tc->state, __ATOMIC_RELAXED)) {
+	case TC_NONE:
+		return;
+	case TC_LIVE:
+		tc->b->tc = NULL;
+		tc->b = NULL;
+		tc->ptr = 0;
+		__atomic_store_n(&tc->state, TC_NONE, __ATOMIC_RELAXED);
+		return;
+	default:
+		break;
+	}
+fold:
+	if (tc)
+		tcache_fold(a, tc);
+}
 void tcache_flush_own(struct allocator *a);
 /* Under the lock, after a hit that took the free block as a->hit says:
- * b becomes the block of this thread's cache (tc, made if NULL), which a
- * free and the same allocation undo and redo without the lock. */
+ * b becomes the block of this thread's cache tc, if the last block the
+ * thread freed with the lock was asked for with the same size; a free
+ * and the same allocation then undo and redo it without the lock. */
 void tcache_record(struct allocator *a, struct tcache *tc, struct block *b,
 		   devcache_stream_t stream);
+
+/* The cache this thread used last, of whichever allocator: a call on the
+ * same allocator finds its cache without pthread_getspecific().  Only its
+ * thread frees it while the thread runs, and clears this first; a cache
+ * that outlives its allocator has its a cleared (alloc-thread.c). */
+extern __thread struct tcache *tcache_last __attribute__((tls_model("initial-exec")));
 
 /* This thread's cache of a, if it has one: the first load of a call. */
 static inline struct tcache *tcache_own(const struct allocator *a)
 {
-	return a->tkey_ok ? pthread_getspecific(a->tkey) : NULL;
+	struct tcache *tc = tcache_last;
+
+	if (tc && tc->a == a)
+		return tc;
+	if (!a->tkey_ok || !(tc = pthread_getspecific(a->tkey)))
+		return NULL;
+	tcache_last = tc;
+	return tc;
 }
 /* Under the lock: the block at addr, unless a thread's cache holds it as
  * freed (NULL then, as for a block freed already); a block that another
  * thread's cache holds as allocated leaves that cache. */
-struct block *tcache_lookup(struct allocator *a, uintptr_t addr, bool take);
+struct block *tcache_claim(struct allocator *a, struct block *b, bool take);
+static inline struct block *tcache_lookup(struct allocator *a, uintptr_t addr, bool take)
+{
+	struct block *b = take ? table_take(a, addr) : table_find(a, addr);
+
+	return b && b->tc ? tcache_claim(a, b, take) : b;
+}
+/* Under the lock, after a free with the lock: b's requested size, for
+ * tcache_record(); the cache is made if there is none. */
+struct tcache *tcache_freed(struct allocator *a, struct tcache *tc, size_t requested);
 /* Under the lock: what the thread caches add to the kept statistics,
  * as figures to add to current and allocated, and the largest free
  * block they hold (the rest zero). */
