@@ -175,8 +175,12 @@ static struct tcache *tcache_new(struct allocator *a)
 	struct tcache *tc;
 
 	tcache_reap(a);
-	if (!(tc = calloc(1, sizeof *tc)))
+	/* Cache lines of its own: the owner writes it on every redo, and
+	 * another thread's cache beside it would share those writes. */
+	size_t size = round_up(sizeof *tc, 64);
+	if (!(tc = aligned_alloc(64, size)))
 		return NULL;
+	memset(tc, 0, size);
 	if (pthread_setspecific(a->tkey, tc)) {
 		free(tc);
 		return NULL;
