@@ -86,11 +86,14 @@ static void tcache_exit(void *p)
 
 void tcache_init(struct allocator *a)
 {
-	a->tkey_ok = pthread_key_create(&a->tkey, tcache_exit) == 0;
 	/* Where a free or the allocation does more than the undoing says
 	 * (garbage collection ages blocks, a trace records each call,
-	 * expandable segments map pages), every call is done. */
-	a->tc_policy = a->tkey_ok && a->caching && !a->gc_active && !a->trace && !a->expandable;
+	 * expandable segments map pages), every call is done, and no thread
+	 * has a cache to look for. */
+	if (!a->caching || a->gc_active || a->trace || a->expandable)
+		return;
+	a->tkey_ok = pthread_key_create(&a->tkey, tcache_exit) == 0;
+	a->tc_policy = a->tkey_ok;
 }
 
 /* What the statistics of the small pool move, in the order of TS_*: adj
