@@ -29,7 +29,7 @@ tests_test_alloc_threads_SOURCES = tests/test-alloc-threads.c tests/alloc-check.
 tests_test_alloc_threads_CFLAGS = $(test_cflags)
 tests_test_alloc_threads_LDADD = $(test_ldadd)
 tests_test_alloc_tcache_SOURCES = tests/test-alloc-tcache.c tests/alloc-check.h tests/alloc-fixture.h \
-	tests/tap.h
+	tests/arena-base.h tests/tap.h
 tests_test_alloc_tcache_CFLAGS = $(test_cflags)
 tests_test_alloc_tcache_LDADD = $(test_ldadd) -lpthread -ldl
 endif
@@ -42,7 +42,7 @@ check_PROGRAMS += tests/test-alloc-pytorch
 TESTS += tests/test-alloc-pytorch
 tests_test_alloc_pytorch_SOURCES = tests/test-alloc-pytorch.c tests/pytorch-traces.c \
 	tests/pytorch-traces.h tests/pytorch-model.c tests/pytorch-model-expand.c \
-	tests/pytorch-model.h tests/pytorch-model-internal.h tests/first-fit.h tests/tap.h
+	tests/pytorch-model.h tests/pytorch-model-internal.h tests/first-fit.h tests/arena-base.h tests/tap.h
 tests_test_alloc_pytorch_CFLAGS = $(test_cflags)
 tests_test_alloc_pytorch_LDADD = $(test_ldadd)
 endif

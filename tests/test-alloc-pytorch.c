@@ -8,6 +8,7 @@
 
 #include <devcache.h>
 
+#include "arena-base.h"
 #include "pytorch-model.h"
 #include "pytorch-traces.h"
 
@@ -224,23 +225,6 @@ struct divergence {
 	size_t at[F_COUNT + 1]; /* [F_COUNT]: addresses; SIZE_MAX: never */
 	int64_t lib[F_COUNT + 1], model[F_COUNT + 1];
 };
-
-static uintptr_t arena_base(void)
-{
-	char path[4096];
-	void *module;
-	uintptr_t (*base)(void);
-
-	snprintf(path, sizeof path, "%s/arena.so", test_env("TEST_ARENA"));
-	if (!(module = dlopen(path, RTLD_NOW | RTLD_NOLOAD)))
-		fail_msg("the arena module is not loaded: %s", dlerror());
-	*(void **)&base = dlsym(module, "arena_base");
-	assert_non_null(base);
-	uintptr_t at = base();
-	dlclose(module);
-	assert_true(at != 0);
-	return at;
-}
 
 /* The message for a case that diverged: every figure that differs at the
  * first event where any does, then where each other one first differs. */

@@ -13,6 +13,7 @@
 #include <devcache.h>
 
 #include "alloc-check.h"
+#include "arena-base.h"
 
 /* This thread's cache of f's allocator, or NULL before its first hit. */
 static struct tcache *own_cache(struct fx *f)
@@ -25,6 +26,18 @@ static uint64_t redos(struct fx *f)
 	struct tcache *tc = own_cache(f);
 
 	return tc ? __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) : 0;
+}
+
+/* A 4 KiB block that this thread's cache holds as allocated: a miss, a
+ * free with the lock (which names the size), then a hit, recorded. */
+static void *cached_block(struct fx *f, devcache_stream_t stream)
+{
+	void *p = fx_alloc(f, 4096, stream);
+
+	fx_free(f, p);
+	assert_ptr_equal(fx_alloc(f, 4096, stream), p);
+	assert_int_equal(own_cache(f)->state, TC_LIVE);
+	return p;
 }
 
 /* Every figure of two statistics, one by one, naming the first that differs. */
@@ -58,26 +71,6 @@ static void assert_same_stats(const devcache_stats_t *x, const devcache_stats_t 
 	assert_int_equal(x->largest_free_block, y->largest_free_block);
 	assert_int_equal(x->oversize_allocations.current, y->oversize_allocations.current);
 	assert_int_equal(x->oversize_segments.current, y->oversize_segments.current);
-}
-
-/* The arena test device's addresses are first-fit from its base, the
- * same for the same calls: two contexts, one after the other, can be
- * compared address for address. */
-static uintptr_t arena_base(void)
-{
-	char path[4096];
-	void *module;
-	uintptr_t (*base)(void);
-
-	snprintf(path, sizeof path, "%s/arena.so", test_env("TEST_ARENA"));
-	if (!(module = dlopen(path, RTLD_NOW | RTLD_NOLOAD)))
-		fail_msg("the arena module is not loaded: %s", dlerror());
-	*(void **)&base = dlsym(module, "arena_base");
-	assert_non_null(base);
-	uintptr_t at = base();
-	dlclose(module);
-	assert_true(at != 0);
-	return at;
 }
 
 enum { SLOTS = 12, STEPS = 20000 };
@@ -197,9 +190,7 @@ static void redo_is_counted(void **state)
 
 	(void)state;
 	fx_open(&f, "good:0", NULL);
-	void *p = fx_alloc(&f, 4096, NULL);
-	fx_free(&f, p);
-	assert_ptr_equal(fx_alloc(&f, 4096, NULL), p); /* a hit, recorded */
+	void *p = cached_block(&f, NULL);
 	assert_int_equal(redos(&f), 0);
 	for (int i = 0; i < 100; i++) {
 		fx_free(&f, p);
@@ -245,9 +236,7 @@ static void double_free(void **state)
 
 	(void)state;
 	fx_open(&f, "good:0", NULL);
-	void *p = fx_alloc(&f, 4096, NULL);
-	fx_free(&f, p);
-	p = fx_alloc(&f, 4096, NULL);
+	void *p = cached_block(&f, NULL);
 	fx_free(&f, p);
 	assert_int_equal(own_cache(&f)->state, TC_CACHED);
 	assert_int_equal(devcache_free(f.dev, p), DEVCACHE_EINVAL);
@@ -300,10 +289,7 @@ static void other_threads(void **state)
 
 	(void)state;
 	fx_open(&f, "good:0", NULL);
-	void *p = fx_alloc(&f, 4096, NULL);
-	fx_free(&f, p);
-	p = fx_alloc(&f, 4096, NULL);
-	assert_int_equal(own_cache(&f)->state, TC_LIVE);
+	void *p = cached_block(&f, NULL);
 
 	struct other o = {.f = &f, .p = p};
 	assert_int_equal(pthread_create(&t, NULL, other_free, &o), 0);
@@ -362,9 +348,7 @@ static void other_thread_changes_pool(void **state)
 	(void)state;
 	fx_open(&f, "good:0", NULL);
 	assert_int_equal(devcache_stream_create(f.dev, &s2), 0);
-	void *p = fx_alloc(&f, 4096, NULL);
-	fx_free(&f, p);
-	p = fx_alloc(&f, 4096, NULL);
+	void *p = cached_block(&f, NULL);
 	fx_free(&f, p);
 	assert_int_equal(own_cache(&f)->state, TC_CACHED);
 
@@ -405,10 +389,7 @@ static void record_stream(void **state)
 	(void)state;
 	fx_open(&f, "good:0", NULL);
 	assert_int_equal(devcache_stream_create(f.dev, &s2), 0);
-	void *p = fx_alloc(&f, 4096, NULL);
-	fx_free(&f, p);
-	p = fx_alloc(&f, 4096, NULL);
-	assert_int_equal(own_cache(&f)->state, TC_LIVE);
+	void *p = cached_block(&f, NULL);
 	assert_int_equal(devcache_record_stream(f.dev, p, s2), 0);
 	assert_int_equal(own_cache(&f)->state, TC_NONE);
 	fx_free(&f, p);
