@@ -18,10 +18,13 @@
  * result, address and statistic is what PyTorch's policy gives, as the
  * differential test checks.  Nothing else decides a hit: garbage
  * collection, traces, pending events and expandable segments, which do,
- * leave the cache off.
+ * leave the cache off.  A hit is recorded only when the thread's last
+ * free with the lock was of the same size, so that calls that do not
+ * repeat (most of a decoding trace) pay for no record.
  *
  * With several threads a cached free of one thread is done, for the
- * others, at that thread's next call that takes the lock (or its exit):
+ * others, at that thread's next call that takes the lock, or after its
+ * exit at the next release, statistics read or new cache (tcache_reap):
  * every result is what the policy gives for an order of the calls that
  * keeps each thread's own order, which is what any order of threads taking
  * one lock gives; only the order is not always the order in time.  The
@@ -32,8 +35,9 @@
  * not see.
  *
  * The fast path takes no lock and writes nothing that another thread
- * writes: the thread's struct tcache, found by pthread_getspecific(), and
- * a load of the pool's version, which other threads write only when they
+ * writes: the thread's struct tcache, found through tcache_last (or
+ * pthread_getspecific() when the thread used another allocator last), on
+ * cache lines of its own, and a load of the pool's version, which other threads write only when they
  * change that pool.  Another thread writes a cache only under the lock,
  * to take back a block that it frees or names a stream for (TC_NONE); a
  * reset of the peaks raises every version, so that every redo after it
