@@ -89,7 +89,7 @@ int devcache_record_stream(devcache_device_t *dev, void *ptr, devcache_stream_t 
 	if (rc)
 		return rc;
 	a = dev->alloc;
-	alloc_lock(a);
+	pthread_mutex_lock(&a->lock);
 	tcache_flush_own(a);
 	struct block *b = tcache_lookup(a, (uintptr_t)ptr, false);
 	if (!b) {
@@ -112,7 +112,7 @@ int devcache_record_stream(devcache_device_t *dev, void *ptr, devcache_stream_t 
 			}
 		}
 	}
-	alloc_unlock(a);
+	pthread_mutex_unlock(&a->lock);
 	return rc;
 }
 

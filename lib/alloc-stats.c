@@ -54,7 +54,7 @@ void allocator_stats(struct allocator *a, devcache_stats_t *out)
 	size_t largest = 0;
 	devcache_stats_t extra;
 
-	alloc_lock(a);
+	pthread_mutex_lock(&a->lock);
 	/* The blocks of threads that have ended are freed first, so that
 	 * the figures and the blocks agree once the threads are done. */
 	tcache_reap(a);
@@ -68,7 +68,7 @@ void allocator_stats(struct allocator *a, devcache_stats_t *out)
 		largest = s > largest ? s : largest;
 		largest = l > largest ? l : largest;
 	}
-	alloc_unlock(a);
+	pthread_mutex_unlock(&a->lock);
 #define ARRAY_PUBLIC(name) array_public(out->name);
 	EACH_STAT_ARRAY(ARRAY_PUBLIC)
 #undef ARRAY_PUBLIC
@@ -114,7 +114,7 @@ static void reset(struct allocator *a, bool peaks)
 {
 	devcache_stats_t x;
 
-	alloc_lock(a);
+	pthread_mutex_lock(&a->lock);
 	tcache_flush_own(a);
 	tcache_stop_all(a);
 	tcache_extra(a, &x);
@@ -132,7 +132,7 @@ static void reset(struct allocator *a, bool peaks)
 		s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
 		s->num_device_alloc = s->num_device_free = 0;
 	}
-	alloc_unlock(a);
+	pthread_mutex_unlock(&a->lock);
 }
 
 int devcache_reset_peak(devcache_device_t *dev)
@@ -177,14 +177,14 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 	struct allocator *a = dev->alloc;
 	size_t n = 0, i = 0;
 
-	alloc_lock(a);
+	pthread_mutex_lock(&a->lock);
 	tcache_flush_own(a);
 	tcache_reap(a);
 	for (struct segment *s = a->segments; s; s = s->snext)
 		n++;
 	struct segment **segs = malloc((n ? n : 1) * sizeof *segs);
 	if (!segs) {
-		alloc_unlock(a);
+		pthread_mutex_unlock(&a->lock);
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	}
 	for (struct segment *s = a->segments; s; s = s->snext)
@@ -209,7 +209,7 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 		fprintf(out, "]}");
 	}
 	fprintf(out, "%s]}\n", n ? "\n" : "");
-	alloc_unlock(a);
+	pthread_mutex_unlock(&a->lock);
 	free(segs);
 	return ferror(out) ? err_set(DEVCACHE_EIO, _("devcache_snapshot: write error")) : 0;
 }

@@ -97,7 +97,6 @@ void tcache_init(struct allocator *a)
 	if (!a->caching || a->gc_active || a->trace || a->expandable)
 		return;
 	a->tkey_ok = pthread_key_create(&a->tkey, tcache_exit) == 0;
-	a->tc_policy = a->tkey_ok;
 }
 
 /* What the statistics of the small pool move, in the order of TS_*: adj
@@ -145,15 +144,12 @@ void tcache_fold(struct allocator *a, struct tcache *tc)
 	if (state != TC_NONE) {
 		struct block *b = tc->b;
 
-		b->tc = NULL;
+		tcache_detach(tc);
 		if (state == TC_CACHED) {
 			table_take(a, b->addr);
 			alloc_release(a, b);
 		}
-		__atomic_store_n(&tc->state, TC_NONE, __ATOMIC_RELAXED);
 	}
-	tc->b = NULL;
-	tc->ptr = 0;
 }
 
 void tcache_flush_own(struct allocator *a)
@@ -177,10 +173,12 @@ void tcache_reap(struct allocator *a)
 
 /* A new cache for this thread, on the allocator's list; the caches of
  * threads that have exited are emptied and freed meanwhile. */
-static struct tcache *tcache_new(struct allocator *a)
+struct tcache *tcache_new(struct allocator *a)
 {
 	struct tcache *tc;
 
+	if (!a->tkey_ok)
+		return NULL;
 	tcache_reap(a);
 	/* Cache lines of its own: the owner writes it on every redo, and
 	 * another thread's cache beside it would share those writes. */
@@ -203,8 +201,7 @@ void tcache_record(struct allocator *a, struct tcache *tc, struct block *b,
 		   devcache_stream_t stream)
 {
 	/* Pending events may complete, and free blocks, at any call. */
-	if (!tc || tc->freed_req != b->requested || !a->tc_policy || !a->hit || a->events_head ||
-	    !b->seg->small || b->size >= a->max_split_size)
+	if (!a->hit || a->events_head || !b->seg->small || b->size >= a->max_split_size)
 		return;
 	tc->size = b->size;
 	tc->merged = a->hit_size;
@@ -229,18 +226,8 @@ struct block *tcache_claim(struct allocator *a, struct block *b, bool take)
 	}
 	/* Freed, or used on another stream, by another thread than its
 	 * own: its cache lets it go, and its free is done with the lock. */
-	__atomic_store_n(&b->tc->state, TC_NONE, __ATOMIC_RELAXED);
-	b->tc->b = NULL;
-	b->tc = NULL;
+	tcache_detach(b->tc);
 	return b;
-}
-
-struct tcache *tcache_freed(struct allocator *a, struct tcache *tc, size_t requested)
-{
-	if (!tc && (!a->tc_policy || !(tc = tcache_new(a))))
-		return NULL;
-	tc->freed_req = requested;
-	return tc;
 }
 
 void tcache_stop_all(struct allocator *a)

@@ -692,9 +692,9 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 			char driver_why[sizeof a->driver_why];
 
 			memcpy(driver_why, a->driver_why, sizeof driver_why);
-			alloc_unlock(a);
+			pthread_mutex_unlock(&a->lock);
 			size_t freed = call_pressure(ctx, a->dev, seg);
-			alloc_lock(a);
+			pthread_mutex_lock(&a->lock);
 			a->driver_rc = driver_rc;
 			memcpy(a->driver_why, driver_why, sizeof driver_why);
 			if (freed) {
@@ -754,7 +754,7 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, struct tc
 	}
 	if (size > SIZE_MAX / 2)
 		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes"), a->dev->id, size);
-	alloc_lock(a);
+	pthread_mutex_lock(&a->lock);
 	tcache_flush(a, tc);
 	a->hit = false;
 	rc = allocate_hit(a, size, stream, ptr_p);
@@ -762,7 +762,7 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, struct tc
 		rc = allocate(a, size, stream, ptr_p);
 	if (rc == 0 && tc && tc->freed_req == size)
 		tcache_record(a, tc, a->hit_block, stream);
-	alloc_unlock(a);
+	pthread_mutex_unlock(&a->lock);
 	return rc;
 }
 
@@ -814,7 +814,7 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, struct tca
 
 	if (!ptr)
 		return 0;
-	alloc_lock(a);
+	pthread_mutex_lock(&a->lock);
 	tcache_flush(a, tc);
 	struct block *b = tcache_lookup(a, (uintptr_t)ptr, true);
 	if (!b) {
@@ -822,13 +822,11 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, struct tca
 			     _("%s: %p was not allocated by %s on this device, or was freed already"),
 			     a->dev->id, ptr, what);
 	} else {
-		if (tc)
+		if (tc || (tc = tcache_new(a)))
 			tc->freed_req = b->requested;
-		else
-			tcache_freed(a, NULL, b->requested);
 		rc = release_block(a, b);
 	}
-	alloc_unlock(a);
+	pthread_mutex_unlock(&a->lock);
 	return rc;
 }
 
@@ -878,10 +876,10 @@ int devcache_host_free(devcache_device_t *dev, void *ptr)
 
 static int empty(struct allocator *a)
 {
-	alloc_lock(a);
+	pthread_mutex_lock(&a->lock);
 	tcache_flush_own(a);
 	release_cached(a);
-	alloc_unlock(a);
+	pthread_mutex_unlock(&a->lock);
 	return 0;
 }
 

@@ -141,7 +141,6 @@ struct allocator {
 	pthread_mutex_t lock;
 	pthread_key_t tkey;   /* this thread's struct tcache */
 	bool tkey_ok;         /* tkey was made: thread caches are on */
-	bool tc_policy;       /* and nothing but the search decides a hit */
 	struct tcache *tcaches; /* every thread's, under the lock */
 	/* The allocation under way was a hit: the free block it took, as it
 	 * was, for alloc-thread.c's record of what its undoing would do. */
@@ -301,16 +300,6 @@ size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need);
 /* alloc-stats.c */
 void allocator_stats(struct allocator *a, devcache_stats_t *out);
 
-static inline void alloc_lock(struct allocator *a)
-{
-	pthread_mutex_lock(&a->lock);
-}
-
-static inline void alloc_unlock(struct allocator *a)
-{
-	pthread_mutex_unlock(&a->lock);
-}
-
 /* alloc.c: free a block taken from the address table, under the lock:
  * its statistics and trace, then back to its pool or deferred. */
 int alloc_release(struct allocator *a, struct block *b);
@@ -324,32 +313,36 @@ void tcache_fini(struct allocator *a);
  * pthread_getspecific() gives) has its block freed if it was freed, and
  * its counts folded in; it holds nothing. */
 void tcache_fold(struct allocator *a, struct tcache *tc);
+/* The cache lets its block go, which stays as it is for the allocator. */
+static inline void tcache_detach(struct tcache *tc)
+{
+	__atomic_store_n(&tc->state, TC_NONE, __ATOMIC_RELAXED);
+	tc->b->tc = NULL;
+	tc->b = NULL;
+	tc->ptr = 0;
+}
+
 static inline void tcache_flush(struct allocator *a, struct tcache *tc)
 {
-	if (!tc || __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED))
-		goto fold;
-	/* The common case: a block allocated, not redone, let go. */
-	switch (__atomic_load_n(&tc->state, __ATOMIC_RELAXED)) {
-	case TC_NONE:
+	if (!tc)
 		return;
-	case TC_LIVE:
-		tc->b->tc = NULL;
-		tc->b = NULL;
-		tc->ptr = 0;
-		__atomic_store_n(&tc->state, TC_NONE, __ATOMIC_RELAXED);
+	int state = __atomic_load_n(&tc->state, __ATOMIC_RELAXED);
+
+	/* The common cases inline: nothing held, or a block allocated and
+	 * not redone, let go. */
+	if (!__atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) && state != TC_CACHED) {
+		if (state == TC_LIVE)
+			tcache_detach(tc);
 		return;
-	default:
-		break;
 	}
-fold:
-	if (tc)
-		tcache_fold(a, tc);
+	tcache_fold(a, tc);
 }
 void tcache_flush_own(struct allocator *a);
-/* Under the lock, after a hit that took the free block as a->hit says:
- * b becomes the block of this thread's cache tc, if the last block the
- * thread freed with the lock was asked for with the same size; a free
- * and the same allocation then undo and redo it without the lock. */
+/* Under the lock, after a hit that took the free block as a->hit says,
+ * called when the last block the thread freed with the lock was asked
+ * for with the same size: b becomes the block of this thread's cache tc,
+ * which a free and the same allocation then undo and redo without the
+ * lock. */
 void tcache_record(struct allocator *a, struct tcache *tc, struct block *b,
 		   devcache_stream_t stream);
 
@@ -381,9 +374,9 @@ static inline struct block *tcache_lookup(struct allocator *a, uintptr_t addr, b
 
 	return b && b->tc ? tcache_claim(a, b, take) : b;
 }
-/* Under the lock, after a free with the lock: b's requested size, for
- * tcache_record(); the cache is made if there is none. */
-struct tcache *tcache_freed(struct allocator *a, struct tcache *tc, size_t requested);
+/* Under the lock: a cache for this thread, which has none; NULL where
+ * the thread caches are off or memory is short. */
+struct tcache *tcache_new(struct allocator *a);
 /* Under the lock: what the thread caches add to the kept statistics,
  * as figures to add to current and allocated, and the largest free
  * block they hold (the rest zero). */
