@@ -40,7 +40,7 @@ static void hole_remove(struct segment *seg, struct block *b)
 }
 
 /* Take b out of its segment's address list and delete it. */
-static void unlink_block(struct allocator *a, struct block *b)
+static void unlink_block(struct block *b)
 {
 	if (b->prev)
 		b->prev->next = b->next;
@@ -48,7 +48,7 @@ static void unlink_block(struct allocator *a, struct block *b)
 		b->seg->first = b->next;
 	if (b->next)
 		b->next->prev = b->prev;
-	block_delete(a, b);
+	block_delete(b->seg->pool, b);
 }
 
 /* Put n into the address list of at's segment, just after at; n covers
@@ -123,7 +123,7 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 	size_t size = round_up(a->vm_space, page);
 	struct segment *seg = calloc(1, sizeof *seg);
 	void **pages = calloc(size / gran, sizeof *pages);
-	struct block *b = seg && pages ? block_new(a) : NULL;
+	struct block *b = seg && pages ? block_new(pool) : NULL;
 	void *va;
 
 	if (!b) {
@@ -135,7 +135,7 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 	if (bk_vm_reserve(a->dev, size, &va)) {
 		free(seg);
 		free(pages);
-		block_delete(a, b);
+		block_delete(pool, b);
 		return NULL;
 	}
 	*seg = (struct segment){.base = (uintptr_t)va, .size = size, .handle = va, .pool = pool,
@@ -174,7 +174,7 @@ static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes
 		*capped = true;
 		return NULL;
 	}
-	nb = map < h->size ? block_new(a) : h;
+	nb = map < h->size ? block_new(seg->pool) : h;
 	if (!nb) {
 		err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 		return NULL;
@@ -205,7 +205,7 @@ static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes
 		while (i--)
 			unmap_page(a, seg, first + i, spares);
 		if (nb != h)
-			block_delete(a, nb);
+			block_delete(seg->pool, nb);
 		err_set(DEVCACHE_ENOMEM, "%s", a->driver_why);
 		return NULL;
 	}
@@ -349,9 +349,10 @@ static size_t expandable_release(struct allocator *a, struct block *b, size_t un
 
 	if (hi <= lo)
 		return 0;
-	if ((lo > b->addr && !(head = block_new(a))) || (hi < end && !(tail = block_new(a)))) {
+	if ((lo > b->addr && !(head = block_new(seg->pool))) ||
+	    (hi < end && !(tail = block_new(seg->pool)))) {
 		if (head)
-			block_delete(a, head);
+			block_delete(seg->pool, head);
 		return 0; /* no metadata: keep the memory cached */
 	}
 	take_free(a, b);
@@ -376,14 +377,14 @@ static size_t expandable_release(struct allocator *a, struct block *b, size_t un
 		hole_remove(seg, p);
 		b->addr = p->addr;
 		b->size += p->size;
-		unlink_block(a, p);
+		unlink_block(p);
 	}
 	if (b->next && b->next->unmapped) {
 		struct block *n = b->next;
 
 		hole_remove(seg, n);
 		b->size += n->size;
-		unlink_block(a, n);
+		unlink_block(n);
 	}
 	if (head)
 		make_free(a, head);

@@ -121,7 +121,9 @@ void allocator_destroy(struct allocator *a)
 	tcache_fini(a);
 	if (a->events_head)
 		process_events(a, true);
-	size_t live = a->table_used;
+	size_t live = 0;
+	for (size_t i = 0; i < a->n_pools; i++)
+		live += a->pools[i]->table_used;
 	if (live)
 		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_WARNING,
 			_("%s: %zu block(s) still allocated when the context closed"), a->dev->id,
@@ -137,13 +139,16 @@ void allocator_destroy(struct allocator *a)
 			alloc_driver_free(a, seg->handle);
 		free(seg);
 	}
-	for (size_t i = 0; i < a->n_pools; i++)
-		free(a->pools[i]);
-	for (size_t i = 0; i < a->n_slabs; i++)
-		free(a->slabs[i]);
+	for (size_t i = 0; i < a->n_pools; i++) {
+		struct stream_pool *p = a->pools[i];
+
+		for (size_t k = 0; k < p->spares.n_slabs; k++)
+			free(p->spares.slabs[k]);
+		free(p->spares.slabs);
+		free(p->table);
+		free(p);
+	}
 	free(a->pools);
-	free(a->slabs);
-	free(a->table);
 	pthread_mutex_destroy(&a->lock);
 	free(a);
 }

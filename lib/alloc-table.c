@@ -4,18 +4,18 @@
 
 #include <stdlib.h>
 
-int table_grow(struct allocator *a)
+int table_grow(struct stream_pool *p)
 {
-	size_t old_cap = a->table_cap, cap = old_cap ? old_cap * 2 : 1024;
-	struct block **old = a->table, **t = calloc(cap, sizeof *t);
+	size_t old_cap = p->table_cap, cap = old_cap ? old_cap * 2 : 1024;
+	struct block **old = p->table, **t = calloc(cap, sizeof *t);
 
 	if (!t)
 		return DEVCACHE_ENOMEM;
-	a->table = t;
-	a->table_cap = cap;
+	p->table = t;
+	p->table_cap = cap;
 	for (size_t i = 0; i < old_cap; i++)
 		if (old[i]) {
-			size_t s = table_home(a, old[i]->addr);
+			size_t s = table_home(p, old[i]->addr);
 
 			while (t[s])
 				s = (s + 1) & (cap - 1);
@@ -25,43 +25,59 @@ int table_grow(struct allocator *a)
 	return 0;
 }
 
-static size_t table_slot(const struct allocator *a, uintptr_t addr)
+static size_t table_slot(const struct stream_pool *p, uintptr_t addr)
 {
-	size_t mask = a->table_cap - 1, s = table_home(a, addr);
+	size_t mask = p->table_cap - 1, s = table_home(p, addr);
 
-	while (a->table[s] && a->table[s]->addr != addr)
+	while (p->table[s] && p->table[s]->addr != addr)
 		s = (s + 1) & mask;
 	return s;
 }
 
-struct block *table_find(const struct allocator *a, uintptr_t addr)
+struct block *table_find(const struct stream_pool *p, uintptr_t addr)
 {
-	return a->table_cap ? a->table[table_slot(a, addr)] : NULL;
+	return p->table_cap ? p->table[table_slot(p, addr)] : NULL;
 }
 
 /* Remove and return the block at addr.  Backward-shift deletion keeps probe
  * chains whole without tombstones: each following entry moves into the hole
  * unless its home slot lies cyclically between the hole and itself. */
-struct block *table_take(struct allocator *a, uintptr_t addr)
+struct block *table_take(struct stream_pool *p, uintptr_t addr)
 {
-	if (!a->table_cap)
+	if (!p->table_cap)
 		return NULL;
-	size_t mask = a->table_cap - 1, hole = table_slot(a, addr);
-	struct block *found = a->table[hole];
+	size_t mask = p->table_cap - 1, hole = table_slot(p, addr);
+	struct block *found = p->table[hole];
 
 	if (!found)
 		return NULL;
-	a->table[hole] = NULL;
-	for (size_t j = (hole + 1) & mask; a->table[j]; j = (j + 1) & mask) {
-		size_t home = table_home(a, a->table[j]->addr);
+	p->table[hole] = NULL;
+	for (size_t j = (hole + 1) & mask; p->table[j]; j = (j + 1) & mask) {
+		size_t home = table_home(p, p->table[j]->addr);
 		bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
 
 		if (stays)
 			continue;
-		a->table[hole] = a->table[j];
-		a->table[j] = NULL;
+		p->table[hole] = p->table[j];
+		p->table[j] = NULL;
 		hole = j;
 	}
-	a->table_used--;
+	p->table_used--;
 	return found;
+}
+
+struct block *alloc_find(struct allocator *a, uintptr_t addr, bool take,
+			 struct stream_pool **pool_p)
+{
+	for (size_t i = 0; i < a->n_pools; i++) {
+		struct stream_pool *p = a->pools[i];
+		struct block *b = take ? table_take(p, addr) : table_find(p, addr);
+
+		if (b) {
+			if (pool_p)
+				*pool_p = p;
+			return b;
+		}
+	}
+	return NULL;
 }

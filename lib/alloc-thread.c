@@ -146,7 +146,7 @@ void tcache_fold(struct allocator *a, struct tcache *tc)
 
 		tcache_detach(tc);
 		if (state == TC_CACHED) {
-			table_take(a, b->addr);
+			table_take(b->seg->pool, b->addr);
 			alloc_release(a, b);
 		}
 	}
@@ -197,15 +197,17 @@ struct tcache *tcache_new(struct allocator *a)
 	return tc;
 }
 
-void tcache_record(struct allocator *a, struct tcache *tc, struct block *b,
+void tcache_record(struct allocator *a, struct tcache *tc, const struct hit *hit,
 		   devcache_stream_t stream)
 {
+	struct block *b = hit->block;
+
 	/* Pending events may complete, and free blocks, at any call. */
-	if (!a->hit || a->events_head || !b->seg->small || b->size >= a->max_split_size)
+	if (!hit->hit || a->events_head || !b->seg->small || b->size >= a->max_split_size)
 		return;
 	tc->size = b->size;
-	tc->merged = a->hit_size;
-	tc->whole = a->hit_whole;
+	tc->merged = hit->size;
+	tc->whole = hit->whole;
 	tc->b = b;
 	tc->ptr = b->addr;
 	tc->req = b->requested;
@@ -216,12 +218,12 @@ void tcache_record(struct allocator *a, struct tcache *tc, struct block *b,
 	__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
 }
 
-struct block *tcache_claim(struct allocator *a, struct block *b, bool take)
+struct block *tcache_claim(struct block *b, bool take)
 {
 	if (__atomic_load_n(&b->tc->state, __ATOMIC_RELAXED) == TC_CACHED) {
 		/* Allocated still, for the allocator. */
 		if (take)
-			table_insert(a, b);
+			table_insert(b->seg->pool, b);
 		return NULL;
 	}
 	/* Freed, or used on another stream, by another thread than its

@@ -102,30 +102,34 @@ void alloc_driver_free(struct allocator *a, void *ptr)
 /* ---- block structs: a slab, so the hot path never calls malloc ----------- */
 
 /* More block structs on the spare list: false when out of memory. */
-static bool slab_add(struct allocator *a)
+static bool slab_add(struct spares *sp)
 {
 	enum { PER_SLAB = 256 };
-	void **slabs = realloc(a->slabs, (a->n_slabs + 1) * sizeof *slabs);
+	void **slabs = realloc(sp->slabs, (sp->n_slabs + 1) * sizeof *slabs);
 	struct block *slab = slabs ? calloc(PER_SLAB, sizeof *slab) : NULL;
 
 	if (slabs)
-		a->slabs = slabs;
+		sp->slabs = slabs;
 	if (!slab)
 		return false;
-	a->slabs[a->n_slabs++] = slab;
+	sp->slabs[sp->n_slabs++] = slab;
 	for (int i = 0; i < PER_SLAB; i++) {
-		slab[i].hnext = a->spare_blocks;
-		a->spare_blocks = &slab[i];
+		slab[i].hnext = sp->head;
+		sp->head = &slab[i];
 	}
 	return true;
 }
 
-ALLOC_INLINE struct block *block_take(struct allocator *a)
+/* A pool's own spares: a hit takes and gives back structs under its
+ * stream's lock alone. */
+ALLOC_INLINE struct block *block_take(struct stream_pool *pool)
 {
-	if (!a->spare_blocks && !slab_add(a))
+	struct spares *sp = &pool->spares;
+
+	if (!sp->head && !slab_add(sp))
 		return NULL;
-	struct block *b = a->spare_blocks;
-	a->spare_blocks = b->hnext;
+	struct block *b = sp->head;
+	sp->head = b->hnext;
 	/* Every field the allocator reads before writing, and no more. */
 	b->prev = b->next = b->iprev = b->inext = NULL;
 	b->uses = NULL;
@@ -137,12 +141,18 @@ ALLOC_INLINE struct block *block_take(struct allocator *a)
 	return b;
 }
 
-struct block *block_new(struct allocator *a)
+struct block *block_new(struct stream_pool *pool)
 {
-	return block_take(a);
+	return block_take(pool);
 }
 
-void block_delete(struct allocator *a, struct block *b)
+ALLOC_INLINE void block_put(struct stream_pool *pool, struct block *b)
+{
+	b->hnext = pool->spares.head;
+	pool->spares.head = b;
+}
+
+void block_delete(struct stream_pool *pool, struct block *b)
 {
 	while (b->uses) {
 		struct stream_use *u = b->uses;
@@ -150,8 +160,7 @@ void block_delete(struct allocator *a, struct block *b)
 		b->uses = u->next;
 		free(u);
 	}
-	b->hnext = a->spare_blocks;
-	a->spare_blocks = b;
+	block_put(pool, b);
 }
 
 /* ---- policy: sizes and pools ---------------------------------------------- */
@@ -242,61 +251,65 @@ ALLOC_INLINE bool whole_segment(const struct block *b)
 	return !b->prev && !b->next && !b->seg->expandable;
 }
 
-ALLOC_INLINE void idle_remove(struct allocator *a, struct block *b)
+ALLOC_INLINE void idle_remove(struct stream_pool *pool, struct block *b)
 {
 	if (b->iprev)
 		b->iprev->inext = b->inext;
-	else if (a->idle_head == b)
-		a->idle_head = b->inext;
+	else if (pool->idle_head == b)
+		pool->idle_head = b->inext;
 	if (b->inext)
 		b->inext->iprev = b->iprev;
-	else if (a->idle_tail == b)
-		a->idle_tail = b->iprev;
+	else if (pool->idle_tail == b)
+		pool->idle_tail = b->iprev;
 	b->iprev = b->inext = NULL;
 }
 
-/* The bookkeeping of a block entering the free set, apart from the index. */
-ALLOC_INLINE void note_free(struct allocator *a, struct block *b)
+/* The bookkeeping of a block entering the free set, apart from the index;
+ * st: the statistics the call keeps (the allocator's, or its thread's,
+ * alloc-thread.c). */
+ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct block *b)
 {
 	/* Its age for garbage collection counts from here, as PyTorch's. */
 	b->gc_base = a->large_lookups;
 	if (whole_segment(b)) {
-		b->iprev = a->idle_tail;
+		struct stream_pool *pool = b->seg->pool;
+
+		b->iprev = pool->idle_tail;
 		b->inext = NULL;
-		if (a->idle_tail)
-			a->idle_tail->inext = b;
+		if (pool->idle_tail)
+			pool->idle_tail->inext = b;
 		else
-			a->idle_head = b;
-		a->idle_tail = b;
+			pool->idle_head = b;
+		pool->idle_tail = b;
 	} else if (!b->seg->expandable) {
 		/* As PyTorch, inactive_split leaves expandable segments out:
 		 * their free pages can always be released. */
-		stats_add(a->stats.inactive_split, b->seg->small, 1);
-		stats_add(a->stats.inactive_split_bytes, b->seg->small, b->size);
+		stats_add(st->inactive_split, b->seg->small, 1);
+		stats_add(st->inactive_split_bytes, b->seg->small, b->size);
 	}
 }
 
 /* And of one leaving it, before its neighbours or size change. */
-ALLOC_INLINE void note_taken(struct allocator *a, struct block *b)
+ALLOC_INLINE void note_taken(devcache_stats_t *st, struct block *b)
 {
 	if (whole_segment(b)) {
-		idle_remove(a, b);
+		idle_remove(b->seg->pool, b);
 	} else if (!b->seg->expandable) {
-		stats_sub(a->stats.inactive_split, b->seg->small, 1);
-		stats_sub(a->stats.inactive_split_bytes, b->seg->small, b->size);
+		stats_sub(st->inactive_split, b->seg->small, 1);
+		stats_sub(st->inactive_split_bytes, b->seg->small, b->size);
 	}
 }
 
 void make_free(struct allocator *a, struct block *b)
 {
 	index_insert(index_of(b->seg), b);
-	note_free(a, b);
+	note_free(a, &a->stats, b);
 }
 
 void take_free(struct allocator *a, struct block *b)
 {
 	index_remove(index_of(b->seg), b);
-	note_taken(a, b);
+	note_taken(&a->stats, b);
 }
 
 /* Give a whole free segment back to the driver. */
@@ -318,8 +331,8 @@ static void release_segment(struct allocator *a, struct block *b)
 		a->segments = seg->snext;
 	if (seg->snext)
 		seg->snext->sprev = seg->sprev;
+	block_delete(seg->pool, b);
 	free(seg);
-	block_delete(a, b);
 }
 
 /* A free's merge: the first free neighbour (the one before, else the one
@@ -327,7 +340,8 @@ static void release_segment(struct allocator *a, struct block *b)
  * larger, which mostly leaves it where it is; it is returned, and b's
  * struct goes back to the spares.  Without a free neighbour b goes into
  * the index as it is. */
-ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, struct block *b)
+ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_stats_t *st,
+					       struct block *b)
 {
 	struct free_index *ix = index_of(b->seg);
 	struct block *p = b->prev && b->prev->is_free ? b->prev : NULL;
@@ -336,10 +350,10 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, struct bloc
 
 	if (!s) {
 		index_insert(ix, b);
-		note_free(a, b);
+		note_free(a, st, b);
 		return b;
 	}
-	note_taken(a, s);
+	note_taken(st, s);
 	if (p) {
 		p->size += b->size;
 		p->next = b->next;
@@ -354,38 +368,38 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, struct bloc
 		if (b->seg->first == b)
 			b->seg->first = n;
 	}
-	block_delete(a, b);
+	block_delete(b->seg->pool, b);
 	if (p && n) {
-		note_taken(a, n);
+		note_taken(st, n);
 		index_remove(ix, n);
 		p->size += n->size;
 		p->next = n->next;
 		if (n->next)
 			n->next->prev = p;
-		block_delete(a, n);
+		block_delete(n->seg->pool, n);
 	}
 	index_key_rose(ix, s);
-	note_free(a, s);
+	note_free(a, st, s);
 	return s;
 }
 
 struct block *free_merged(struct allocator *a, struct block *b)
 {
-	return merge_into_neighbour(a, b);
+	return merge_into_neighbour(a, &a->stats, b);
 }
 
 /* Return a freed block to its pool, merging it with free neighbours. */
-ALLOC_INLINE void free_block(struct allocator *a, struct block *b)
+ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct block *b)
 {
 	bool small = b->seg->small;
 
 	/* Requested bytes go with active ones, when the block is free at
 	 * last, as PyTorch counts them. */
-	stats_sub(a->stats.active, small, 1);
-	stats_sub(a->stats.active_bytes, small, b->size);
-	stats_sub(a->stats.requested_bytes, small, b->requested);
+	stats_sub(st->active, small, 1);
+	stats_sub(st->active_bytes, small, b->size);
+	stats_sub(st->requested_bytes, small, b->requested);
 	b->requested = 0;
-	b = merge_into_neighbour(a, b);
+	b = merge_into_neighbour(a, st, b);
 	/* Pass-through (caching off): straight back to the driver. */
 	if (!a->caching && whole_segment(b))
 		release_segment(a, b);
@@ -394,7 +408,7 @@ ALLOC_INLINE void free_block(struct allocator *a, struct block *b)
 /* free_block() for the files off the hot path. */
 void pool_return(struct allocator *a, struct block *b)
 {
-	free_block(a, b);
+	free_block(a, &a->stats, b);
 }
 
 /* ---- growing and shrinking the cache ---------------------------------------- */
@@ -426,13 +440,13 @@ static struct block *alloc_segment(struct allocator *a, struct stream_pool *pool
 		*capped = true;
 		return NULL;
 	}
-	if (!(seg = calloc(1, sizeof *seg)) || !(b = block_new(a))) {
+	if (!(seg = calloc(1, sizeof *seg)) || !(b = block_new(pool))) {
 		free(seg);
 		return NULL;
 	}
 	if (driver_alloc(a, size, &ptr)) {
 		free(seg);
-		block_delete(a, b);
+		block_delete(pool, b);
 		return NULL;
 	}
 	a->stats.num_device_alloc++;
@@ -480,28 +494,32 @@ static void collect_garbage(struct allocator *a)
 	if (a->reserved_total <= limit)
 		return;
 	target = a->reserved_total - limit;
-	for (struct block *b = a->idle_head; b; b = b->inext)
-		if (!b->seg->small) {
-			total_age += a->large_lookups - b->gc_base;
-			n++;
-		}
+	for (size_t i = 0; i < a->n_pools; i++)
+		for (struct block *b = a->pools[i]->idle_head; b; b = b->inext)
+			if (!b->seg->small) {
+				total_age += a->large_lookups - b->gc_base;
+				n++;
+			}
+	/* A pass releases every segment of at least the average age, so the
+	 * order of the pools does not matter. */
 	while (reclaimed < target && freed && n > 0) {
 		double threshold = (double)total_age / (double)n;
 		struct block *next;
 
 		freed = false;
-		for (struct block *b = a->idle_head; b; b = next) {
-			uint64_t age = a->large_lookups - b->gc_base;
+		for (size_t i = 0; i < a->n_pools; i++)
+			for (struct block *b = a->pools[i]->idle_head; b; b = next) {
+				uint64_t age = a->large_lookups - b->gc_base;
 
-			next = b->inext;
-			if (b->seg->small || (double)age < threshold)
-				continue;
-			freed = true;
-			reclaimed += b->size;
-			total_age -= age;
-			n--;
-			release_segment(a, b);
-		}
+				next = b->inext;
+				if (b->seg->small || (double)age < threshold)
+					continue;
+				freed = true;
+				reclaimed += b->size;
+				total_age -= age;
+				n--;
+				release_segment(a, b);
+			}
 	}
 }
 
@@ -539,8 +557,9 @@ static void release_cached(struct allocator *a)
 		process_events(a, true);
 		a->stats.num_sync_all_streams++;
 	}
-	while (a->idle_head)
-		release_segment(a, a->idle_head);
+	for (size_t i = 0; i < a->n_pools; i++)
+		while (a->pools[i]->idle_head)
+			release_segment(a, a->pools[i]->idle_head);
 	if (a->expandable)
 		expandable_release_all(a, 0);
 }
@@ -589,15 +608,15 @@ ALLOC_INLINE bool should_split(const struct allocator *a, const struct block *b,
 
 /* Take the block from its free list and split off what is not needed.
  * Metadata is made ready first, so a failure leaves the cache as it was. */
-ALLOC_INLINE int use_block(struct allocator *a, struct block **b_p, size_t rsize,
-			   size_t requested)
+ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			   struct block **b_p, size_t rsize, size_t requested)
 {
 	struct block *b = *b_p, *front = NULL;
 
-	if (table_reserve(a) ||
-	    (should_split(a, b, rsize) && !(front = block_take(a))))
+	if (table_reserve(pool) ||
+	    (should_split(a, b, rsize) && !(front = block_take(pool))))
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
-	note_taken(a, b);
+	note_taken(st, b);
 	if (front) {
 		/* The allocation is the front, in a new block struct; the
 		 * free one stays in the index with what is left, its key
@@ -606,31 +625,32 @@ ALLOC_INLINE int use_block(struct allocator *a, struct block **b_p, size_t rsize
 		b->addr += rsize;
 		b->size -= rsize;
 		index_key_fell(index_of(b->seg), b);
-		note_free(a, b);
+		note_free(a, st, b);
 		*b_p = b = front;
 	} else {
 		index_remove(index_of(b->seg), b);
 	}
-	table_insert(a, b);
+	table_insert(pool, b);
 	bool small = b->seg->small;
 	b->allocated = true;
 	b->requested = requested;
-	stats_add(a->stats.allocation, small, 1);
-	stats_add(a->stats.allocated_bytes, small, b->size);
-	stats_add(a->stats.active, small, 1);
-	stats_add(a->stats.active_bytes, small, b->size);
-	stats_add(a->stats.requested_bytes, small, requested);
+	stats_add(st->allocation, small, 1);
+	stats_add(st->allocated_bytes, small, b->size);
+	stats_add(st->active, small, 1);
+	stats_add(st->active_bytes, small, b->size);
+	stats_add(st->requested_bytes, small, requested);
 	if (b->size >= a->max_split_size)
-		stat_add(&a->stats.oversize_allocations, 1);
+		stat_add(&st->oversize_allocations, 1);
 	return 0;
 }
 
 /* What follows finding a block, on a hit or a miss: take it, trace it,
  * hand it out. */
-ALLOC_INLINE int hand_out(struct allocator *a, struct stream_pool *pool, struct block *b,
-			  size_t rsize, size_t size, void **ptr_p)
+ALLOC_INLINE int hand_out(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			  struct block *b, size_t rsize, size_t size, struct hit *hit,
+			  void **ptr_p)
 {
-	int rc = use_block(a, &b, rsize, size);
+	int rc = use_block(a, st, pool, &b, rsize, size);
 
 	if (rc)
 		return rc;
@@ -638,22 +658,23 @@ ALLOC_INLINE int hand_out(struct allocator *a, struct stream_pool *pool, struct 
 		b->trace_id = __atomic_add_fetch(&a->dev->ctx->trace_ids, 1, __ATOMIC_RELAXED);
 		trace_alloc(a->trace, b->trace_id, size, pool->index);
 	}
-	a->hit_block = b;
+	hit->block = b;
 	*ptr_p = (void *)b->addr;
 	return 0;
 }
 
 /* A hit takes b: what the thread cache needs to know of it as it was. */
-ALLOC_INLINE void note_hit(struct allocator *a, const struct block *b)
+ALLOC_INLINE void note_hit(struct hit *hit, const struct block *b)
 {
-	a->hit = true;
-	a->hit_whole = whole_segment(b);
-	a->hit_size = b->size;
+	hit->hit = true;
+	hit->whole = whole_segment(b);
+	hit->size = b->size;
 }
 
 /* The whole allocation path; called and returns with a->lock held, though
  * the pressure callbacks run with it released. */
-static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, void **ptr_p)
+static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, struct hit *hit,
+		    void **ptr_p)
 {
 	size_t rsize = !a->plain_rounding ? alloc_round_size(a, size)
 			: size < ALLOC_ROUND ? ALLOC_ROUND : round_up(size, ALLOC_ROUND);
@@ -667,7 +688,7 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 		process_events(a, false);
 	size_t seg = segment_size(a, rsize);
 	if ((b = find_cached(a, pool, small, rsize))) {
-		note_hit(a, b);
+		note_hit(hit, b);
 	} else {
 		/* Only a miss asks the driver: only then can it refuse. */
 		a->driver_rc = 0;
@@ -708,7 +729,7 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 	if (!b)
 		return out_of_memory(a, size, a->expandable ? rsize : seg,
 				     capped);
-	return hand_out(a, pool, b, rsize, size, ptr_p);
+	return hand_out(a, &a->stats, pool, b, rsize, size, hit, ptr_p);
 }
 
 /* A cache hit in the common case, taken as allocate() would take it but
@@ -718,7 +739,7 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 #define ALLOC_MISSED 1
 
 ALLOC_INLINE int allocate_hit(struct allocator *a, size_t size, devcache_stream_t stream,
-			      void **ptr_p)
+			      struct hit *hit, void **ptr_p)
 {
 	struct stream_pool *pool = a->last_pool;
 
@@ -729,8 +750,8 @@ ALLOC_INLINE int allocate_hit(struct allocator *a, size_t size, devcache_stream_
 
 	if (!b)
 		return ALLOC_MISSED;
-	note_hit(a, b);
-	return hand_out(a, pool, b, rsize, size, ptr_p);
+	note_hit(hit, b);
+	return hand_out(a, &a->stats, pool, b, rsize, size, hit, ptr_p);
 }
 
 /* ---- the public API ---------------------------------------------------------- */
@@ -746,6 +767,7 @@ int alloc_check_dev(devcache_device_t *dev, const char *fn)
 static __attribute__((noinline)) int alloc_locked(struct allocator *a, struct tcache *tc, size_t size,
 						  devcache_stream_t stream, void **ptr_p)
 {
+	struct hit hit = { 0 };
 	int rc;
 
 	if (size == 0) {
@@ -756,12 +778,11 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, struct tc
 		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes"), a->dev->id, size);
 	pthread_mutex_lock(&a->lock);
 	tcache_flush(a, tc);
-	a->hit = false;
-	rc = allocate_hit(a, size, stream, ptr_p);
+	rc = allocate_hit(a, size, stream, &hit, ptr_p);
 	if (rc == ALLOC_MISSED)
-		rc = allocate(a, size, stream, ptr_p);
+		rc = allocate(a, size, stream, &hit, ptr_p);
 	if (rc == 0 && tc && tc->freed_req == size)
-		tcache_record(a, tc, a->hit_block, stream);
+		tcache_record(a, tc, &hit, stream);
 	pthread_mutex_unlock(&a->lock);
 	return rc;
 }
@@ -785,26 +806,26 @@ ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t st
 	return alloc_locked(a, tc, size, stream, ptr_p);
 }
 
-ALLOC_INLINE int release_block(struct allocator *a, struct block *b)
+ALLOC_INLINE int release_block(struct allocator *a, devcache_stats_t *st, struct block *b)
 {
 	bool small = b->seg->small;
 
 	b->allocated = false;
-	stats_sub(a->stats.allocation, small, 1);
-	stats_sub(a->stats.allocated_bytes, small, b->size);
+	stats_sub(st->allocation, small, 1);
+	stats_sub(st->allocated_bytes, small, b->size);
 	if (b->size >= a->max_split_size)
-		stat_sub(&a->stats.oversize_allocations, 1);
+		stat_sub(&st->oversize_allocations, 1);
 	if (a->trace)
 		trace_free(a->trace, b->trace_id);
 	if (b->uses)
 		return defer_free(a, b);
-	free_block(a, b);
+	free_block(a, st, b);
 	return 0;
 }
 
 int alloc_release(struct allocator *a, struct block *b)
 {
-	return release_block(a, b);
+	return release_block(a, &a->stats, b);
 }
 
 static __attribute__((noinline)) int free_locked(struct allocator *a, struct tcache *tc, void *ptr,
@@ -824,7 +845,7 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, struct tca
 	} else {
 		if (tc || (tc = tcache_new(a)))
 			tc->freed_req = b->requested;
-		rc = release_block(a, b);
+		rc = release_block(a, &a->stats, b);
 	}
 	pthread_mutex_unlock(&a->lock);
 	return rc;

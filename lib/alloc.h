@@ -86,12 +86,26 @@ struct stream_use {
 	struct stream_use *next;
 };
 
-/* Freed blocks are reused only on the stream they were allocated on. */
+/* Spare block structs, in slabs, so that the hot path never calls malloc. */
+struct spares {
+	struct block *head;
+	void **slabs;
+	size_t n_slabs;
+};
+
+/* Freed blocks are reused only on the stream they were allocated on: each
+ * stream has its pools, and with them everything a cache hit changes, so
+ * that a hit takes only its stream's lock (see alloc.c). */
 struct stream_pool {
 	devcache_stream_t stream;
 	unsigned index; /* 0 for the default stream, then in order of first use */
 	struct free_index small, large;
 	struct segment *expandable[2]; /* [small]: with expandable_segments, a list */
+	/* Allocated blocks by address: open addressing (alloc-table.c). */
+	struct block **table;
+	size_t table_cap, table_used;
+	struct block *idle_head, *idle_tail; /* whole free segments, oldest first */
+	struct spares spares;
 };
 
 /* A pending event: a freed block waits until work queued on another stream
@@ -103,6 +117,16 @@ struct pending_event {
 };
 
 enum alloc_kind { ALLOC_DEVICE, ALLOC_PINNED };
+
+/* An allocation that was a hit: the free block it took, as it was, for
+ * alloc-thread.c's record of what its undoing would do, and the block
+ * handed out. */
+struct hit {
+	bool hit;
+	bool whole;
+	size_t size;
+	struct block *block;
+};
 
 /* A thread cache (alloc-thread.c): the block this thread allocated last,
  * while a free of it and the same allocation again would undo and redo
@@ -142,12 +166,6 @@ struct allocator {
 	pthread_key_t tkey;   /* this thread's struct tcache */
 	bool tkey_ok;         /* tkey was made: thread caches are on */
 	struct tcache *tcaches; /* every thread's, under the lock */
-	/* The allocation under way was a hit: the free block it took, as it
-	 * was, for alloc-thread.c's record of what its undoing would do. */
-	bool hit;
-	bool hit_whole;
-	size_t hit_size;
-	struct block *hit_block; /* the block handed out last */
 	struct devcache_device *dev;
 	enum alloc_kind kind;
 	/* tunables, read once */
@@ -177,15 +195,8 @@ struct allocator {
 	size_t n_pools, pools_cap;
 	struct stream_pool *last_pool; /* most recently used: the common case */
 
-	struct block **table; /* allocated blocks by address: open addressing */
-	size_t table_cap, table_used;
-
-	struct block *idle_head, *idle_tail;
 	struct pending_event *events_head, *events_tail;
 	struct segment *segments;
-	struct block *spare_blocks; /* block structs ready for reuse */
-	void **slabs;
-	size_t n_slabs;
 
 	struct trace *trace; /* borrowed from the context */
 	unsigned stream_indices;
@@ -223,33 +234,37 @@ void index_key_rose(struct free_index *ix, struct block *b);
 
 /* alloc-table.c: allocated blocks by address; the calls of every
  * allocation inline. */
-int table_grow(struct allocator *a);
+int table_grow(struct stream_pool *p);
 
 /* An address's home slot; blocks are at least 512 bytes apart. */
-static inline size_t table_home(const struct allocator *a, uintptr_t addr)
+static inline size_t table_home(const struct stream_pool *p, uintptr_t addr)
 {
-	return (size_t)(((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull >> 20) & (a->table_cap - 1);
+	return (size_t)(((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull >> 20) & (p->table_cap - 1);
 }
 
 /* Room for one more entry: 0, or DEVCACHE_ENOMEM. */
-static inline int table_reserve(struct allocator *a)
+static inline int table_reserve(struct stream_pool *p)
 {
-	return 2 * (a->table_used + 1) > a->table_cap ? table_grow(a) : 0;
+	return 2 * (p->table_used + 1) > p->table_cap ? table_grow(p) : 0;
 }
 
 /* Insert b, after table_reserve() made room: it cannot fail. */
-static inline void table_insert(struct allocator *a, struct block *b)
+static inline void table_insert(struct stream_pool *p, struct block *b)
 {
-	size_t s = table_home(a, b->addr);
+	size_t s = table_home(p, b->addr);
 
-	while (a->table[s])
-		s = (s + 1) & (a->table_cap - 1);
-	a->table[s] = b;
-	a->table_used++;
+	while (p->table[s])
+		s = (s + 1) & (p->table_cap - 1);
+	p->table[s] = b;
+	p->table_used++;
 }
-struct block *table_find(const struct allocator *a, uintptr_t addr);
+struct block *table_find(const struct stream_pool *p, uintptr_t addr);
 /* Remove and return the block at addr, or NULL. */
-struct block *table_take(struct allocator *a, uintptr_t addr);
+struct block *table_take(struct stream_pool *p, uintptr_t addr);
+/* The block at addr in any pool, and its pool in *pool_p; with take, it
+ * leaves the pool's table. */
+struct block *alloc_find(struct allocator *a, uintptr_t addr, bool take,
+			 struct stream_pool **pool_p);
 
 /* alloc-life.c */
 int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct allocator **a_p);
@@ -265,8 +280,8 @@ void pool_return(struct allocator *a, struct block *b);
 /* What alloc-expand.c shares with the rest: the driver's refusal kept for
  * the error message, block structs, the free lists and the segment list. */
 int driver_refused(struct allocator *a, int rc);
-struct block *block_new(struct allocator *a);
-void block_delete(struct allocator *a, struct block *b);
+struct block *block_new(struct stream_pool *pool);
+void block_delete(struct stream_pool *pool, struct block *b);
 void make_free(struct allocator *a, struct block *b);
 void take_free(struct allocator *a, struct block *b);
 /* Merge b, in no free list, with its free neighbours, and make it free:
@@ -338,12 +353,12 @@ static inline void tcache_flush(struct allocator *a, struct tcache *tc)
 	tcache_fold(a, tc);
 }
 void tcache_flush_own(struct allocator *a);
-/* Under the lock, after a hit that took the free block as a->hit says,
+/* Under the lock, after a hit that took the free block as hit says,
  * called when the last block the thread freed with the lock was asked
  * for with the same size: b becomes the block of this thread's cache tc,
  * which a free and the same allocation then undo and redo without the
  * lock. */
-void tcache_record(struct allocator *a, struct tcache *tc, struct block *b,
+void tcache_record(struct allocator *a, struct tcache *tc, const struct hit *hit,
 		   devcache_stream_t stream);
 
 /* The cache this thread used last, of whichever allocator: a call on the
@@ -367,12 +382,12 @@ static inline struct tcache *tcache_own(const struct allocator *a)
 /* Under the lock: the block at addr, unless a thread's cache holds it as
  * freed (NULL then, as for a block freed already); a block that another
  * thread's cache holds as allocated leaves that cache. */
-struct block *tcache_claim(struct allocator *a, struct block *b, bool take);
+struct block *tcache_claim(struct block *b, bool take);
 static inline struct block *tcache_lookup(struct allocator *a, uintptr_t addr, bool take)
 {
-	struct block *b = take ? table_take(a, addr) : table_find(a, addr);
+	struct block *b = alloc_find(a, addr, take, NULL);
 
-	return b && b->tc ? tcache_claim(a, b, take) : b;
+	return b && b->tc ? tcache_claim(b, take) : b;
 }
 /* Under the lock: a cache for this thread, which has none; NULL where
  * the thread caches are off or memory is short. */

@@ -271,17 +271,22 @@ static inline void check_segment(struct check_walk *w, const struct allocator *a
 	p->segments += seg->mapped > 0;
 }
 
-/* The lists beside the segments: idle segments oldest first, pending
- * events, the address table of allocated blocks. */
+/* The lists beside the segments: each pool's idle segments oldest first,
+ * pending events, each pool's address table of its allocated blocks. */
 static inline void check_lists(struct check_walk *w, const struct allocator *a)
 {
 	struct check_blocks in_table = {0}, allocated = {0};
 	int64_t idle = 0, events = 0;
 
-	for (struct block *b = a->idle_head; b; b = b->inext, idle++) {
-		assert_true(b->is_free && !b->prev && !b->next && !b->seg->expandable);
-		assert_true(b->inext ? b->inext->iprev == b && b->inext->gc_base >= b->gc_base
-				     : a->idle_tail == b);
+	for (size_t i = 0; i < a->n_pools; i++) {
+		const struct stream_pool *p = a->pools[i];
+
+		for (struct block *b = p->idle_head; b; b = b->inext, idle++) {
+			assert_true(b->is_free && !b->prev && !b->next && !b->seg->expandable);
+			assert_true(b->seg->pool == p);
+			assert_true(b->inext ? b->inext->iprev == b && b->inext->gc_base >= b->gc_base
+					     : p->idle_tail == b);
+		}
 	}
 	assert_int_equal(idle, w->idle);
 	for (struct pending_event *pe = a->events_head; pe; pe = pe->next, events++) {
@@ -289,10 +294,18 @@ static inline void check_lists(struct check_walk *w, const struct allocator *a)
 		assert_true(pe->next || a->events_tail == pe);
 	}
 	assert_int_equal(events, w->events);
-	for (size_t i = 0; i < a->table_cap; i++)
-		if (a->table[i])
-			check_push(&in_table, a->table[i]);
-	assert_int_equal(in_table.n, a->table_used);
+	for (size_t i = 0; i < a->n_pools; i++) {
+		const struct stream_pool *p = a->pools[i];
+		size_t used = 0;
+
+		for (size_t k = 0; k < p->table_cap; k++)
+			if (p->table[k]) {
+				assert_true(p->table[k]->seg->pool == p);
+				check_push(&in_table, p->table[k]);
+				used++;
+			}
+		assert_int_equal(used, p->table_used);
+	}
 	for (size_t i = 0; i < w->allocated.n; i++)
 		check_push(&allocated, w->allocated.v[i]);
 	check_same_blocks(&in_table, &allocated, "the address table and the allocated blocks");

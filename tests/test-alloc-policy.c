@@ -171,7 +171,7 @@ static devcache_stats_t age_four_segments_then_miss(const char *options, unsigne
 	void *big = fx_alloc(&f, 150 * MiB, NULL);
 	devcache_stats_t st = fx_stats(&f);
 	*left = 0;
-	for (struct block *idle = f.a->idle_head; idle; idle = idle->inext)
+	for (struct block *idle = f.a->pools[0]->idle_head; idle; idle = idle->inext)
 		for (int i = 0; i < 4; i++)
 			if (idle->addr == (uintptr_t)s[i])
 				*left |= 1u << i;
