@@ -34,7 +34,8 @@ void process_events(struct allocator *a, bool wait)
 			break;
 		}
 		bk_event_destroy(a->dev, pe->event);
-		*link = pe->next;
+		/* A hit reads the list's head without the lock (events_pending). */
+		__atomic_store_n(link, pe->next, __ATOMIC_RELAXED);
 		if (a->events_tail == pe)
 			a->events_tail = prev;
 		if (--pe->block->pending_events == 0)
@@ -70,7 +71,7 @@ int defer_free(struct allocator *a, struct block *b)
 			if (a->events_tail)
 				a->events_tail->next = pe;
 			else
-				a->events_head = pe;
+				__atomic_store_n(&a->events_head, pe, __ATOMIC_RELAXED);
 			a->events_tail = pe;
 		}
 		b->uses = u->next;
@@ -89,7 +90,7 @@ int devcache_record_stream(devcache_device_t *dev, void *ptr, devcache_stream_t 
 	if (rc)
 		return rc;
 	a = dev->alloc;
-	pthread_mutex_lock(&a->lock);
+	world_lock(a);
 	tcache_flush_own(a);
 	struct block *b = tcache_lookup(a, (uintptr_t)ptr, false);
 	if (!b) {
@@ -112,7 +113,7 @@ int devcache_record_stream(devcache_device_t *dev, void *ptr, devcache_stream_t 
 			}
 		}
 	}
-	pthread_mutex_unlock(&a->lock);
+	world_unlock(a);
 	return rc;
 }
 

@@ -50,13 +50,7 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 
 	if (!a)
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-	/* Spin briefly before sleeping: critical sections are short, and a
-	 * sleeping waiter costs two system calls per hand-over. */
-	pthread_mutexattr_t attr;
-	pthread_mutexattr_init(&attr);
-	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-	pthread_mutex_init(&a->lock, &attr);
-	pthread_mutexattr_destroy(&attr);
+	pool_lock_init(&a->lock);
 	a->dev = dev;
 	a->kind = kind;
 	a->caching = t->v[TUN_caching].u.b;
@@ -146,6 +140,8 @@ void allocator_destroy(struct allocator *a)
 			free(p->spares.slabs[k]);
 		free(p->spares.slabs);
 		free(p->table);
+		if (a->tkey_ok)
+			pthread_mutex_destroy(&p->lock);
 		free(p);
 	}
 	free(a->pools);

@@ -49,15 +49,41 @@ static void add_extra(struct allocator *a, devcache_stats_t *out, const devcache
 #undef ADD_ARRAY
 }
 
+/* One stat of the SMALL or LARGE pool, or the oversize ones. */
+static void fold_stat(devcache_stat_t *s, const devcache_stat_t *d)
+{
+	if (s->current + d->peak > s->peak)
+		s->peak = s->current + d->peak;
+	s->current += d->current;
+	s->allocated += d->allocated;
+}
+
+void stats_fold(devcache_stats_t *s, devcache_stats_t *d)
+{
+#define FOLD_ARRAY(name)                                                                        \
+	if (stats_current(s->name) + d->name[DEVCACHE_POOL_ALL].peak >                         \
+	    s->name[DEVCACHE_POOL_ALL].peak)                                                   \
+		s->name[DEVCACHE_POOL_ALL].peak =                                              \
+			stats_current(s->name) + d->name[DEVCACHE_POOL_ALL].peak;              \
+	fold_stat(&s->name[DEVCACHE_POOL_SMALL], &d->name[DEVCACHE_POOL_SMALL]);              \
+	fold_stat(&s->name[DEVCACHE_POOL_LARGE], &d->name[DEVCACHE_POOL_LARGE]);
+	EACH_STAT_ARRAY(FOLD_ARRAY)
+#undef FOLD_ARRAY
+	fold_stat(&s->oversize_allocations, &d->oversize_allocations);
+	fold_stat(&s->oversize_segments, &d->oversize_segments);
+	memset(d, 0, sizeof *d);
+}
+
 void allocator_stats(struct allocator *a, devcache_stats_t *out)
 {
 	size_t largest = 0;
 	devcache_stats_t extra;
 
-	pthread_mutex_lock(&a->lock);
+	world_lock(a);
 	/* The blocks of threads that have ended are freed first, so that
 	 * the figures and the blocks agree once the threads are done. */
 	tcache_reap(a);
+	tcache_fold_all(a);
 	*out = a->stats;
 	tcache_extra(a, &extra);
 	add_extra(a, out, &extra);
@@ -68,7 +94,7 @@ void allocator_stats(struct allocator *a, devcache_stats_t *out)
 		largest = s > largest ? s : largest;
 		largest = l > largest ? l : largest;
 	}
-	pthread_mutex_unlock(&a->lock);
+	world_unlock(a);
 #define ARRAY_PUBLIC(name) array_public(out->name);
 	EACH_STAT_ARRAY(ARRAY_PUBLIC)
 #undef ARRAY_PUBLIC
@@ -114,8 +140,9 @@ static void reset(struct allocator *a, bool peaks)
 {
 	devcache_stats_t x;
 
-	pthread_mutex_lock(&a->lock);
+	world_lock(a);
 	tcache_flush_own(a);
+	tcache_fold_all(a);
 	tcache_stop_all(a);
 	tcache_extra(a, &x);
 	devcache_stats_t *s = &a->stats;
@@ -132,7 +159,7 @@ static void reset(struct allocator *a, bool peaks)
 		s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
 		s->num_device_alloc = s->num_device_free = 0;
 	}
-	pthread_mutex_unlock(&a->lock);
+	world_unlock(a);
 }
 
 int devcache_reset_peak(devcache_device_t *dev)
@@ -177,14 +204,14 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 	struct allocator *a = dev->alloc;
 	size_t n = 0, i = 0;
 
-	pthread_mutex_lock(&a->lock);
+	world_lock(a);
 	tcache_flush_own(a);
 	tcache_reap(a);
 	for (struct segment *s = a->segments; s; s = s->snext)
 		n++;
 	struct segment **segs = malloc((n ? n : 1) * sizeof *segs);
 	if (!segs) {
-		pthread_mutex_unlock(&a->lock);
+		world_unlock(a);
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	}
 	for (struct segment *s = a->segments; s; s = s->snext)
@@ -209,7 +236,7 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 		fprintf(out, "]}");
 	}
 	fprintf(out, "%s]}\n", n ? "\n" : "");
-	pthread_mutex_unlock(&a->lock);
+	world_unlock(a);
 	free(segs);
 	return ferror(out) ? err_set(DEVCACHE_EIO, _("devcache_snapshot: write error")) : 0;
 }

@@ -138,7 +138,7 @@ void tcache_fold(struct allocator *a, struct tcache *tc)
 
 		tcache_figures(tc, adj, fcum, cum);
 		for (int i = 0; i < TS_N; i++)
-			ts_stat(&a->stats, i)->allocated += (int64_t)pairs * cum[i];
+			ts_stat(&tc->st, i)->allocated += (int64_t)pairs * cum[i];
 		__atomic_store_n(&tc->pairs, 0, __ATOMIC_RELAXED);
 	}
 	if (state != TC_NONE) {
@@ -147,14 +147,25 @@ void tcache_fold(struct allocator *a, struct tcache *tc)
 		tcache_detach(tc);
 		if (state == TC_CACHED) {
 			table_take(b->seg->pool, b->addr);
-			alloc_release(a, b);
+			alloc_release(a, &tc->st, b);
 		}
 	}
 }
 
 void tcache_flush_own(struct allocator *a)
 {
-	tcache_flush(a, tcache_own(a));
+	struct tcache *tc = tcache_own(a);
+
+	if (tc) {
+		tcache_flush(a, tc);
+		stats_fold(&a->stats, &tc->st);
+	}
+}
+
+void tcache_fold_all(struct allocator *a)
+{
+	for (struct tcache *tc = a->tcaches; tc; tc = tc->next)
+		stats_fold(&a->stats, &tc->st);
 }
 
 void tcache_reap(struct allocator *a)
@@ -164,6 +175,7 @@ void tcache_reap(struct allocator *a)
 	while ((tc = *link))
 		if (__atomic_load_n(&tc->life, __ATOMIC_ACQUIRE) == TC_EXITED) {
 			tcache_flush(a, tc);
+			stats_fold(&a->stats, &tc->st);
 			*link = tc->next;
 			free(tc);
 		} else {
@@ -203,13 +215,13 @@ void tcache_record(struct allocator *a, struct tcache *tc, const struct hit *hit
 	struct block *b = hit->block;
 
 	/* Pending events may complete, and free blocks, at any call. */
-	if (!hit->hit || a->events_head || !b->seg->small || b->size >= a->max_split_size)
+	if (!hit->hit || events_pending(a) || !b->seg->small || b->size >= a->max_split_size)
 		return;
 	tc->size = b->size;
 	tc->merged = hit->size;
 	tc->whole = hit->whole;
 	tc->b = b;
-	tc->ptr = b->addr;
+	__atomic_store_n(&tc->ptr, b->addr, __ATOMIC_RELAXED);
 	tc->req = b->requested;
 	tc->stream = stream;
 	tc->ix = &b->seg->pool->small;
@@ -267,8 +279,10 @@ void tcache_fini(struct allocator *a)
 {
 	struct tcache *own = a->tkey_ok ? pthread_getspecific(a->tkey) : NULL;
 
-	for (struct tcache *tc = a->tcaches; tc; tc = tc->next)
+	for (struct tcache *tc = a->tcaches; tc; tc = tc->next) {
 		tcache_flush(a, tc);
+		stats_fold(&a->stats, &tc->st);
+	}
 	if (a->tkey_ok)
 		pthread_key_delete(a->tkey);
 	while (a->tcaches) {

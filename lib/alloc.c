@@ -163,6 +163,36 @@ void block_delete(struct stream_pool *pool, struct block *b)
 	block_put(pool, b);
 }
 
+/* ---- the locks --------------------------------------------------------------- */
+
+void pool_lock_init(pthread_mutex_t *m)
+{
+	/* Spin briefly before sleeping: critical sections are short, and a
+	 * sleeping waiter costs two system calls per hand-over. */
+	pthread_mutexattr_t attr;
+
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(m, &attr);
+	pthread_mutexattr_destroy(&attr);
+}
+
+void world_lock(struct allocator *a)
+{
+	pthread_mutex_lock(&a->lock);
+	if (a->tkey_ok)
+		for (size_t i = 0; i < a->n_pools; i++)
+			pthread_mutex_lock(&a->pools[i]->lock);
+}
+
+void world_unlock(struct allocator *a)
+{
+	if (a->tkey_ok)
+		for (size_t i = a->n_pools; i-- > 0;)
+			pthread_mutex_unlock(&a->pools[i]->lock);
+	pthread_mutex_unlock(&a->lock);
+}
+
 /* ---- policy: sizes and pools ---------------------------------------------- */
 
 /* PyTorch's roundup_power2_divisions: round up to the next of N equal steps
@@ -221,9 +251,15 @@ static struct stream_pool *pool_find(struct allocator *a, devcache_stream_t stre
 		a->pools = p;
 		a->pools_cap = cap;
 	}
-	struct stream_pool *pool = calloc(1, sizeof *pool);
+	struct stream_pool *pool = aligned_alloc(_Alignof(struct stream_pool), sizeof *pool);
 	if (!pool)
 		return NULL;
+	memset(pool, 0, sizeof *pool);
+	/* Made under world_lock, which holds every pool's lock: so is it. */
+	if (a->tkey_ok) {
+		pool_lock_init(&pool->lock);
+		pthread_mutex_lock(&pool->lock);
+	}
 	pool->stream = stream;
 	/* In traces the default stream is 0 and the others count from 1 in the
 	 * order they are first used. */
@@ -671,7 +707,7 @@ ALLOC_INLINE void note_hit(struct hit *hit, const struct block *b)
 	hit->size = b->size;
 }
 
-/* The whole allocation path; called and returns with a->lock held, though
+/* The whole allocation path; called and returns under world_lock, though
  * the pressure callbacks run with it released. */
 static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, struct hit *hit,
 		    void **ptr_p)
@@ -713,9 +749,10 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 			char driver_why[sizeof a->driver_why];
 
 			memcpy(driver_why, a->driver_why, sizeof driver_why);
-			pthread_mutex_unlock(&a->lock);
+			world_unlock(a);
 			size_t freed = call_pressure(ctx, a->dev, seg);
-			pthread_mutex_lock(&a->lock);
+			world_lock(a);
+			tcache_flush_own(a);
 			a->driver_rc = driver_rc;
 			memcpy(a->driver_why, driver_why, sizeof driver_why);
 			if (freed) {
@@ -733,25 +770,22 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 }
 
 /* A cache hit in the common case, taken as allocate() would take it but
- * without its frame: rounding to 512 bytes, the pool last used, no
- * pending events, and no garbage collection (whose lookups count).
+ * without its frame: the stream's pool given, no pending events, and no
+ * garbage collection (whose lookups count), the statistics kept in st.
  * ALLOC_MISSED, having changed nothing, where allocate() must decide. */
 #define ALLOC_MISSED 1
 
-ALLOC_INLINE int allocate_hit(struct allocator *a, size_t size, devcache_stream_t stream,
-			      struct hit *hit, void **ptr_p)
+ALLOC_INLINE int allocate_hit(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			      size_t size, struct hit *hit, void **ptr_p)
 {
-	struct stream_pool *pool = a->last_pool;
-
-	if (!a->plain_rounding || a->gc_active || a->events_head || !pool || pool->stream != stream)
-		return ALLOC_MISSED;
-	size_t rsize = size < ALLOC_ROUND ? ALLOC_ROUND : round_up(size, ALLOC_ROUND);
+	size_t rsize = !a->plain_rounding ? alloc_round_size(a, size)
+			: size < ALLOC_ROUND ? ALLOC_ROUND : round_up(size, ALLOC_ROUND);
 	struct block *b = find_cached(a, pool, rsize <= ALLOC_SMALL_SIZE, rsize);
 
 	if (!b)
 		return ALLOC_MISSED;
 	note_hit(hit, b);
-	return hand_out(a, &a->stats, pool, b, rsize, size, hit, ptr_p);
+	return hand_out(a, st, pool, b, rsize, size, hit, ptr_p);
 }
 
 /* ---- the public API ---------------------------------------------------------- */
@@ -763,7 +797,29 @@ int alloc_check_dev(devcache_device_t *dev, const char *fn)
 	return 0;
 }
 
-/* The allocation path with the lock: everything but a redo. */
+/* A hit on the thread's own stream under that stream's lock alone, its
+ * statistics kept in the thread's cache: ALLOC_MISSED, having changed
+ * nothing but made the thread's cached free real, where the rest of the
+ * allocation path must decide. */
+static int alloc_in_pool(struct allocator *a, struct tcache *tc, size_t size, void **ptr_p)
+{
+	struct stream_pool *pool = tc->home;
+	struct hit hit = { 0 };
+	int rc = ALLOC_MISSED;
+
+	pthread_mutex_lock(&pool->lock);
+	tcache_flush(a, tc);
+	if (!events_pending(a)) {
+		rc = allocate_hit(a, &tc->st, pool, size, &hit, ptr_p);
+		if (rc == 0 && tc->freed_req == size)
+			tcache_record(a, tc, &hit, pool->stream);
+	}
+	pthread_mutex_unlock(&pool->lock);
+	return rc;
+}
+
+/* The allocation path with the allocator-wide lock: everything but a
+ * redo or a hit on the thread's own stream. */
 static __attribute__((noinline)) int alloc_locked(struct allocator *a, struct tcache *tc, size_t size,
 						  devcache_stream_t stream, void **ptr_p)
 {
@@ -776,14 +832,27 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, struct tc
 	}
 	if (size > SIZE_MAX / 2)
 		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes"), a->dev->id, size);
-	pthread_mutex_lock(&a->lock);
-	tcache_flush(a, tc);
-	rc = allocate_hit(a, size, stream, &hit, ptr_p);
+	if (tc && tc->home && tc->home->stream == stream &&
+	    (rc = alloc_in_pool(a, tc, size, ptr_p)) != ALLOC_MISSED)
+		return rc;
+	world_lock(a);
+	if (tc || (tc = tcache_new(a))) {
+		tcache_flush(a, tc);
+		stats_fold(&a->stats, &tc->st);
+	}
+	struct stream_pool *pool = a->last_pool;
+	rc = ALLOC_MISSED;
+	if (!a->gc_active && !a->events_head && pool && pool->stream == stream)
+		rc = allocate_hit(a, &a->stats, pool, size, &hit, ptr_p);
 	if (rc == ALLOC_MISSED)
 		rc = allocate(a, size, stream, &hit, ptr_p);
-	if (rc == 0 && tc && tc->freed_req == size)
-		tcache_record(a, tc, &hit, stream);
-	pthread_mutex_unlock(&a->lock);
+	if (rc == 0 && tc) {
+		/* The thread's hits take this stream's lock from now on. */
+		tc->home = hit.block->seg->pool;
+		if (tc->freed_req == size)
+			tcache_record(a, tc, &hit, stream);
+	}
+	world_unlock(a);
 	return rc;
 }
 
@@ -823,9 +892,31 @@ ALLOC_INLINE int release_block(struct allocator *a, devcache_stats_t *st, struct
 	return 0;
 }
 
-int alloc_release(struct allocator *a, struct block *b)
+int alloc_release(struct allocator *a, devcache_stats_t *st, struct block *b)
 {
-	return release_block(a, &a->stats, b);
+	return release_block(a, st, b);
+}
+
+/* A free of a block of the thread's own stream, under that stream's lock
+ * alone: ALLOC_MISSED, having changed nothing but made the thread's
+ * cached free real, where the allocator-wide lock is needed (a block of
+ * another stream, used on other streams, or not allocated). */
+static int free_in_pool(struct allocator *a, struct tcache *tc, uintptr_t addr)
+{
+	struct stream_pool *pool = tc->home;
+	int rc = ALLOC_MISSED;
+
+	pthread_mutex_lock(&pool->lock);
+	tcache_flush(a, tc);
+	struct block *b = table_take(pool, addr);
+	if (b && b->uses) {
+		table_insert(pool, b);
+	} else if (b && (!b->tc || (b = tcache_claim(b, true)))) {
+		tc->freed_req = b->requested;
+		rc = release_block(a, &tc->st, b);
+	}
+	pthread_mutex_unlock(&pool->lock);
+	return rc;
 }
 
 static __attribute__((noinline)) int free_locked(struct allocator *a, struct tcache *tc, void *ptr,
@@ -835,8 +926,13 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, struct tca
 
 	if (!ptr)
 		return 0;
-	pthread_mutex_lock(&a->lock);
-	tcache_flush(a, tc);
+	if (tc && tc->home && (rc = free_in_pool(a, tc, (uintptr_t)ptr)) != ALLOC_MISSED)
+		return rc;
+	world_lock(a);
+	if (tc) {
+		tcache_flush(a, tc);
+		stats_fold(&a->stats, &tc->st);
+	}
 	struct block *b = tcache_lookup(a, (uintptr_t)ptr, true);
 	if (!b) {
 		rc = err_set(DEVCACHE_EINVAL,
@@ -847,7 +943,7 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, struct tca
 			tc->freed_req = b->requested;
 		rc = release_block(a, &a->stats, b);
 	}
-	pthread_mutex_unlock(&a->lock);
+	world_unlock(a);
 	return rc;
 }
 
@@ -856,7 +952,7 @@ ALLOC_INLINE int do_free(struct allocator *a, void *ptr, const char *what)
 {
 	struct tcache *tc = tcache_own(a);
 
-	if (tc && tc->ptr == (uintptr_t)ptr &&
+	if (tc && __atomic_load_n(&tc->ptr, __ATOMIC_RELAXED) == (uintptr_t)ptr &&
 	    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_LIVE &&
 	    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
 		__atomic_store_n(&tc->state, TC_CACHED, __ATOMIC_RELAXED);
@@ -897,10 +993,10 @@ int devcache_host_free(devcache_device_t *dev, void *ptr)
 
 static int empty(struct allocator *a)
 {
-	pthread_mutex_lock(&a->lock);
+	world_lock(a);
 	tcache_flush_own(a);
 	release_cached(a);
-	pthread_mutex_unlock(&a->lock);
+	world_unlock(a);
 	return 0;
 }
 

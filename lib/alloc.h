@@ -97,6 +97,9 @@ struct spares {
  * stream has its pools, and with them everything a cache hit changes, so
  * that a hit takes only its stream's lock (see alloc.c). */
 struct stream_pool {
+	/* With thread caches: taken by a hit, and with every other pool's
+	 * by the allocator-wide lock (world_lock). */
+	pthread_mutex_t lock;
 	devcache_stream_t stream;
 	unsigned index; /* 0 for the default stream, then in order of first use */
 	struct free_index small, large;
@@ -106,7 +109,7 @@ struct stream_pool {
 	size_t table_cap, table_used;
 	struct block *idle_head, *idle_tail; /* whole free segments, oldest first */
 	struct spares spares;
-};
+} __attribute__((aligned(64))); /* cache lines of its own: each stream's hits write it */
 
 /* A pending event: a freed block waits until work queued on another stream
  * before the free has completed. */
@@ -159,10 +162,18 @@ struct tcache {
 	int life;                  /* atomic: alloc-thread.c's TC_ALIVE... */
 	const struct allocator *a; /* whose cache it is; NULL once that is gone */
 	struct tcache *next;       /* the allocator's list, under the lock */
+	/* The pool of the stream this thread allocated on last, where its
+	 * hits take that pool's lock alone; the block above is in it. */
+	struct stream_pool *home;
+	/* What the thread's hits changed in the statistics since they were
+	 * last folded into the allocator's (stats_fold): current and
+	 * allocated as differences, peak the highest difference reached.
+	 * Written by the owner under home's lock, folded under world_lock. */
+	devcache_stats_t st;
 };
 
 struct allocator {
-	pthread_mutex_t lock;
+	pthread_mutex_t lock; /* with the pools' locks: world_lock() */
 	pthread_key_t tkey;   /* this thread's struct tcache */
 	bool tkey_ok;         /* tkey was made: thread caches are on */
 	struct tcache *tcaches; /* every thread's, under the lock */
@@ -271,6 +282,17 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 void allocator_destroy(struct allocator *a);
 
 /* alloc.c */
+/* The allocator-wide lock: a->lock, and with thread caches every pool's
+ * lock too, so that no hit is under way. */
+void world_lock(struct allocator *a);
+/* An adaptive mutex, as every lock of the allocator is. */
+void pool_lock_init(pthread_mutex_t *m);
+void world_unlock(struct allocator *a);
+/* Blocks wait for events: read by a hit under its pool's lock. */
+static inline bool events_pending(const struct allocator *a)
+{
+	return __atomic_load_n(&a->events_head, __ATOMIC_RELAXED) != NULL;
+}
 size_t alloc_round_size(const struct allocator *a, size_t size);
 /* DEVCACHE_EINVAL, naming fn, for a NULL device. */
 int alloc_check_dev(devcache_device_t *dev, const char *fn);
@@ -314,10 +336,14 @@ size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need);
 
 /* alloc-stats.c */
 void allocator_stats(struct allocator *a, devcache_stats_t *out);
+/* Fold a thread's differences d into the allocator's statistics s (its
+ * peaks as if its calls came after everything s has seen), and clear d. */
+void stats_fold(devcache_stats_t *s, devcache_stats_t *d);
 
-/* alloc.c: free a block taken from the address table, under the lock:
- * its statistics and trace, then back to its pool or deferred. */
-int alloc_release(struct allocator *a, struct block *b);
+/* alloc.c: free a block taken from the address table, under its pool's
+ * lock: its statistics (in st) and trace, then back to its pool or
+ * deferred. */
+int alloc_release(struct allocator *a, devcache_stats_t *st, struct block *b);
 
 /* alloc-thread.c: the thread caches (see there) */
 /* Make tkey; without it (no key left) there are no thread caches. */
@@ -334,7 +360,8 @@ static inline void tcache_detach(struct tcache *tc)
 	__atomic_store_n(&tc->state, TC_NONE, __ATOMIC_RELAXED);
 	tc->b->tc = NULL;
 	tc->b = NULL;
-	tc->ptr = 0;
+	/* The owner reads it without the lock, in do_free(). */
+	__atomic_store_n(&tc->ptr, 0, __ATOMIC_RELAXED);
 }
 
 static inline void tcache_flush(struct allocator *a, struct tcache *tc)
@@ -352,7 +379,11 @@ static inline void tcache_flush(struct allocator *a, struct tcache *tc)
 	}
 	tcache_fold(a, tc);
 }
+/* Under world_lock: this thread's cache flushed and its statistics
+ * folded into the allocator's. */
 void tcache_flush_own(struct allocator *a);
+/* Under world_lock: every thread's statistics folded in. */
+void tcache_fold_all(struct allocator *a);
 /* Under the lock, after a hit that took the free block as hit says,
  * called when the last block the thread freed with the lock was asked
  * for with the same size: b becomes the block of this thread's cache tc,
