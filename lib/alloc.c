@@ -183,6 +183,7 @@ void world_lock(struct allocator *a)
 	if (a->tkey_ok)
 		for (size_t i = 0; i < a->n_pools; i++)
 			pthread_mutex_lock(&a->pools[i]->lock);
+	a->world_locks++;
 }
 
 void world_unlock(struct allocator *a)

@@ -174,6 +174,7 @@ struct tcache {
 
 struct allocator {
 	pthread_mutex_t lock; /* with the pools' locks: world_lock() */
+	uint64_t world_locks; /* times world_lock() was taken, for the tests */
 	pthread_key_t tkey;   /* this thread's struct tcache */
 	bool tkey_ok;         /* tkey was made: thread caches are on */
 	struct tcache *tcaches; /* every thread's, under the lock */

@@ -3,7 +3,7 @@
 EXTRA_DIST += tests/alloc-fixture.h tests/alloc-check.h
 alloc_tests = tests/test-alloc-policy tests/test-alloc-oom tests/test-alloc-random \
 	tests/test-alloc-expand tests/test-alloc-threads tests/test-alloc-stitch \
-	tests/test-alloc-tcache
+	tests/test-alloc-tcache tests/test-alloc-streams
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(alloc_tests)
@@ -32,6 +32,10 @@ tests_test_alloc_tcache_SOURCES = tests/test-alloc-tcache.c tests/alloc-check.h 
 	tests/arena-base.h tests/tap.h
 tests_test_alloc_tcache_CFLAGS = $(test_cflags)
 tests_test_alloc_tcache_LDADD = $(test_ldadd) -lpthread -ldl
+tests_test_alloc_streams_SOURCES = tests/test-alloc-streams.c tests/alloc-check.h tests/alloc-fixture.h \
+	tests/tap.h
+tests_test_alloc_streams_CFLAGS = $(test_cflags)
+tests_test_alloc_streams_LDADD = $(test_ldadd) -lpthread
 endif
 
 # libdevcache against an independent model of PyTorch's policy
