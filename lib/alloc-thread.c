@@ -34,7 +34,15 @@
  * blocks are cached, so a thread holds at most 1 MiB that the others do
  * not see.
  *
- * The fast path takes no lock and writes nothing that another thread
+ * The same struct carries the thread's home pool, whose lock alone its
+ * hits take (alloc.c, The locks), and the differences those hits make in
+ * the statistics (st), folded into the allocator's by stats_fold() under
+ * world_lock: by the thread at each of its calls that takes it, by a read
+ * of the statistics for every thread, and for a thread that has ended at
+ * tcache_reap.  The cached block is always in the home pool: the home
+ * changes only under world_lock, after the cache is flushed.
+ *
+ * The redo takes no lock and writes nothing that another thread
  * writes: the thread's struct tcache, found through tcache_last (or
  * pthread_getspecific() when the thread used another allocator last), on
  * cache lines of its own, and a load of the pool's version, which other threads write only when they

@@ -55,10 +55,25 @@
  * used on other streams, alloc-oom.c the out-of-memory message and the
  * pressure callbacks, alloc-life.c creating and destroying an allocator,
  * alloc-stats.c the statistics and the snapshot, alloc-thread.c the
- * thread caches.  One mutex per allocator guards all of it; the pressure
- * callbacks run with it released, and a thread cache's redo of a block
- * freed and asked for again (below, devcache_alloc and devcache_free) takes
- * it not at all, as alloc-thread.c shows it may.
+ * thread caches.
+ *
+ * The locks.  Everything a cache hit changes belongs to one stream's pool:
+ * its free-block index, its address table, its idle segments, its spare
+ * block structs; and the statistics the hit moves are kept as differences
+ * in the calling thread's struct tcache.  So with thread caches on, a
+ * thread's hit on the stream it allocated on last (its home pool), and its
+ * free of a block of that stream, take that pool's mutex alone
+ * (alloc_in_pool, free_in_pool).  Every other call takes world_lock: the
+ * allocator's mutex, then every pool's in order, so that no hit is under
+ * way; it folds the caller's differences into the allocator's statistics
+ * first, which keeps every figure, peaks included, exact on one thread.
+ * A hit that finds more to decide (no free block fits, pending events, a
+ * block of another stream) has changed nothing and goes on under
+ * world_lock.  The pressure callbacks run with world_lock released, and a
+ * thread cache's redo of a block freed and asked for again (devcache_alloc
+ * and devcache_free) takes no lock at all, as alloc-thread.c shows it may.
+ * Without thread caches (thread_cache:false, garbage collection, a trace,
+ * expandable segments), world_lock is the allocator's one mutex.
  */
 #include "alloc.h"
 #include "backend-call.h"
