@@ -206,7 +206,7 @@ static void ended_thread_counts(void **state)
 
 struct reader {
 	struct fx *f;
-	volatile int stop;
+	int stop; /* atomic */
 	int reads;
 	char why[256];
 };
@@ -215,7 +215,7 @@ static void *read_stats(void *arg)
 {
 	struct reader *r = arg;
 
-	while (!r->stop && !r->why[0]) {
+	while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED) && !r->why[0]) {
 		devcache_stats_t s;
 		const char *why;
 
@@ -256,7 +256,7 @@ static void stats_read_meanwhile(void **state)
 				held[n++] = (struct held){.ptr = o[i].left[k], .size = 1 << 20};
 		}
 	}
-	r.stop = 1;
+	__atomic_store_n(&r.stop, 1, __ATOMIC_RELAXED);
 	pthread_join(rt, NULL);
 	if (r.why[0])
 		fail_msg("a read while threads ran: %s", r.why);
