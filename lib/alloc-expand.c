@@ -121,7 +121,7 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 {
 	size_t page = expandable_page(a, small), gran = expandable_page(a, true);
 	size_t size = round_up(a->vm_space, page);
-	struct segment *seg = calloc(1, sizeof *seg);
+	struct segment *seg = aligned_alloc(_Alignof(struct segment), sizeof *seg);
 	void **pages = calloc(size / gran, sizeof *pages);
 	struct block *b = seg && pages ? block_new(pool) : NULL;
 	void *va;

@@ -492,7 +492,8 @@ static struct block *alloc_segment(struct allocator *a, struct stream_pool *pool
 		*capped = true;
 		return NULL;
 	}
-	if (!(seg = calloc(1, sizeof *seg)) || !(b = block_new(pool))) {
+	if (!(seg = aligned_alloc(_Alignof(struct segment), sizeof *seg)) ||
+	    !(b = block_new(pool))) {
 		free(seg);
 		return NULL;
 	}

@@ -79,7 +79,7 @@ struct segment {
 	struct block *holes; /* expandable: unmapped blocks, linked by inext */
 	struct segment *enext; /* expandable: the pool's next one, if holes ran out */
 	struct segment *sprev, *snext;
-};
+} __attribute__((aligned(64))); /* a hit writes first: no line shared with another stream's */
 
 struct stream_use {
 	devcache_stream_t stream;
