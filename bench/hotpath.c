@@ -396,10 +396,26 @@ static int bench_sequence(struct sequence *q, int nthreads_max)
 		return -1;
 	}
 	/* Repetitions interleave the allocators, so a slow moment of the
-	 * machine does not land on one of them. */
+	 * machine does not land on one of them; and each round takes them in
+	 * another order (a fixed shuffle), since a run slows down the one
+	 * right after it (seen: devcache's after tcmalloc's 1 MiB pairs,
+	 * whose frees return pages to the kernel, by up to a third). */
+	struct rng order_rng;
+	rng_seed(&order_rng, 7);
 	for (int t = 1; t <= nthreads_max; t++)
-		for (int r = 0; r < reps; r++)
-			for (int i = 0; i < N_IMPL; i++) {
+		for (int r = 0; r < reps; r++) {
+			int order[N_IMPL];
+
+			for (int k = 0; k < N_IMPL; k++)
+				order[k] = k;
+			for (int k = N_IMPL - 1; k > 0; k--) {
+				int j = (int)(rng_next(&order_rng) % (uint64_t)(k + 1)), x = order[k];
+
+				order[k] = order[j];
+				order[j] = x;
+			}
+			for (int k = 0; k < N_IMPL; k++) {
+				int i = order[k];
 				struct result res;
 
 				if (!impls[i].available)
@@ -414,6 +430,7 @@ static int bench_sequence(struct sequence *q, int nthreads_max)
 				dallocs += res.device_allocs;
 				mp[i][t][r] = res.mpairs;
 			}
+		}
 	for (int i = 0; i < N_IMPL; i++)
 		for (int t = 1; t <= nthreads_max && impls[i].available; t++) {
 			med[i][t].ns_per_pair = bench_median(ns[i][t], reps);
