@@ -439,6 +439,12 @@ DEVCACHE_API int devcache_model_tensor(const devcache_model_t *model, const char
 				      devcache_tensor_info_t *info, void **data_p);
 DEVCACHE_API int devcache_model_tensor_at(const devcache_model_t *model, size_t index,
 					 devcache_tensor_info_t *info, void **data_p);
+/* A tensor's bytes (size: the tensor's) copied into host memory at dst,
+ * from wherever they are: the device, a copy in RAM, or the file, read
+ * with pread() rather than through its mapping, so that a file truncated
+ * under the cache is an error naming it, not SIGBUS. */
+DEVCACHE_API int devcache_model_tensor_copy(const devcache_model_t *model, const char *name,
+					   void *dst, size_t size);
 
 typedef struct devcache_cache_stats {
 	uint64_t hits, misses, evictions, failed_loads, cancelled_loads;

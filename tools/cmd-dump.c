@@ -119,8 +119,7 @@ static int write_out(const char *path, const unsigned char *buf, size_t len)
 }
 
 /* The tensor, copied from where it is into a buffer of its own and written. */
-static int dump_tensor(devcache_device_t *dev, const devcache_model_t *model, const char *name,
-		       const char *output)
+static int dump_tensor(const devcache_model_t *model, const char *name, const char *output)
 {
 	devcache_tensor_info_t info;
 	unsigned char *buf;
@@ -137,12 +136,10 @@ static int dump_tensor(devcache_device_t *dev, const devcache_model_t *model, co
 			   (unsigned long long)info.size, devcache_strerror(DEVCACHE_ENOMEM));
 		return EXIT_RUNTIME;
 	}
-	/* A partially loaded model's tensor may be on the host already. */
-	if (info.place == DEVCACHE_PLACE_HOST)
-		memcpy(buf, data, (size_t)info.size);
-	else if (devcache_copy_to_host(dev, buf, data, (size_t)info.size, NULL)) {
-		tool_error(_("dump: %s: cannot copy it from the device: %s"), name,
-			   devcache_last_error());
+	/* From the device, or from the file rather than its mapping: a file
+	 * truncated meanwhile is an error, not SIGBUS. */
+	if (devcache_model_tensor_copy(model, name, buf, (size_t)info.size)) {
+		tool_error(_("dump: %s: cannot copy it: %s"), name, devcache_last_error());
 		free(buf);
 		return EXIT_RUNTIME;
 	}
@@ -173,7 +170,7 @@ int cmd_dump(const struct tool *t, int argc, char **argv)
 		devcache_close(ctx);
 		return EXIT_RUNTIME;
 	}
-	status = dump_tensor(dev, model, name, o.output);
+	status = dump_tensor(model, name, o.output);
 	devcache_model_release(model);
 	devcache_close(ctx);
 	return status;

@@ -492,12 +492,11 @@ static PyObject *tensor_tobytes(TensorObject *self, PyObject *Py_UNUSED(ignored)
 	if (!(b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)self->info.size)))
 		return NULL;
 	char *dst = PyBytes_AS_STRING(b);
+	/* From the file rather than its mapping, where the model is mapped:
+	 * a file truncated meanwhile raises devcache.Error, not SIGBUS. */
 	Py_BEGIN_ALLOW_THREADS
-	if (self->host)
-		memcpy(dst, self->data, self->info.size);
-	else
-		rc = devcache_copy_to_host(self->model->device->dev, dst, self->data,
-					   self->info.size, NULL);
+	rc = devcache_model_tensor_copy(self->model->model, self->info.name, dst,
+					(size_t)self->info.size);
 	Py_END_ALLOW_THREADS
 	if (rc) {
 		Py_DECREF(b);

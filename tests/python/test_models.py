@@ -125,6 +125,18 @@ class HostLoads(Base):
                 self.assertIs(t.model, m)
                 self.assertIn(repr(name), repr(t))
 
+    def test_tobytes_of_a_truncated_file_is_an_error(self):
+        # tobytes() reads the file, not its mapping: a file cut short
+        # under the model raises devcache.Error naming it, never SIGBUS.
+        with self.ctx.load(self.file) as m:
+            name = max((t[0] for t in self.tensors), key=lambda n: m[n].nbytes)
+            self.assertGreater(m[name].nbytes, 0)
+            os.truncate(self.file, 8)
+            with self.assertRaises(devcache.Error) as cm:
+                m[name].tobytes()
+            self.assertIn(self.file, str(cm.exception))
+            self.assertIn("shrank", str(cm.exception))
+
     def test_memoryview(self):
         with self.ctx.load(self.file) as m:
             for name, dtype, shape, fmt, _typestr in PLAIN:
