@@ -91,11 +91,17 @@ static inline int test_tmpdir_make(char *dir, size_t size, const char *tag)
 	return mkdtemp(dir) ? 0 : -1;
 }
 
+/* With TEST_KEEP_TMPDIR set to a folder, the directory is moved there
+ * instead: fuzz/harvest-seeds takes the files the tests wrote as seeds. */
 static inline int test_tmpdir_remove(const char *dir)
 {
-	char cmd[4200];
+	const char *keep = getenv("TEST_KEEP_TMPDIR");
+	char cmd[8400];
 
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	if (keep && *keep)
+		snprintf(cmd, sizeof cmd, "mv '%s' '%s/'", dir, keep);
+	else
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 	return system(cmd) == 0 ? 0 : -1;
 }
 
