@@ -7,7 +7,7 @@
 ## what the figures mean and records them.
 
 bench_programs = bench/hotpath bench/gentrace bench/replay bench/loadbench
-EXTRA_PROGRAMS = $(bench_programs)
+EXTRA_PROGRAMS += $(bench_programs)
 bench_cflags = $(AM_CFLAGS) -pthread
 bench_ldadd = libdevcache.la $(LIBM) -lpthread
 
