@@ -298,6 +298,25 @@ static int plan(struct upload *u, bool direct)
 	return 0;
 }
 
+/* The path opened again is the file the model was opened from: the name
+ * may have been given to another file since (a download replacing it),
+ * or to a FIFO, whose open would wait for a writer (hence O_NONBLOCK). */
+static int reopen_same(const struct stage_file *f)
+{
+	int fd = open(f->path, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NONBLOCK);
+	struct stat now, was;
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &now) != 0 || fstat(f->fd, &was) != 0 || now.st_dev != was.st_dev ||
+	    now.st_ino != was.st_ino) {
+		close(fd);
+		errno = ESTALE;
+		return -1;
+	}
+	return fd;
+}
+
 /* Open each file again with O_DIRECT when direct_io asks for it; a file
  * that will not is read plainly. */
 static bool open_direct(struct upload *u)
@@ -310,7 +329,7 @@ static bool open_direct(struct upload *u)
 		u->direct_fd[i] = -1;
 		if (!ctx->tun.v[TUN_direct_io].u.b)
 			continue;
-		u->direct_fd[i] = open(job->files[i].path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		u->direct_fd[i] = reopen_same(&job->files[i]);
 		if (u->direct_fd[i] < 0)
 			log_msg(&ctx->log, DEVCACHE_LOG_DEBUG,
 				_("%s: O_DIRECT reads fail (%s); reading through the page cache"),

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <devcache.h>
 
@@ -471,6 +473,41 @@ static void driver_faults_leave_nothing_behind(void **state)
 	dlclose(module);
 }
 
+/* With direct_io, each upload opens the files again by name.  A name given
+ * since to a FIFO must not block that open (the alarm turns a hang into a
+ * failure), nor may another file under the name be read: the bytes still
+ * come from the file the model was opened from. */
+static void a_file_replaced_by_a_fifo_is_not_opened_again(void **state)
+{
+	char path[512], shard[512], moved[520];
+	devcache_model_t *m;
+	const char *t3[] = {"t3"};
+
+	(void)state;
+	write_set(path, sizeof path, "fifo", 5);
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true,"
+				       "direct_io:true,staging_buffer_size:64K");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+	assert_int_equal(check_all(m, 5), 0x7);
+	for (unsigned k = 0; k < 3; k++) {
+		char name[128];
+
+		mw_shard_name(name, sizeof name, "fifo", k, 3, "safetensors");
+		snprintf(shard, sizeof shard, "%s/%s", dir, name);
+		snprintf(moved, sizeof moved, "%s.old", shard);
+		assert_int_equal(rename(shard, moved), 0);
+		assert_int_equal(mkfifo(shard, 0600), 0);
+	}
+	alarm(10);
+	int rc = devcache_model_make_resident(m, t3, 1, NULL);
+	alarm(0);
+	assert_int_equal(rc, 0);
+	assert_int_equal(check_all(m, 5), 0xe);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -483,6 +520,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(the_calls_refuse_what_they_cannot_do, setup, teardown),
 		cmocka_unit_test_setup_teardown(two_threads_share_one_partial_load, setup, teardown),
 		cmocka_unit_test_setup_teardown(driver_faults_leave_nothing_behind, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_file_replaced_by_a_fifo_is_not_opened_again, setup,
+						teardown),
 	};
 
 	return RUN_TAP(tests);
