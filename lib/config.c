@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -177,24 +180,74 @@ static int apply_line(struct tunable_set *set, char *line, const char *origin,
 	return apply_pair(set, s, sep + 1, origin, log);
 }
 
+static int too_large(const char *path, uint64_t size)
+{
+	return err_set(DEVCACHE_ECONFIG,
+		       _("%s: configuration file of %llu bytes is larger than the limit of %u bytes"),
+		       path, (unsigned long long)size, CONFIG_FILE_MAX);
+}
+
+/* Open a configuration file for reading into *f_p, which stays NULL for a
+ * missing file that may be skipped.  Anything but a regular file is refused
+ * at once: a FIFO would block the open until a writer came, and a device
+ * such as /dev/zero would never end. */
+static int open_file(const char *path, bool must_exist, FILE **f_p)
+{
+	/* O_NONBLOCK: no effect on a regular file's reads. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct stat st;
+
+	*f_p = NULL;
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		int e = errno;
+
+		if (fd >= 0)
+			close(fd);
+		if (e == ENOENT && !must_exist)
+			return 0;
+		return err_set(e == ENOENT ? DEVCACHE_ECONFIG : DEVCACHE_EIO,
+			       _("%s: cannot open configuration file: %s"), path, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return err_set(DEVCACHE_EIO, _("%s: not a regular file"), path);
+	}
+	if ((uint64_t)st.st_size > CONFIG_FILE_MAX) {
+		close(fd);
+		return too_large(path, (uint64_t)st.st_size);
+	}
+	if (!(*f_p = fdopen(fd, "r"))) {
+		close(fd);
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	}
+	return 0;
+}
+
 int config_apply_file(struct tunable_set *set, const char *path, bool must_exist,
 		      struct log_state *log, config_report_fn report, void *user)
 {
-	FILE *f = fopen(path, "re");
+	FILE *f;
 	char *line = NULL, origin[4096 + 32];
 	size_t cap = 0;
-	int rc = 0, first = 0;
+	uint64_t total = 0;
+	ssize_t got;
+	int rc = open_file(path, must_exist, &f), first = 0;
 
 	if (!f) {
-		if (errno == ENOENT && !must_exist)
-			return 0;
-		rc = err_set(errno == ENOENT ? DEVCACHE_ECONFIG : DEVCACHE_EIO,
-			     _("%s: cannot open configuration file: %s"), path, strerror(errno));
-		if (report)
+		if (rc && report)
 			report(user, devcache_last_error());
 		return rc;
 	}
-	for (unsigned long n = 1; getline(&line, &cap, f) >= 0; n++) {
+	for (unsigned long n = 1; (got = getline(&line, &cap, f)) >= 0; n++) {
+		/* The size was checked at the open; a file that grows while it
+		 * is read stops at the same limit. */
+		if ((total += (uint64_t)got) > CONFIG_FILE_MAX) {
+			rc = too_large(path, total);
+			if (report)
+				report(user, devcache_last_error());
+			first = first ? first : rc;
+			break;
+		}
 		snprintf(origin, sizeof origin, "%s:%lu", path, n);
 		rc = apply_line(set, line, origin, log);
 		if (rc && report) {

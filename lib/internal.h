@@ -71,6 +71,11 @@ struct config_sources {
 	const char *options;      /* devcache_open's string */
 };
 
+/* Caps on what outside input can make the parser read, documented in
+ * devcache.conf(5): generous for any real setting, small enough that a
+ * hostile string or file costs no noticeable time or memory. */
+#define CONFIG_FILE_MAX (1u << 20)    /* bytes in a configuration file */
+
 int config_apply_string(struct tunable_set *set, const char *text, const char *source,
 			struct log_state *log);
 int config_apply_file(struct tunable_set *set, const char *path, bool must_exist,

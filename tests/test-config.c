@@ -558,13 +558,87 @@ static void file_missing(void **state)
 static void file_directory(void **state)
 {
 	struct fixture *fx = *state;
-	char prefix[PATH_MAX + 8];
+	char expect[PATH_MAX + 64];
 
-	xsnprintf(prefix, sizeof prefix, "%s: ", fx->dir);
+	xsnprintf(expect, sizeof expect, "%s: not a regular file", fx->dir);
 	/* a directory is an error even where a missing file would be skipped */
 	assert_int_equal(config_apply_file(&fx->set, fx->dir, false, &fx->log, NULL, NULL), DEVCACHE_EIO);
-	assert_contains(devcache_last_error(), prefix);
-	assert_contains(devcache_last_error(), strerror(EISDIR));
+	assert_string_equal(devcache_last_error(), expect);
+}
+
+/* A FIFO would block the open until a writer came, /dev/zero would never
+ * end: anything but a regular file is refused at once, named.  The alarm
+ * turns a hang into a failure. */
+static void file_not_regular(void **state)
+{
+	struct fixture *fx = *state;
+	char fifo[PATH_MAX], expect[PATH_MAX + 64];
+	const char *paths[] = {fifo, "/dev/null", "/dev/zero"};
+
+	xsnprintf(fifo, sizeof fifo, "%s/fifo.conf", fx->dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+		xsnprintf(expect, sizeof expect, "%s: not a regular file", paths[i]);
+		for (int must_exist = 0; must_exist < 2; must_exist++) {
+			alarm(10);
+			int rc = config_apply_file(&fx->set, paths[i], must_exist, &fx->log, NULL, NULL);
+			alarm(0);
+			assert_int_equal(rc, DEVCACHE_EIO);
+			assert_string_equal(devcache_last_error(), expect);
+		}
+	}
+	/* DEVCACHE_CONF naming the FIFO: devcache_open fails, naming it. */
+	setenv("DEVCACHE_CONF", fifo, 1);
+	alarm(10);
+	int rc = devcache_open(&fx->ctx, NULL);
+	alarm(0);
+	assert_int_equal(rc, DEVCACHE_EIO);
+	xsnprintf(expect, sizeof expect, "%s: not a regular file", fifo);
+	assert_string_equal(devcache_last_error(), expect);
+}
+
+/* Write a file of exactly size bytes: comment lines, then a setting. */
+static void write_sized(const char *path, size_t size)
+{
+	static const char setting[] = "load_workers = 7\n";
+	FILE *f = fopen(path, "w");
+	size_t left = size - (sizeof setting - 1);
+
+	assert_non_null(f);
+	while (left > 0) {
+		size_t n = left > 80 ? 80 : left;
+
+		/* a line of n bytes: '#', spaces, newline */
+		fprintf(f, "%s%*s\n", n > 1 ? "#" : "", (int)(n > 1 ? n - 2 : 0), "");
+		left -= n;
+	}
+	fputs(setting, f);
+	assert_int_equal(fclose(f), 0);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, size);
+}
+
+/* A configuration file of CONFIG_FILE_MAX bytes is read; one byte more is
+ * refused before anything is read, and the message names the limit. */
+static void file_size_limit(void **state)
+{
+	struct fixture *fx = *state;
+	char path[PATH_MAX], expect[PATH_MAX + 128];
+
+	xsnprintf(path, sizeof path, "%s/big.conf", fx->dir);
+	write_sized(path, CONFIG_FILE_MAX);
+	assert_int_equal(config_apply_file(&fx->set, path, true, &fx->log, NULL, NULL), 0);
+	assert_int_equal(fx->set.v[TUN_load_workers].u.i, 7);
+	write_sized(path, CONFIG_FILE_MAX + 1);
+	assert_int_equal(config_apply_file(&fx->set, path, true, &fx->log, report_fn, fx),
+			 DEVCACHE_ECONFIG);
+	xsnprintf(expect, sizeof expect,
+		  "%s: configuration file of %u bytes is larger than the limit of %u bytes", path,
+		  CONFIG_FILE_MAX + 1, CONFIG_FILE_MAX);
+	assert_string_equal(devcache_last_error(), expect);
+	assert_int_equal(fx->n_reports, 1);
+	assert_string_equal(fx->reports[0], expect);
 }
 
 /* Run config_apply_file in a child without root's right to read every file. */
@@ -1032,20 +1106,19 @@ static void check_file_missing(void **state)
 }
 
 /* The header promises every error goes to log_fn and the first is the detail;
- * a file that opens but cannot be read (a directory) must say so too. */
+ * a file that is not a regular one (a directory) must say so too. */
 static void check_file_directory(void **state)
 {
 	struct fixture *fx = *state;
-	char prefix[PATH_MAX + 8];
+	char expect[PATH_MAX + 64];
 
-	xsnprintf(prefix, sizeof prefix, "%s: ", fx->dir);
+	xsnprintf(expect, sizeof expect, "%s: not a regular file", fx->dir);
 	assert_int_equal(devcache_config_check_file(fx->dir, capture_fn, &fx->cap), DEVCACHE_EIO);
 	capture_show(&fx->cap);
-	assert_contains(devcache_last_error(), prefix);
-	assert_contains(devcache_last_error(), strerror(EISDIR));
+	assert_string_equal(devcache_last_error(), expect);
 	assert_int_equal(fx->cap.n, 1);
 	assert_int_equal(fx->cap.level[0], DEVCACHE_LOG_ERROR);
-	assert_contains(fx->cap.text[0], prefix);
+	assert_contains(fx->cap.text[0], expect);
 }
 
 /* ---- argument checks ------------------------------------------------------------- */
@@ -1134,6 +1207,8 @@ int main(void)
 		T(file_errors_carry_line),
 		T(file_missing),
 		T(file_directory),
+		T(file_not_regular),
+		T(file_size_limit),
 		T(file_unreadable),
 		T(file_report_mode),
 		T(sources_precedence),
