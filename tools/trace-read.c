@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -475,15 +476,26 @@ static uint64_t random_seed(void)
 	       (uint64_t)getpid() << 32;
 }
 
+/* Anything but a regular file is refused at once: opening a FIFO would
+ * wait for a writer, and a device such as /dev/zero would never end.
+ * O_NONBLOCK changes nothing for a regular file's reads. */
 static int open_file(struct reader *r)
 {
-	int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct stat st;
 
-	if (fd < 0) {
+	if (fd < 0 || fstat(fd, &st) != 0) {
 		int e = errno;
 
+		if (fd >= 0)
+			close(fd);
 		snprintf(r->err, r->err_size, "%s: %s", r->path, strerror(e));
 		return e == ENOENT ? DEVCACHE_ENOENT : DEVCACHE_EIO;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		snprintf(r->err, r->err_size, _("%s: not a regular file"), r->path);
+		return DEVCACHE_EIO;
 	}
 	if (!(r->gz = gzdopen(fd, "rb"))) {
 		close(fd);
