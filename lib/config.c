@@ -90,14 +90,52 @@ static size_t next_item(const char *s, size_t *len_p)
 	return s[i] ? i + 1 : i;
 }
 
+/* A list's value as its continuations add to it: appending is amortised
+ * linear, where joining the value anew for each item made a long list
+ * quadratic. */
+struct growing {
+	char *text;
+	size_t len, cap;
+};
+
+static int grow_append(struct growing *g, const char *item)
+{
+	size_t n = strlen(item);
+
+	if (g->len + n + 2 > g->cap) {
+		size_t cap = g->cap ? g->cap : 64;
+
+		while (cap < g->len + n + 2)
+			cap *= 2;
+		char *grown = realloc(g->text, cap);
+
+		if (!grown)
+			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		g->text = grown;
+		g->cap = cap;
+	}
+	g->text[g->len++] = ',';
+	memcpy(g->text + g->len, item, n + 1);
+	g->len += n;
+	return 0;
+}
+
 /* "key:value,key:value" as PYTORCH_CUDA_ALLOC_CONF; an item with no colon
- * continues the list of the key before it ("backends:cuda,hip"). */
+ * continues the list of the key before it ("backends:cuda,hip").  Each
+ * item is looked at once: the work is linear in the text's length. */
 int config_apply_string(struct tunable_set *set, const char *text, const char *source,
 			struct log_state *log)
 {
-	char *key = NULL, *value = NULL;
+	struct growing value = {0};
+	char *key = NULL;
+	bool list = false;
 	int rc = 0;
+	size_t text_len = strlen(text);
 
+	if (text_len > CONFIG_OPTIONS_MAX)
+		return err_set(DEVCACHE_ECONFIG,
+			       _("%s: option string of %zu bytes is longer than the limit of %u bytes"),
+			       source, text_len, CONFIG_OPTIONS_MAX);
 	for (const char *s = text; *s && !rc;) {
 		size_t len, step = next_item(s, &len);
 		char *item = strndup(s, len);
@@ -114,23 +152,17 @@ int config_apply_string(struct tunable_set *set, const char *text, const char *s
 			free(item); /* "a:1,,b:2" or a trailing comma */
 			continue;
 		}
-		if (t[sep] == '\0' && key && is_list(key) && value[0] != '[') {
-			char *joined;
-
-			if (asprintf(&joined, "%s,%s", value, t) < 0) {
-				rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
-			} else {
-				free(value);
-				value = joined;
-			}
+		if (t[sep] == '\0' && list) {
+			rc = grow_append(&value, t);
 			free(item);
 			continue;
 		}
 		if (key) {
-			rc = apply_pair(set, key, value, source, log);
+			rc = apply_pair(set, key, value.text, source, log);
 			free(key);
-			free(value);
-			key = value = NULL;
+			free(value.text);
+			key = NULL;
+			value = (struct growing){0};
 		}
 		if (!rc && t[sep] == '\0') {
 			rc = err_set(DEVCACHE_ECONFIG, _("%s: expected KEY:VALUE, found '%s'"), source, t);
@@ -140,18 +172,22 @@ int config_apply_string(struct tunable_set *set, const char *text, const char *s
 			while (klen && isspace((unsigned char)t[klen - 1]))
 				klen--;
 			key = strndup(t, klen);
-			value = strdup(t + sep + 1);
-			if (!key || !value)
+			value.text = strdup(t + sep + 1);
+			value.len = value.text ? strlen(value.text) : 0;
+			value.cap = value.text ? value.len + 1 : 0;
+			if (!key || !value.text)
 				rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
 			else if (!*key)
 				rc = err_set(DEVCACHE_ECONFIG, _("%s: missing key before '%s'"), source, t);
+			else
+				list = is_list(key) && value.text[0] != '[';
 		}
 		free(item);
 	}
 	if (!rc && key)
-		rc = apply_pair(set, key, value, source, log);
+		rc = apply_pair(set, key, value.text, source, log);
 	free(key);
-	free(value);
+	free(value.text);
 	return rc;
 }
 

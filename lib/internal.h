@@ -74,6 +74,7 @@ struct config_sources {
 /* Caps on what outside input can make the parser read, documented in
  * devcache.conf(5): generous for any real setting, small enough that a
  * hostile string or file costs no noticeable time or memory. */
+#define CONFIG_OPTIONS_MAX (1u << 20) /* bytes in an option string */
 #define CONFIG_FILE_MAX (1u << 20)    /* bytes in a configuration file */
 
 int config_apply_string(struct tunable_set *set, const char *text, const char *source,

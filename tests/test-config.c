@@ -342,6 +342,76 @@ static void string_item_without_colon(void **state)
 	assert_string_equal(devcache_last_error(), "TEST: missing key before ':5'");
 }
 
+/* "backends:host,host,..." of exactly size bytes, as long lists are
+ * written: NULL-terminated, to free; *items_p says how many items. */
+static char *long_list(size_t size, size_t *items_p)
+{
+	static const char head[] = "backends:host";
+	char *text = malloc(size + 1);
+
+	assert_non_null(text);
+	assert_true(size >= sizeof head - 1);
+	memcpy(text, head, sizeof head - 1);
+	size_t len = sizeof head - 1, items = 1;
+	/* ",host" while more than 6 bytes are left, then ",h" to ",hhhhh"
+	 * to end exactly */
+	assert_true(size - len > 6);
+	for (; size - len > 6; items++, len += 5)
+		memcpy(text + len, ",host", 5);
+	text[len++] = ',';
+	memset(text + len, 'h', size - len);
+	text[size] = '\0';
+	items++;
+	*items_p = items;
+	return text;
+}
+
+/* A list's continuations once made the parse quadratic (a 1 MB list took
+ * most of a minute): a string of one byte more than CONFIG_OPTIONS_MAX is
+ * refused, naming the limit, before any of it is parsed; one of exactly
+ * CONFIG_OPTIONS_MAX bytes, one long list, parses whole. */
+static void string_length_limit(void **state)
+{
+	struct fixture *fx = *state;
+	const struct tunable_value *b = &fx->set.v[TUN_backends];
+	char expect[256];
+	size_t items;
+	char *text = malloc(CONFIG_OPTIONS_MAX + 2);
+
+	/* first one long value, which any parser reads quickly */
+	assert_non_null(text);
+	memset(text, 'a', CONFIG_OPTIONS_MAX + 1);
+	memcpy(text, "backend_path:/", strlen("backend_path:/"));
+	text[CONFIG_OPTIONS_MAX + 1] = '\0';
+	xsnprintf(expect, sizeof expect,
+		  "%s: option string of %u bytes is longer than the limit of %u bytes", "TEST",
+		  CONFIG_OPTIONS_MAX + 1, CONFIG_OPTIONS_MAX);
+	assert_int_equal(config_apply_string(&fx->set, text, "TEST", &fx->log), DEVCACHE_ECONFIG);
+	assert_string_equal(devcache_last_error(), expect);
+	assert_string_equal(origin(fx, TUN_backend_path), "default");
+	free(text);
+
+	text = long_list(CONFIG_OPTIONS_MAX + 1, &items);
+	assert_int_equal(config_apply_string(&fx->set, text, "TEST", &fx->log), DEVCACHE_ECONFIG);
+	assert_string_equal(devcache_last_error(), expect);
+	assert_string_equal(origin(fx, TUN_backends), "default");
+	/* the same from devcache_open, naming its source */
+	assert_int_equal(devcache_open(&fx->ctx, text), DEVCACHE_ECONFIG);
+	assert_null(fx->ctx);
+	assert_contains(devcache_last_error(), "devcache_open: option string of ");
+	free(text);
+
+	text = long_list(CONFIG_OPTIONS_MAX, &items);
+	assert_int_equal(strlen(text), CONFIG_OPTIONS_MAX);
+	assert_int_equal(config_apply_string(&fx->set, text, "TEST", &fx->log), 0);
+	assert_int_equal(b->n_items, items);
+	assert_string_equal(b->items[0], "host");
+	assert_string_equal(b->items[items / 2], "host");
+	assert_int_equal(strlen(b->str), CONFIG_OPTIONS_MAX - strlen("backends:"));
+	assert_string_equal(origin(fx, TUN_backends), "TEST");
+	free(text);
+}
+
 static void string_empty_items_skipped(void **state)
 {
 	struct fixture *fx = *state;
@@ -1197,6 +1267,7 @@ int main(void)
 		T(string_brackets_protect_commas),
 		T(string_list_continuation),
 		T(string_item_without_colon),
+		T(string_length_limit),
 		T(string_empty_items_skipped),
 		T(string_pytorch_paste),
 		T(string_compat_keys),
