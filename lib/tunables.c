@@ -29,17 +29,19 @@ int compat_find(const char *name)
 }
 
 /* Case-insensitive edit distance, capped: enough to catch typos. */
+#define NAME_DISTANCE_CAP 3u
 size_t name_distance(const char *a, const char *b)
 {
 	size_t la = strlen(a), lb = strlen(b);
 	size_t row[64];
 
-	if (la >= 63 || lb >= 63)
+	/* Each insertion or deletion costs one. */
+	if (la >= 63 || lb >= 63 || la > lb + NAME_DISTANCE_CAP || lb > la + NAME_DISTANCE_CAP)
 		return SIZE_MAX;
 	for (size_t j = 0; j <= lb; j++)
 		row[j] = j;
 	for (size_t i = 1; i <= la; i++) {
-		size_t diag = row[0];
+		size_t diag = row[0], row_min = i;
 
 		row[0] = i;
 		for (size_t j = 1; j <= lb; j++) {
@@ -53,7 +55,13 @@ size_t name_distance(const char *a, const char *b)
 				best = up + 1;
 			row[j] = best;
 			diag = up;
+			if (best < row_min)
+				row_min = best;
 		}
+		/* No later row goes below this one's minimum: a name far from
+		 * every other costs a few rows, not the whole table. */
+		if (row_min > NAME_DISTANCE_CAP)
+			return SIZE_MAX;
 	}
 	return row[lb];
 }
@@ -322,19 +330,24 @@ static int split_list(const char *text, char ***items_p, size_t *n_p, bool *brac
 		}
 		s++, len -= 2;
 	}
+	/* Counted first, so that a long list is allocated once. */
+	size_t count = 1;
+	for (size_t i = 0; i < len; i++)
+		count += s[i] == ',';
+	if (!(items = malloc(count * sizeof *items))) {
+		snprintf(why, why_size, _("out of memory"));
+		return DEVCACHE_ENOMEM;
+	}
 	for (size_t start = 0, i = 0; i <= len; i++) {
 		if (i < len && s[i] != ',')
 			continue;
 		char *item = trim_dup(s + start, i - start);
-		char **grown = item ? realloc(items, (n + 1) * sizeof *items) : NULL;
 
-		if (!grown) {
-			free(item);
+		if (!item) {
 			snprintf(why, why_size, _("out of memory"));
 			rc = DEVCACHE_ENOMEM;
 			goto fail;
 		}
-		items = grown;
 		items[n++] = item;
 		if (!*item) {
 			snprintf(why, why_size, _("empty item in list '%s'"), text);
@@ -711,11 +724,19 @@ void tunable_set_free(struct tunable_set *set)
 int tunable_set_pending(struct tunable_set *set, const char *key, const char *value,
 			const char *origin)
 {
-	struct pending_pair p = {strdup(key), strdup(value), strdup(origin)};
+	struct pending_pair p;
 	size_t i = 0;
 
 	while (i < set->n_pending && strcmp(set->pending[i].key, key) != 0)
 		i++;
+	/* The cap keeps this search, and the modules' later passes over the
+	 * pairs, linear in the length of the input. */
+	if (i == PENDING_MAX)
+		return err_set(DEVCACHE_ECONFIG,
+			       _("%s: unknown tunable '%s': more than %u tunables unknown to the core "
+				 "(perhaps backend modules') are set"),
+			       origin, key, PENDING_MAX);
+	p = (struct pending_pair){strdup(key), strdup(value), strdup(origin)};
 	if (p.key && p.value && p.origin && i == set->n_pending) {
 		struct pending_pair *grown =
 			realloc(set->pending, (set->n_pending + 1) * sizeof *grown);

@@ -37,6 +37,9 @@ struct pending_pair {
 	char *key, *value, *origin;
 };
 
+/* At most this many distinct pending keys: more is an error (devcache.conf(5)). */
+#define PENDING_MAX 256u
+
 struct tunable_set {
 	struct tunable_value v[TUN_COUNT];
 	struct pending_pair *pending;
@@ -45,7 +48,8 @@ struct tunable_set {
 
 int tunable_find(const char *name);
 int compat_find(const char *name);
-/* Case-insensitive edit distance, capped: enough to catch typos. */
+/* Case-insensitive edit distance, capped: enough to catch typos.  SIZE_MAX
+ * for names further apart than 3, or of 63 bytes or more. */
 size_t name_distance(const char *a, const char *b);
 /* The known name closest to name, or NULL when none is close. */
 const char *tunable_suggest(const char *name);

@@ -815,9 +815,55 @@ static void assign_replaces(void **state)
 	tunable_set_free(&set);
 }
 
+/* Only distances up to 3 matter (a typo); further ones are SIZE_MAX, found
+ * in a few steps rather than a whole table per known name. */
+static void distance_is_capped(void **state)
+{
+	(void)state;
+	assert_int_equal(name_distance("log_level", "log_level"), 0);
+	assert_int_equal(name_distance("LOG_levle", "log_level"), 2);
+	assert_int_equal(name_distance("max_split", "max_split_siz"), SIZE_MAX);
+	assert_int_equal(name_distance("max_split", "max_split_si"), 3);
+	assert_int_equal(name_distance("abcdefgh", "stuvwxyz"), SIZE_MAX);
+	assert_int_equal(name_distance("", "abc"), 3);
+	assert_int_equal(name_distance("", "abcd"), SIZE_MAX);
+}
+
+/* Keys the core does not know wait for the backend modules; a distinct
+ * key beyond PENDING_MAX is refused, naming the limit, so that neither
+ * their lookup nor the modules' passes over them grow with the square of
+ * the input.  The same key again replaces the value it had. */
+static void pending_keys_are_capped(void **state)
+{
+	struct tunable_set set;
+	char key[32], expect[256];
+
+	(void)state;
+	assert_int_equal(tunable_set_defaults(&set), 0);
+	for (unsigned i = 0; i < PENDING_MAX; i++) {
+		snprintf(key, sizeof key, "mod_key%u", i);
+		assert_int_equal(tunable_set_pending(&set, key, "1", "TEST"), 0);
+	}
+	for (unsigned i = 0; i < 1000; i++)
+		assert_int_equal(tunable_set_pending(&set, "mod_key7", "2", "AGAIN"), 0);
+	assert_int_equal(set.n_pending, PENDING_MAX);
+	assert_string_equal(set.pending[7].value, "2");
+	assert_string_equal(set.pending[7].origin, "AGAIN");
+	assert_int_equal(tunable_set_pending(&set, "mod_one_more", "1", "TEST"), DEVCACHE_ECONFIG);
+	snprintf(expect, sizeof expect,
+		 "TEST: unknown tunable 'mod_one_more': more than %u tunables unknown to the core "
+		 "(perhaps backend modules') are set",
+		 PENDING_MAX);
+	assert_string_equal(devcache_last_error(), expect);
+	assert_int_equal(set.n_pending, PENDING_MAX);
+	tunable_set_free(&set);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(distance_is_capped),
+		cmocka_unit_test(pending_keys_are_capped),
 		cmocka_unit_test(bool_spellings),
 		cmocka_unit_test(bool_errors),
 		cmocka_unit_test(int_values_and_range),
