@@ -197,8 +197,9 @@ static int read_index(const char *path, struct json_object **root_p)
 	probe.fd = fd;
 	probe.size = (uint64_t)st.st_size;
 	if (probe.size > MAX_INDEX_BYTES)
-		rc = mf_error(&probe, _("%llu bytes is too large for a safetensors index"),
-			      (unsigned long long)probe.size);
+		rc = mf_error(&probe,
+			      _("%llu bytes is larger than the limit of %u bytes for a safetensors index"),
+			      (unsigned long long)probe.size, MAX_INDEX_BYTES);
 	else if (!(text = malloc((size_t)probe.size + 1)) || !(tok = json_tokener_new()))
 		rc = oom();
 	else if ((rc = mf_read(&probe, text, (size_t)probe.size, 0, _("the index"))) == 0) {
@@ -215,7 +216,8 @@ static int read_index(const char *path, struct json_object **root_p)
 		else if (!json_object_is_type(root, json_type_object))
 			rc = mf_error(&probe, _("a safetensors index is a JSON object"));
 	}
-	json_tokener_free(tok);
+	if (tok) /* json-c's free does not take NULL */
+		json_tokener_free(tok);
 	free(text);
 	close(fd);
 	if (rc)

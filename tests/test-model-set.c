@@ -765,6 +765,50 @@ static void a_missing_split_shard_is_named(void **state)
 		paths[1], NULL);
 }
 
+/* A shard that is a FIFO or a directory is refused at once, named: the
+ * open must not wait for a writer (the alarm turns a hang into a failure). */
+static void shards_that_are_not_regular_files_are_refused(void **state)
+{
+	char idx[512], st[3][512], gg[3][512];
+
+	(void)state;
+	mw_sharded(dir, "odd", set3, COUNT(set3), 3, 1, 0, idx, sizeof idx);
+	st_shards(st, dir, "odd", 3);
+	mw_gguf_split(dir, "oddg", split3, COUNT(split3), 3, 5, 0, NULL, 0);
+	gguf_shards(gg, dir, "oddg", 3);
+	for (int kind = 0; kind < 2; kind++) {
+		assert_int_equal(unlink(st[1]), 0);
+		assert_int_equal(unlink(gg[2]), 0);
+		assert_int_equal(kind ? mkdir(st[1], 0700) : mkfifo(st[1], 0600), 0);
+		assert_int_equal(kind ? mkdir(gg[2], 0700) : mkfifo(gg[2], 0600), 0);
+		alarm(10);
+		refused(idx, DEVCACHE_EINVAL, st[1], "not a regular file", NULL);
+		refused(gg[0], DEVCACHE_EINVAL, gg[2], "not a regular file", NULL);
+		alarm(0);
+		assert_int_equal(kind ? rmdir(st[1]) : unlink(st[1]), 0);
+		assert_int_equal(kind ? rmdir(gg[2]) : unlink(gg[2]), 0);
+		copy_file(st[0], st[1]); /* any regular file, for the next unlink */
+		copy_file(gg[0], gg[2]);
+	}
+}
+
+/* An index larger than its limit (64 MiB) is refused before it is read,
+ * and the message names the limit. */
+static void an_index_over_its_size_limit_is_refused(void **state)
+{
+	char idx[512];
+	int fd;
+
+	(void)state;
+	path_of(idx, sizeof idx, "huge.safetensors.index.json");
+	assert_true((fd = open(idx, O_WRONLY | O_CREAT | O_TRUNC, 0600)) >= 0);
+	assert_int_equal(ftruncate(fd, (64 << 20) + 1), 0); /* sparse: no disk */
+	assert_int_equal(close(fd), 0);
+	refused(idx, DEVCACHE_EFORMAT, idx,
+		"67108865 bytes is larger than the limit of 67108864 bytes for a safetensors index",
+		NULL);
+}
+
 static void a_split_shard_without_split_keys_is_refused(void **state)
 {
 	char paths[3][512];
@@ -1455,6 +1499,8 @@ int main(void)
 		T(a_gguf_split_may_hold_only_metadata_in_its_first_shard),
 		T(a_gguf_split_has_its_first_shards_metadata),
 		T(a_gguf_of_one_is_a_single_file),
+		T(shards_that_are_not_regular_files_are_refused),
+		T(an_index_over_its_size_limit_is_refused),
 		T(a_missing_split_shard_is_named),
 		T(a_split_shard_without_split_keys_is_refused),
 		T(a_wrong_split_no_is_refused),
