@@ -114,6 +114,7 @@ See devcache-trace(5) and devcache(1).
 import argparse
 import os
 import pickle
+import stat
 import sys
 
 __all__ = ["SnapshotError", "load_snapshot", "convert", "main"]
@@ -166,6 +167,21 @@ class _PlainDataUnpickler(pickle.Unpickler):
         )
 
 
+def _open_regular(path):
+    """The file at path opened for reading, or SnapshotError at once when it
+    is not a regular file: a FIFO is opened without waiting for a writer,
+    and a device or a directory is refused before it is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SnapshotError("%s: not a regular file" % _display_path(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def load_snapshot(path):
     """Read the pickled snapshot at path, refusing any class reference.
 
@@ -173,7 +189,7 @@ def load_snapshot(path):
     cannot be read and SnapshotError when it is not a pickle of plain data;
     the message of SnapshotError names the file.
     """
-    with open(path, "rb") as f:
+    with _open_regular(path) as f:
         try:
             return _PlainDataUnpickler(f).load()
         except OSError:

@@ -326,6 +326,15 @@ class Command(Base):
         self.assert_fails(self.run_tool(p), p, "No such file or directory")
         self.assert_fails(self.run_tool(self.dir), self.dir)
 
+    def test_not_a_regular_file(self):
+        # Refused at once, without waiting for a writer or reading a device.
+        fifo = self.path("snapshot.fifo")
+        os.mkfifo(fifo)
+        for p in (fifo, "/dev/zero", self.dir):
+            self.assert_fails(self.run_tool(p), p, "not a regular file", case=p)
+            with self.assertRaises(tft.SnapshotError):
+                tft.load_snapshot(p)
+
     def test_malformed(self):
         good = ev("alloc", 0x10, 5)
         cases = {
