@@ -9,7 +9,8 @@ devcachepyexec_PYTHON = python/devcache/__init__.py python/devcache/torch.py \
 	python/devcache/trace_from_torch.py
 devcachepyexec_LTLIBRARIES = python/devcache/_devcache.la
 python_devcache__devcache_la_SOURCES = python/devcache/pydevcache.h \
-	python/devcache/_devcache.c python/devcache/pymodel.c python/devcache/pytensor.c
+	python/devcache/_devcache.c python/devcache/pymodel.c python/devcache/pytensor.c \
+	python/devcache/pypickle.c
 python_devcache__devcache_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CPPFLAGS)
 # Python's headers break -Wstrict-prototypes and friends in ways that are
 # not ours; the extension's own code is still built with -Wall -Wextra.
@@ -40,7 +41,7 @@ python_build_env = PYTHONPATH='$(abs_top_builddir)/python/build' PYTHONDONTWRITE
 
 python_tests = tests/python/test_package.py tests/python/test_models.py \
 	tests/python/test_misuse.py tests/python/test_torch.py \
-	tests/python/test_trace_from_torch.py
+	tests/python/test_trace_from_torch.py tests/python/test_trace_random.py
 TESTS += $(python_tests)
 PY_LOG_DRIVER = $(LOG_DRIVER)
 PY_LOG_COMPILER = $(PYTHON) $(srcdir)/tests/python/taprun.py
@@ -54,4 +55,4 @@ clean-python-pkg:
 .PHONY: clean-python-pkg
 EXTRA_DIST += tests/python/test_package.py tests/python/test_models.py \
 	tests/python/test_misuse.py tests/python/test_torch.py \
-	tests/python/test_trace_from_torch.py tests/python/modelfiles.py
+	tests/python/test_trace_from_torch.py tests/python/test_trace_random.py tests/python/modelfiles.py

@@ -92,6 +92,12 @@ so reading an untrusted pickle with ``pickle.load()`` can run any code.  A
 memory snapshot holds only dicts, lists, tuples, strings, numbers, booleans
 and None, so this module reads it with an unpickler that refuses every
 class or function reference, and refuses the file with a message naming it.
+Before that, one pass over the file's opcodes refuses a pickle whose memo
+indices or lengths would make the unpickler allocate more than the file's
+size (CPython's unpickler sizes its memo from the largest index a pickle
+names: ten bytes could otherwise cost gigabytes).  Values that would make a
+message long, deep or slow to write (integers of thousands of digits,
+lists nested thousands deep or shared many times over) are quoted cut short.
 
 Exit status
 -----------
@@ -112,10 +118,14 @@ See devcache-trace(5) and devcache(1).
 """
 
 import argparse
+import io
 import os
 import pickle
+import reprlib
 import stat
 import sys
+
+from ._devcache import _check_pickle
 
 __all__ = ["SnapshotError", "load_snapshot", "convert", "main"]
 
@@ -190,6 +200,19 @@ def load_snapshot(path):
     the message of SnapshotError names the file.
     """
     with _open_regular(path) as f:
+        data = f.read()
+    flaw = _check_pickle(data)
+    if flaw is not None:
+        kind, why = flaw
+        if kind == "cut":
+            raise SnapshotError(
+                "%s: not a memory snapshot: the pickle is cut short (%s)" % (_display_path(path), why)
+            )
+        raise SnapshotError(
+            "%s: not a memory snapshot: a damaged pickle (%s)" % (_display_path(path), why)
+        )
+    with io.BytesIO(data) as f:
+        del data
         try:
             return _PlainDataUnpickler(f).load()
         except OSError:
@@ -231,9 +254,30 @@ def _one_line(value, limit=200):
     return _clip(text, limit) if limit else text
 
 
+class _ShortRepr(reprlib.Repr):
+    """repr() that stops early: a snapshot's values may be nested thousands
+    deep, shared so that a full repr would be exponentially long, or
+    integers too long for str()."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel = 3
+        self.maxdict = self.maxlist = self.maxtuple = self.maxset = 4
+        self.maxfrozenset = self.maxdeque = self.maxarray = 4
+        self.maxstring = self.maxother = 60
+
+    def repr_int(self, x, level):
+        if x.bit_length() > 128:
+            return "<a %d-bit %s integer>" % (x.bit_length(), "negative" if x < 0 else "positive")
+        return repr(x)
+
+
+_SHORT_REPR = _ShortRepr()
+
+
 def _show(value):
     """A value of the input, fit to quote in a one-line message."""
-    return _clip(repr(value), 60)
+    return _clip(_SHORT_REPR.repr(value), 60)
 
 
 def _display_path(path):
@@ -389,9 +433,9 @@ class _Converter:
     def _size(self, event, i, action, required=True):
         size = self._int(event, "size", i, action, required)
         if size is not None and size < 0:
-            raise SnapshotError("%s: size %d is negative" % (self._where(i, action), size))
+            raise SnapshotError("%s: size %s is negative" % (self._where(i, action), _show(size)))
         if size is not None and size > 0xFFFFFFFFFFFFFFFF:
-            raise SnapshotError("%s: size %d is too large" % (self._where(i, action), size))
+            raise SnapshotError("%s: size %s is too large" % (self._where(i, action), _show(size)))
         return size
 
     def _stream(self, event, i, action):
@@ -483,7 +527,7 @@ class _Converter:
         self.stats["ooms"] += 1
         self.lines.append(
             "# oom: PyTorch could not allocate %d bytes; device_free=%s"
-            % (size, free if _is_int(free) else "unknown")
+            % (size, _show(free) if _is_int(free) else "unknown")
         )
         if self.oom_attempt and size > 0:
             block = self._new_block(size, self._stream(event, i, _OOM))
@@ -547,7 +591,8 @@ class _Converter:
         ]
         for index, handle in enumerate(self.stream_order, 1):
             head.append(
-                "# stream %d: PyTorch stream %s" % (index, hex(handle) if handle >= 0 else handle)
+                "# stream %d: PyTorch stream %s"
+                % (index, hex(handle) if 0 <= handle < 1 << 64 else _show(handle))
             )
         return head
 
