@@ -187,6 +187,7 @@ uint64_t mc_budget_of(struct model_cache *c, const devcache_device_t *dev)
 /* Give back what an entry holds; the caller has unlinked and uncharged it. */
 static void entry_free(struct devcache_model *m)
 {
+	lease_release(m);
 	for (size_t i = 0; m->maps && i < mf_part_count(m->mf); i++)
 		if (m->maps[i].p)
 			munmap(m->maps[i].p, m->maps[i].len);
@@ -232,8 +233,7 @@ static bool keep_in_ram(struct model_cache *c, struct devcache_model *m)
 	return true;
 }
 
-/* Drop m from the cache altogether. */
-static void drop(struct model_cache *c, struct devcache_model *m)
+void mc_drop(struct model_cache *c, struct devcache_model *m)
 {
 	struct mem_use before;
 	bool log_use = c->ctx->tun.v[TUN_log_memory_usage].u.b;
@@ -268,7 +268,7 @@ static void evict(struct model_cache *c, struct devcache_model *m)
 			_("model cache: evicted %s from %s, keeping a copy in RAM"), m->mf->path,
 			m->dev->id);
 	else
-		drop(c, m);
+		mc_drop(c, m);
 }
 
 /* Evict unlocked models on dev, least recently used first, until need
@@ -357,6 +357,7 @@ static int map_file(struct devcache_model *m, size_t part, bool writable)
 	if (p == MAP_FAILED)
 		return err_set(DEVCACHE_EIO, _("%s: cannot map: %s"), f->path, strerror(errno));
 	hm->p = p;
+	lease_take(m->cache, f, hm);
 	if (fstat(f->fd, &st) != 0 || (uint64_t)st.st_size != f->size)
 		return mf_error(f, _("the file changed size while it was being opened"));
 	return 0;
@@ -574,7 +575,8 @@ static struct devcache_model *find(struct model_cache *c, const devcache_model_f
 				   devcache_device_t *dev, bool writable)
 {
 	for (struct devcache_model *m = c->head; m; m = m->next)
-		if (m->dev == dev && m->writable == writable && same_files(m->mf, mf))
+		if (m->dev == dev && m->writable == writable && same_files(m->mf, mf) &&
+		    !lease_moved(m))
 			return m;
 	return NULL;
 }
@@ -862,8 +864,14 @@ void devcache_model_release(devcache_model_t *m)
 	struct model_cache *c = m->cache;
 
 	pthread_mutex_lock(&c->lock);
-	if (m->locks > 0 && --m->locks == 0)
+	if (m->locks > 0 && --m->locks == 0) {
 		c->stats.locked_models--;
+		/* Its file was rewritten: it can never be a hit again. */
+		if (lease_moved(m)) {
+			c->stats.evictions++;
+			mc_drop(c, m);
+		}
+	}
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -1021,9 +1029,9 @@ int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out)
 			format_bytes(on_dev + on_host, b, sizeof b);
 			snprintf(share, sizeof share, _(" (partial: %s of %s on %s)"), a, b, m->dev->id);
 		}
-		fprintf(out, "  %-10s %10s %5d  %s%s%s%s\n", m->ram_copy ? "RAM" : m->dev->id, d,
+		fprintf(out, "  %-10s %10s %5d  %s%s%s%s%s\n", m->ram_copy ? "RAM" : m->dev->id, d,
 			m->locks, m->mf->path, share, m->writable ? _(" (writable)") : "",
-			m->state == ENTRY_LOADING ? _(" (loading)") : "");
+			m->state == ENTRY_LOADING ? _(" (loading)") : "", lease_note(m));
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ferror(out) ? err_set(DEVCACHE_EIO, _("devcache_cache_summary: write error")) : 0;
@@ -1042,7 +1050,7 @@ size_t devcache_cache_evict_all(devcache_ctx_t *ctx)
 		if (m->locks == 0 && m->state == ENTRY_READY) {
 			/* All the way: no RAM copy is kept. */
 			c->stats.evictions++;
-			drop(c, m);
+			mc_drop(c, m);
 			n++;
 		}
 	}
@@ -1058,6 +1066,7 @@ void model_cache_destroy(devcache_ctx_t *ctx)
 
 	if (!c)
 		return;
+	lease_stop(c); /* first: it walks the models */
 	pthread_mutex_lock(&ctx->lock);
 	for (size_t i = 0; i < ctx->n_pressure; i++)
 		if (ctx->pressure[i].fn == cache_pressure && ctx->pressure[i].user == c) {

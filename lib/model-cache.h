@@ -17,6 +17,7 @@ enum entry_state { ENTRY_LOADING, ENTRY_READY };
 struct host_map {
 	void *p;
 	size_t len;
+	int lease; /* enum map_lease, read and written atomically (model-lease.c) */
 };
 
 /* One cached model: a file or a set placed on one device, writable or not.
@@ -55,6 +56,7 @@ struct model_cache {
 	uint64_t *vram_used, *vram_budget; /* by device index */
 	devcache_cache_stats_t stats;
 	uint64_t clock;       /* ticks at each use of a partial model's tensors */
+	struct lease_watch *lease; /* model-lease.c: made at the first lease, under lock */
 };
 
 bool mc_is_host(const devcache_device_t *dev);
@@ -73,6 +75,34 @@ int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
 struct stage_file *mc_stage_files(const devcache_model_file_t *mf);
 /* A failed upload's message names the file as well as the device. */
 int mc_upload_failed(const struct devcache_model *m, int rc);
+
+/* Drop m from the cache altogether.  Called with the cache locked. */
+void mc_drop(struct model_cache *c, struct devcache_model *m);
+
+/* ---- model-lease.c: read leases on mapped files ------------------------------------ */
+
+/* What protects a file's mapping (struct host_map.lease). */
+enum map_lease {
+	LEASE_NONE,  /* a copy, or a mapping left unprotected */
+	LEASE_HELD,  /* a mapping whose file holds a read lease */
+	LEASE_MOVED  /* the file was opened for writing: the mapping now is anonymous memory */
+};
+
+/* Take a read lease on f for its new mapping hm (lease_signal), its break
+ * to be told to the cache's watcher thread, started at the first lease;
+ * where none can be taken, hm stays LEASE_NONE and the log says why.
+ * Unlocked. */
+void lease_take(struct model_cache *c, const devcache_model_file_t *f, struct host_map *hm);
+/* Give back the leases m holds, before its files are closed. */
+void lease_release(struct devcache_model *m);
+/* Whether a file of m was opened for writing and its mapping moved: m is
+ * then no longer its files' model, and never a hit. */
+bool lease_moved(const struct devcache_model *m);
+/* For devcache_cache_summary(): "", or what protects m's mappings and
+ * what does not.  Called with the cache locked, as is lease_moved(). */
+const char *lease_note(const struct devcache_model *m);
+/* Stop the watcher thread: first thing at model_cache_destroy(). */
+void lease_stop(struct model_cache *c);
 
 /* ---- model-partial.c: models larger than the device's budget ------------------------ */
 

@@ -355,6 +355,15 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 		goto out;
 	pthread_mutex_lock(&c->lock);
 	wait_ready(c, m);
+	/* Uploads read the files, which no longer hold its tensors. */
+	if (lease_moved(m)) {
+		pthread_mutex_unlock(&c->lock);
+		rc = err_set(DEVCACHE_EBUSY,
+			     _("devcache_model_make_resident: %s was rewritten while it was loaded; "
+			       "release the model and load it again"),
+			     m->mf->path);
+		goto out;
+	}
 	for (size_t i = 0; i < m->mf->n_tensors; i++) {
 		if (want[i] && m->dev_ptr[i])
 			m->stamp[i] = ++c->clock; /* there already: used now */

@@ -16,8 +16,17 @@
  * naming it.  A writable model is a private mapping whose pages the
  * program may have written, which only the mapping holds: there the file's
  * size is checked first, which leaves the moment between the check and the
- * copy unprotected.
+ * copy unprotected.  A mapping moved into memory when its file was opened
+ * for writing (lease_signal) holds the bytes as they were loaded, and is
+ * copied from.
  */
+/* Whether file part's mapping was moved into memory when the file was
+ * opened for writing (model-lease.c): it no longer shows the file. */
+static bool moved(const devcache_model_t *m, size_t part)
+{
+	return __atomic_load_n(&m->maps[part].lease, __ATOMIC_ACQUIRE) == LEASE_MOVED;
+}
+
 int devcache_model_tensor_copy(const devcache_model_t *m, const char *name, void *dst, size_t size)
 {
 	devcache_tensor_info_t info;
@@ -41,10 +50,15 @@ int devcache_model_tensor_copy(const devcache_model_t *m, const char *name, void
 		return 0;
 	}
 	const devcache_model_file_t *f = mf_part(m->mf, info.shard);
-	if (!m->writable)
-		return mf_read(f, dst, size, info.offset, _("tensor data"));
+	if (!m->writable && !moved(m, info.shard)) {
+		rc = mf_read(f, dst, size, info.offset, _("tensor data"));
+		/* Moved meanwhile: the file may hold the writer's bytes already. */
+		if (!moved(m, info.shard))
+			return rc;
+	}
 	struct stat st;
-	if (fstat(f->fd, &st) != 0 || (uint64_t)st.st_size < info.offset + info.size)
+	if (!moved(m, info.shard) &&
+	    (fstat(f->fd, &st) != 0 || (uint64_t)st.st_size < info.offset + info.size))
 		return mf_error(f, _("the file shrank while it was mapped: tensor '%s' is past its end"),
 				info.name);
 	memcpy(dst, data, size);

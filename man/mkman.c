@@ -64,6 +64,7 @@ static const struct {
 	{"max_cache_vram", "20G"},
 	{"device_working_mem", "2G"},
 	{"malloc_mmap_threshold", "4M"},
+	{"lease_signal", "0"},
 	{"backends", "cuda,hip"},
 	{"backend_path", "/opt/devcache/backends"},
 	{"cuda_library", "/usr/lib/wsl/lib/libcuda.so.1"},

@@ -1,7 +1,8 @@
 ## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/model.mk - model files: the safetensors and GGUF readers, devcache inspect, load, dump and demo.
 model_tests = tests/test-safetensors tests/test-gguf tests/test-inspect \
-	tests/test-model-cache tests/test-model-set tests/test-model-partial tests/test-model-copy tests/test-load-tool
+	tests/test-model-cache tests/test-model-set tests/test-model-partial tests/test-model-copy tests/test-model-lease \
+	tests/test-load-tool
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(model_tests)
@@ -36,4 +37,8 @@ tests_test_model_copy_SOURCES = tests/test-model-copy.c tests/tap.h \
 	tests/model-writer.c tests/model-writer.h
 tests_test_model_copy_CFLAGS = $(test_cflags)
 tests_test_model_copy_LDADD = $(test_ldadd)
+tests_test_model_lease_SOURCES = tests/test-model-lease.c tests/tap.h \
+	tests/model-writer.c tests/model-writer.h
+tests_test_model_lease_CFLAGS = $(test_cflags)
+tests_test_model_lease_LDADD = $(test_ldadd)
 endif

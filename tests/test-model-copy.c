@@ -88,8 +88,10 @@ static void bad_arguments(void **state)
 	devcache_close(ctx);
 }
 
-/* The file cut to 64 KiB under a mapped model: what is left copies, the
- * rest is an error naming the file, read-only or writable alike. */
+/* The file cut to 64 KiB under a mapped model with no lease to protect it
+ * (lease_signal 0; test-model-lease covers the lease): what is left
+ * copies, the rest is an error naming the file, read-only or writable
+ * alike. */
 static void truncated_under_the_mapping(void **state)
 {
 	unsigned flags[] = {0, DEVCACHE_LOAD_WRITABLE};
@@ -101,7 +103,7 @@ static void truncated_under_the_mapping(void **state)
 		devcache_model_t *m;
 
 		write_model(path, sizeof path, 5);
-		devcache_ctx_t *ctx = mw_open_ctx(NULL);
+		devcache_ctx_t *ctx = mw_open_ctx("lease_signal:0");
 		assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "host"), &args, &m),
 				 0);
 		assert_int_equal(truncate(path, 64 * 1024), 0);

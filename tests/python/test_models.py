@@ -127,8 +127,12 @@ class HostLoads(Base):
 
     def test_tobytes_of_a_truncated_file_is_an_error(self):
         # tobytes() reads the file, not its mapping: a file cut short
-        # under the model raises devcache.Error naming it, never SIGBUS.
-        with self.ctx.load(self.file) as m:
+        # under a model it has no lease on (lease_signal 0) raises
+        # devcache.Error naming it, never SIGBUS.
+        ctx = devcache.open(mf.isolated("lease_signal:0"), config_files=False,
+                            environment=False)
+        self.addCleanup(ctx.close)
+        with ctx.load(self.file) as m:
             name = max((t[0] for t in self.tensors), key=lambda n: m[n].nbytes)
             self.assertGreater(m[name].nbytes, 0)
             os.truncate(self.file, 8)
@@ -136,6 +140,19 @@ class HostLoads(Base):
                 m[name].tobytes()
             self.assertIn(self.file, str(cm.exception))
             self.assertIn("shrank", str(cm.exception))
+
+    def test_a_leased_file_truncated_keeps_its_tensors(self):
+        # With the read lease (the default, where the kernel gives one),
+        # truncating the file first moves the mapping into memory: the
+        # buffer and tobytes() keep the bytes as loaded.
+        with self.ctx.load(self.file) as m:
+            if "(unprotected)" in self.ctx.cache_summary():
+                self.skipTest("no read lease on " + self.file)
+            os.truncate(self.file, 8)
+            for name, (_dtype, _shape, raw) in self.tensors:
+                self.assertEqual(m[name].tobytes(), raw, name)
+                self.assertEqual(memoryview(m[name]).tobytes(), raw, name)
+            self.assertIn("file rewritten", self.ctx.cache_summary())
 
     def test_memoryview(self):
         with self.ctx.load(self.file) as m:
