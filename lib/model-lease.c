@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /*
@@ -38,7 +39,8 @@
  *      sees the old page or its copy, never a hole.  The copy reads the
  *      file with pread(), which fails rather than faults should the writer
  *      already be past its wait; a writable model's mapping may hold the
- *      program's changes, which only it has, and is copied from itself.
+ *      program's changes, which only it has, and is copied from itself with
+ *      process_vm_readv(), which fails rather than faults likewise.
  *   4. The lease is given back, and the writer goes on.  The model is no
  *      longer its file's: it is never a hit again, and is dropped once
  *      released.  Its charge to max_cache_ram stays as it was: the file's
@@ -72,6 +74,30 @@ static void set_lease_state(struct host_map *hm, int state)
 
 /* ---- the break: moving a mapping into memory ------------------------------------ */
 
+/* Copy len bytes of this process's memory at src, a writable model's
+ * mapping, to dst.  Through the kernel, as a debugger reads: a page that
+ * can no longer be read (its file shrank, past lease-break-time) is an
+ * error, not SIGBUS in the library's thread.  Where the call is not
+ * allowed (a seccomp filter), a plain copy. */
+static int copy_mapping(const devcache_model_file_t *f, void *dst, const void *src, size_t len)
+{
+	for (size_t done = 0; done < len;) {
+		struct iovec to = {(char *)dst + done, len - done};
+		struct iovec from = {(char *)src + done, len - done};
+		ssize_t n = process_vm_readv(getpid(), &to, 1, &from, 1, 0);
+
+		if (n < 0 && done == 0 && (errno == ENOSYS || errno == EPERM)) {
+			memcpy(dst, src, len);
+			return 0;
+		}
+		if (n <= 0)
+			return mf_error(f, _("the file shrank before its mapping could be copied: %s"),
+					n < 0 ? strerror(errno) : _("nothing read"));
+		done += (size_t)n;
+	}
+	return 0;
+}
+
 /* Put a copy of f's bytes in anonymous memory where hm's mapping is. */
 static int move_map(const devcache_model_file_t *f, struct host_map *hm, bool writable)
 {
@@ -82,7 +108,7 @@ static int move_map(const devcache_model_file_t *f, struct host_map *hm, bool wr
 		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes: %s"), f->path,
 			       hm->len, strerror(errno));
 	if (writable)
-		memcpy(p, hm->p, (size_t)f->size);
+		rc = copy_mapping(f, p, hm->p, (size_t)f->size);
 	else
 		rc = mf_read(f, p, (size_t)f->size, 0, _("the data of a mapped model"));
 	if (rc == 0 && !writable && mprotect(p, hm->len, PROT_READ) != 0)
