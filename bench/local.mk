@@ -6,7 +6,7 @@
 ## configure.ac), so nothing here needs them to build.  bench/README says
 ## what the figures mean and records them.
 
-bench_programs = bench/hotpath bench/gentrace bench/replay bench/loadbench
+bench_programs = bench/hotpath bench/gentrace bench/replay bench/loadbench bench/soak
 EXTRA_PROGRAMS += $(bench_programs)
 bench_cflags = $(AM_CFLAGS) -pthread
 bench_ldadd = libdevcache.la $(LIBM) -lpthread
@@ -31,6 +31,27 @@ bench_loadbench_SOURCES = bench/loadbench.c bench/bench.h
 bench_loadbench_CFLAGS = $(bench_cflags)
 bench_loadbench_LDADD = $(bench_ldadd)
 
+bench_soak_SOURCES = bench/soak.c bench/soak-work.c bench/soak-check.c bench/soak-models.c \
+	bench/soak.h bench/bench.h
+bench_soak_CFLAGS = $(bench_cflags)
+bench_soak_LDADD = $(bench_ldadd) -ldl
+
+# bench/soak runs on the host and on each vendor backend that configure
+# built, on its fake runtime (tests/fakes.mk), which `make bench` builds
+# for it; SOAK_SECONDS sets its time on each device (default 10 s), and
+# SOAK_FLAGS adds options ("-t 8 -S 7").  `make bench-soak` runs it alone.
+bench_soak_deps = bench/soak $(backendmod_LTLIBRARIES)
+if BUILD_CUDA
+bench_soak_deps += tests/fakes/libfake-cuda.la
+endif
+if BUILD_HIP
+bench_soak_deps += tests/fakes/libfake-hip.la
+endif
+if BUILD_ZE
+bench_soak_deps += tests/fakes/libfake-ze.la
+endif
+bench_soak_env = SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_FLAGS='$(SOAK_FLAGS)'
+
 # The emulated device that bench/loadbench stages models onto and
 # bench/replay finds each trace's minimum memory on: a backend module like
 # tests/modules/, built only for `make bench`, loaded from the build tree
@@ -40,7 +61,7 @@ EXTRA_LTLIBRARIES = $(bench_modules)
 bench_modules_benchdev_la_SOURCES = bench/modules/benchdev.c
 bench_modules_benchdev_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 
-EXTRA_DIST += bench/README bench/run.sh bench/pybench.py
+EXTRA_DIST += bench/README bench/run.sh bench/soak.sh bench/pybench.py
 CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/report.txt bench/report.tmp* \
 	bench/*.safetensors bench/*.safetensors.tmp \
 	bench/*.safetensors.index.json bench/*.safetensors.index.json.tmp \
@@ -67,13 +88,15 @@ endif
 # as safetensors and as torch.save files); `make clean` removes them.  The
 # Python benchmark runs last (also alone: `make bench-python`) and leaves its
 # report in bench/report-python.txt; the exit status is the worse of the two.
-bench: $(bench_programs) $(bench_modules) $(bench_python_deps)
-	@CC='$(CC)' CFLAGS='$(CFLAGS)' BENCH_FLAGS='$(BENCH_FLAGS)' \
+bench: $(bench_programs) $(bench_modules) $(bench_soak_deps) $(bench_python_deps)
+	@CC='$(CC)' CFLAGS='$(CFLAGS)' BENCH_FLAGS='$(BENCH_FLAGS)' $(bench_soak_env) \
 	BENCH_STRICT='$(BENCH_STRICT)' $(SHELL) $(srcdir)/bench/run.sh .; rc=$$?; \
 	echo; ( $(bench_python_recipe) ); prc=$$?; \
 	test $$prc -gt $$rc && rc=$$prc; exit $$rc
+bench-soak: $(bench_soak_deps)
+	@$(bench_soak_env) $(SHELL) $(srcdir)/bench/soak.sh .
 bench-python: $(bench_python_deps)
 	@$(bench_python_recipe)
 bench_python_recipe = $(MKDIR_P) bench && { $(bench_python_run); echo $$? > bench/report-python.rc; } 2>&1 | \
 	tee bench/report-python.txt; exit `cat bench/report-python.rc; rm -f bench/report-python.rc`
-.PHONY: bench bench-python
+.PHONY: bench bench-soak bench-python

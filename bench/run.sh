@@ -2,13 +2,14 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # run.sh - `make bench`: generates the traces, runs the benchmarks, and prints the report and its targets.
 #
-# Usage: run.sh BUILDDIR   (the programs are BUILDDIR/bench/{gentrace,hotpath,replay,loadbench};
+# Usage: run.sh BUILDDIR   (the programs are BUILDDIR/bench/{gentrace,hotpath,replay,loadbench,soak};
 # loadbench generates its model files in BUILDDIR/bench; it and replay find
-# their backend module in BUILDDIR/bench/modules/.libs)
-# The environment gives CC and CFLAGS (for the header) and BENCH_FLAGS (passed
-# to hotpath, e.g. "-r 9 -s 2").  Exit status: 0 when everything ran, even if
-# a target was missed (BENCH_STRICT=yes makes a miss fail); 2 when a program
-# failed.
+# their backend module in BUILDDIR/bench/modules/.libs; soak.sh, beside this
+# script, runs bench/soak on the host and the fakes)
+# The environment gives CC and CFLAGS (for the header), BENCH_FLAGS (passed
+# to hotpath, e.g. "-r 9 -s 2"), and SOAK_SECONDS and SOAK_FLAGS (soak.sh).
+# Exit status: 0 when everything ran, even if a target was missed
+# (BENCH_STRICT=yes makes a miss fail); 2 when a program failed.
 set -u
 b=${1:?usage: run.sh BUILDDIR}/bench
 report=$b/report.txt
@@ -59,6 +60,8 @@ rm -f "$log.fail" "$log.out" "$log.rc"
 	run "$b/replay" -m "$b/modules/.libs" "$b/train-fixed.trace" "$b/train-var.trace" "$b/decode.trace"
 	echo
 	run "$b/loadbench" -d "$b"
+	echo
+	run sh "`dirname "$0"`/soak.sh" "$1"
 	echo
 	echo "== Targets"
 	grep '^TARGET' "$log.out" | sed 's/^TARGET /  /'
