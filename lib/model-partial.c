@@ -312,14 +312,22 @@ static int room_for(struct model_cache *c, struct devcache_model *m, const bool 
 	return 0;
 }
 
+/* m->partial is set before the load returns it; m->locks changes under
+ * the cache lock whenever another thread loads or releases the model, so
+ * it is read under the lock too. */
 static int check_model(const struct devcache_model *m, const char *fn)
 {
+	int locks;
+
 	if (!m)
 		return err_set(DEVCACHE_EINVAL, _("%s: NULL argument"), fn);
 	if (!m->partial)
 		return err_set(DEVCACHE_EINVAL, _("%s: %s was not loaded partially (partial_loading)"),
 			       fn, m->mf->path);
-	if (m->locks == 0)
+	pthread_mutex_lock(&m->cache->lock);
+	locks = m->locks;
+	pthread_mutex_unlock(&m->cache->lock);
+	if (locks == 0)
 		return err_set(DEVCACHE_EINVAL, _("%s: %s is not locked: load it first"), fn,
 			       m->mf->path);
 	return 0;

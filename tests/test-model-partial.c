@@ -397,6 +397,63 @@ static void two_threads_share_one_partial_load(void **state)
 	devcache_close(ctx);
 }
 
+/* Another thread loads and releases the model, round after round, while
+ * its holder moves its tensors: make_resident and move_to_host read the
+ * model's locks, which those loads and releases change, under the cache's
+ * lock.  (The race was ThreadSanitizer's to see: CI runs this test under
+ * it.) */
+struct churn {
+	devcache_ctx_t *ctx;
+	devcache_device_t *dev;
+	const char *path;
+	int rounds, rc;
+};
+
+static void *churn_thread(void *arg)
+{
+	struct churn *ch = arg;
+
+	for (int i = 0; i < ch->rounds && ch->rc == 0; i++) {
+		devcache_model_t *m;
+
+		if ((ch->rc = devcache_model_load(ch->ctx, ch->path, ch->dev, NULL, &m)) == 0)
+			devcache_model_release(m);
+	}
+	return NULL;
+}
+
+static void others_load_and_release_while_tensors_move(void **state)
+{
+	char path[512];
+	const char *t0[] = {"t0"}, *t3[] = {"t3"};
+	devcache_cache_stats_t s;
+	devcache_model_t *m;
+	pthread_t th;
+
+	(void)state;
+	write_set(path, sizeof path, "big", 11);
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true,"
+				       "staging_buffer_size:64K");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+	struct churn ch = {.ctx = ctx, .dev = dev, .path = path, .rounds = 400};
+	assert_int_equal(pthread_create(&th, NULL, churn_thread, &ch), 0);
+	for (int i = 0; i < 200; i++) {
+		assert_int_equal(devcache_model_make_resident(m, i % 2 ? t0 : t3, 1, NULL), 0);
+		assert_int_equal(devcache_model_move_to_host(m, i % 2 ? t3 : t0, 1), 0);
+	}
+	pthread_join(th, NULL);
+	assert_int_equal(ch.rc, 0);
+	within_budget(ctx, dev);
+	check_all(m, 11);
+	assert_int_equal(devcache_cache_stats(ctx, &s), 0);
+	assert_int_equal(s.hits, 400);
+	assert_int_equal(s.misses, 1);
+	assert_int_equal(s.locked_models, 1);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
 /* A driver that fails mid-way: a partial load leaves nothing, and a
  * make_resident that fails leaves the model as it was, charges included. */
 static void driver_faults_leave_nothing_behind(void **state)
@@ -519,6 +576,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(progress_runs_once_to_the_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(the_calls_refuse_what_they_cannot_do, setup, teardown),
 		cmocka_unit_test_setup_teardown(two_threads_share_one_partial_load, setup, teardown),
+		cmocka_unit_test_setup_teardown(others_load_and_release_while_tensors_move, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(driver_faults_leave_nothing_behind, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_file_replaced_by_a_fifo_is_not_opened_again, setup,
 						teardown),
