@@ -924,7 +924,10 @@ int devcache_model_tensor_at(const devcache_model_t *m, size_t index, devcache_t
 	if (devcache_model_file_tensor(m->mf, index, info))
 		return DEVCACHE_ENOENT;
 	if (m->partial) {
+		/* Another thread that holds the model may be moving its tensors. */
+		pthread_mutex_lock(&m->cache->lock);
 		*data_p = partial_tensor(m, index, &info->place);
+		pthread_mutex_unlock(&m->cache->lock);
 	} else if (m->maps) {
 		*data_p = (char *)m->maps[info->shard].p + info->offset;
 		info->place = DEVCACHE_PLACE_HOST;

@@ -27,6 +27,29 @@ static bool moved(const devcache_model_t *m, size_t part)
 	return __atomic_load_n(&m->maps[part].lease, __ATOMIC_ACQUIRE) == LEASE_MOVED;
 }
 
+/* A partially loaded model's tensor can go back to the host, and its
+ * device memory to another allocation, in the middle of a copy, when
+ * another thread that holds the model moves tensors: so its place is
+ * looked up, and a device tensor copied, under the cache lock, which every
+ * move takes.  Returns 0 once copied from the device; 1 with *host_p set
+ * when the tensor is on the host; or an error. */
+static int copy_partial(const devcache_model_t *m, const char *name, void *dst, size_t size,
+			void **host_p)
+{
+	struct model_cache *c = m->cache;
+	uint32_t place;
+	int rc = 1;
+
+	pthread_mutex_lock(&c->lock);
+	void *data = partial_tensor(m, (size_t)mf_index(m->mf, name), &place);
+	if (place == DEVCACHE_PLACE_DEVICE)
+		rc = devcache_copy_to_host(m->dev, dst, data, size, NULL);
+	else
+		*host_p = data;
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 int devcache_model_tensor_copy(const devcache_model_t *m, const char *name, void *dst, size_t size)
 {
 	devcache_tensor_info_t info;
@@ -42,8 +65,12 @@ int devcache_model_tensor_copy(const devcache_model_t *m, const char *name, void
 			       m->mf->path, info.name, (unsigned long long)info.size, size);
 	if (size == 0)
 		return 0;
-	if (info.place == DEVCACHE_PLACE_DEVICE)
+	if (m->partial) {
+		if ((rc = copy_partial(m, name, dst, size, &data)) <= 0)
+			return rc;
+	} else if (info.place == DEVCACHE_PLACE_DEVICE) {
 		return devcache_copy_to_host(m->dev, dst, data, size, NULL);
+	}
 	/* Without mmap the host side is a copy in anonymous memory. */
 	if (!m->dev->ctx->tun.v[TUN_mmap].u.b) {
 		memcpy(dst, data, size);

@@ -454,6 +454,79 @@ static void others_load_and_release_while_tensors_move(void **state)
 	devcache_close(ctx);
 }
 
+/* devcache_model_tensor_copy() in one thread while another that holds the
+ * model too moves the tensor to the host and back, its device memory
+ * reused meanwhile: every copy holds the tensor's bytes, taken from where
+ * the tensor is at that moment, never from device memory it has left. */
+struct copier {
+	devcache_ctx_t *ctx;
+	devcache_device_t *dev;
+	const char *path;
+	int rounds, rc, done;
+	size_t wrong; /* the first wrong byte, + 1 */
+};
+
+static void *copy_thread(void *arg)
+{
+	struct copier *cp = arg;
+	unsigned char *buf = malloc(100000);
+	devcache_model_t *m = NULL;
+
+	if (!buf || (cp->rc = devcache_model_load(cp->ctx, cp->path, cp->dev, NULL, &m)))
+		goto out;
+	for (int i = 0; i < cp->rounds && !cp->rc && !cp->wrong; i++) {
+		if ((cp->rc = devcache_model_tensor_copy(m, "t0", buf, 100000)))
+			break;
+		for (size_t j = 0; j < 100000 && !cp->wrong; j++)
+			if (buf[j] != mw_byte("t0", j, 12))
+				cp->wrong = j + 1;
+	}
+	devcache_model_release(m);
+out:
+	free(buf);
+	__atomic_store_n(&cp->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void tensor_copy_while_another_thread_moves_it(void **state)
+{
+	char path[512];
+	const char *t0[] = {"t0"};
+	unsigned char *junk = malloc(100000);
+	devcache_model_t *m;
+	pthread_t th;
+
+	(void)state;
+	assert_non_null(junk);
+	memset(junk, 0xee, 100000);
+	write_set(path, sizeof path, "big", 12);
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true,"
+				       "staging_buffer_size:64K");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+	struct copier cp = {.ctx = ctx, .dev = dev, .path = path, .rounds = 2000};
+	assert_int_equal(pthread_create(&th, NULL, copy_thread, &cp), 0);
+	while (!__atomic_load_n(&cp.done, __ATOMIC_ACQUIRE)) {
+		void *p;
+
+		/* t0's device memory goes back to the allocator, which hands
+		 * the same block to the next request of its size. */
+		assert_int_equal(devcache_model_move_to_host(m, t0, 1), 0);
+		assert_int_equal(devcache_alloc(dev, 100000, NULL, &p), 0);
+		assert_int_equal(devcache_copy_to_device(dev, p, junk, 100000, NULL), 0);
+		assert_int_equal(devcache_free(dev, p), 0);
+		assert_int_equal(devcache_model_make_resident(m, t0, 1, NULL), 0);
+	}
+	pthread_join(th, NULL);
+	assert_int_equal(cp.rc, 0);
+	if (cp.wrong)
+		fail_msg("a copy of t0 had a wrong byte at %zu", cp.wrong - 1);
+	check_all(m, 12);
+	devcache_model_release(m);
+	devcache_close(ctx);
+	free(junk);
+}
+
 /* A driver that fails mid-way: a partial load leaves nothing, and a
  * make_resident that fails leaves the model as it was, charges included. */
 static void driver_faults_leave_nothing_behind(void **state)
@@ -577,6 +650,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(the_calls_refuse_what_they_cannot_do, setup, teardown),
 		cmocka_unit_test_setup_teardown(two_threads_share_one_partial_load, setup, teardown),
 		cmocka_unit_test_setup_teardown(others_load_and_release_while_tensors_move, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(tensor_copy_while_another_thread_moves_it, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(driver_faults_leave_nothing_behind, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_file_replaced_by_a_fifo_is_not_opened_again, setup,
