@@ -113,13 +113,20 @@ int partial_place(struct devcache_model *m, const devcache_load_args_t *args)
 {
 	const devcache_model_file_t *mf = m->mf;
 	bool copy = !m->dev->ctx->tun.v[TUN_mmap].u.b;
-	bool *want = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *want);
+	size_t n = mf->n_tensors ? mf->n_tensors : 1;
+	bool *want = calloc(n, sizeof *want);
+	void **ptrs = calloc(n, sizeof *ptrs);
 	uint64_t dev_total = 0, read = 0, uploaded = 0;
 	int rc;
 
-	if (!want)
+	if (!want || !ptrs) {
+		free(want);
+		free(ptrs);
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-	/* The entry is still loading: no other thread sees dev_ptr yet. */
+	}
+	/* The entry is loading, so no other thread moves its tensors; but
+	 * devcache_cache_summary() reads every entry's dev_ptr, so the
+	 * allocations go into ptrs and are published under the lock. */
 	for (size_t i = 0; i < mf->n_tensors; i++)
 		if ((want[i] = m->stamp[i] != 0))
 			dev_total += mf->tensors[i].size;
@@ -133,11 +140,17 @@ int partial_place(struct devcache_model *m, const devcache_load_args_t *args)
 	rc = mc_place_on_host(m, &host_args);
 	steps.base = copy ? mf->size : 0;
 	if (rc == 0)
-		rc = upload(m, want, m->dev_ptr, args->stream,
-			    args->progress ? step_progress : NULL, &steps, &read, &uploaded);
+		rc = upload(m, want, ptrs, args->stream, args->progress ? step_progress : NULL,
+			    &steps, &read, &uploaded);
+	if (rc == 0) {
+		pthread_mutex_lock(&m->cache->lock);
+		memcpy(m->dev_ptr, ptrs, mf->n_tensors * sizeof *ptrs);
+		pthread_mutex_unlock(&m->cache->lock);
+	}
 	m->read += read;
 	m->uploaded += uploaded;
 	free(want);
+	free(ptrs);
 	return rc;
 }
 

@@ -527,6 +527,58 @@ static void tensor_copy_while_another_thread_moves_it(void **state)
 	free(junk);
 }
 
+/* devcache_cache_summary() in one thread, round after round, while
+ * another loads a partial model afresh: the summary reads a loading
+ * entry's tensor pointers, which the load publishes under the cache lock.
+ * (ThreadSanitizer, under which CI runs this test, saw the race.) */
+struct summarizer {
+	devcache_ctx_t *ctx;
+	int done, rc, rounds;
+};
+
+static void *summary_thread(void *arg)
+{
+	struct summarizer *su = arg;
+	FILE *f = fopen("/dev/null", "w");
+
+	while (f && !__atomic_load_n(&su->done, __ATOMIC_ACQUIRE) && su->rc == 0) {
+		su->rc = devcache_cache_summary(su->ctx, f);
+		su->rounds++;
+	}
+	if (f)
+		fclose(f);
+	else
+		su->rc = -1;
+	return NULL;
+}
+
+static void summaries_while_partial_loads_run(void **state)
+{
+	char path[512];
+	pthread_t th;
+
+	(void)state;
+	write_set(path, sizeof path, "big", 13);
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,partial_loading:true,"
+				       "staging_buffer_size:64K");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
+	struct summarizer su = {.ctx = ctx};
+	assert_int_equal(pthread_create(&th, NULL, summary_thread, &su), 0);
+	for (int i = 0; i < 100; i++) {
+		devcache_model_t *m;
+
+		assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+		assert_int_equal(check_all(m, 13), 0x7);
+		devcache_model_release(m);
+		assert_int_equal(devcache_cache_evict_all(ctx), 1);
+	}
+	__atomic_store_n(&su.done, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	assert_int_equal(su.rc, 0);
+	assert_true(su.rounds > 0);
+	devcache_close(ctx);
+}
+
 /* A driver that fails mid-way: a partial load leaves nothing, and a
  * make_resident that fails leaves the model as it was, charges included. */
 static void driver_faults_leave_nothing_behind(void **state)
@@ -653,6 +705,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(tensor_copy_while_another_thread_moves_it, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(summaries_while_partial_loads_run, setup, teardown),
 		cmocka_unit_test_setup_teardown(driver_faults_leave_nothing_behind, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_file_replaced_by_a_fifo_is_not_opened_again, setup,
 						teardown),
