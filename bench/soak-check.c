@@ -92,6 +92,13 @@ void soak_check_running(struct soak *s, int c)
 		    "while running"))
 		pools_agree(s, c, &st, "pinned memory", "while running");
 	within_budgets(s, c, &cs, "while running");
+	/* The tables and the snapshot, written while the others change them. */
+	soak_ok(s, devcache_cache_summary(s->ctx[c], s->devnull), NULL, "devcache_cache_summary",
+		"while running");
+	soak_ok(s, devcache_summary(s->dev[c], s->devnull), NULL, "devcache_summary",
+		"while running");
+	soak_ok(s, devcache_snapshot(s->dev[c], s->devnull), NULL, "devcache_snapshot",
+		"while running");
 }
 
 /* ---- the memory summary ------------------------------------------------------------- */
@@ -218,22 +225,24 @@ static void check_empty(struct soak *s, int c, const devcache_stats_t *st, const
 static void check_cache(struct soak *s, int c, devcache_cache_stats_t *cs)
 {
 	const struct soak_counts *n = &s->total;
-	uint64_t tried = n->loads[c] + n->load_enomem[c];
+	uint64_t tried = n->loads[c] + n->load_enomem[c] + n->cancelled[c];
 
 	if (!within_budgets(s, c, cs, "at the end"))
 		return;
 	/* A hit is counted when it succeeds; a miss when it is tried, a
-	 * failed RAM-copy reload neither: every failure was an ENOMEM. */
+	 * failed or cancelled RAM-copy reload neither: every failure was an
+	 * ENOMEM, every cancellation the soak's. */
 	if (cs->locked_models || cs->hits != n->hits[c] || cs->failed_loads != n->load_enomem[c] ||
-	    cs->cancelled_loads || cs->misses < n->loads[c] - n->hits[c] ||
+	    cs->cancelled_loads != n->cancelled[c] || cs->misses < n->loads[c] - n->hits[c] ||
 	    cs->hits + cs->misses > tried)
 		soak_fail(s,
 			  "context %d: the model cache counts %" PRIu64 " hits, %" PRIu64
 			  " misses, %" PRIu64 " failed, %" PRIu64 " cancelled, %" PRIu64
 			  " locked; the threads saw %" PRIu64 " loads, %" PRIu64 " hits, %" PRIu64
-			  " out of memory",
+			  " out of memory, %" PRIu64 " cancelled",
 			  c, cs->hits, cs->misses, cs->failed_loads, cs->cancelled_loads,
-			  cs->locked_models, n->loads[c], n->hits[c], n->load_enomem[c]);
+			  cs->locked_models, n->loads[c], n->hits[c], n->load_enomem[c],
+			  n->cancelled[c]);
 }
 
 void soak_check_invariants(struct soak *s, bool verbose)
@@ -308,7 +317,8 @@ void soak_print_setup(const struct soak *s, FILE *out)
 	fprintf(out,
 		"\nbudgets:     max_cache_vram %d MiB, max_cache_ram %d MiB a context; each allocator "
 		"capped at %d MiB (memory_fraction %.6f)\n"
-		"contexts:    0: partial_loading; 1: garbage_collection_threshold 0.8%s\n",
+		"contexts:    0: partial_loading; 1: mmap false, garbage_collection_threshold "
+		"0.8%s\n",
 		SOAK_VRAM_MIB, SOAK_RAM_MIB, SOAK_DEVICE_MIB, s->fraction,
 		s->expandable[1] ? ", expandable_segments" : "");
 }
@@ -322,8 +332,10 @@ void soak_print_report(const struct soak *s, FILE *out)
 
 	fprintf(out,
 		"loads:       %" PRIu64 " (%.0f/s): %" PRIu64 " hits (%" PRIu64
-		" from RAM copies), %" PRIu64 " misses; %" PRIu64 " partial\n",
-		loads, (double)loads / t, hits, n->from_ram, loads - hits, n->partial);
+		" from RAM copies), %" PRIu64 " misses; %" PRIu64 " partial; %" PRIu64
+		" cancelled on purpose\n",
+		loads, (double)loads / t, hits, n->from_ram, loads - hits, n->partial,
+		n->cancelled[0] + n->cancelled[1]);
 	fprintf(out,
 		"evictions:   %" PRIu64 " (cache statistics; %" PRIu64 " calls of evict_all took %" PRIu64
 		")\n",

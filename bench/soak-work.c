@@ -102,6 +102,13 @@ static bool check_info(struct soak *s, int c, devcache_model_t *m, const struct 
 	return true;
 }
 
+/* A load cancelled once this many bytes are done. */
+static int cancel_at(void *user, uint64_t done, uint64_t total)
+{
+	(void)total;
+	return done >= *(const uint64_t *)user;
+}
+
 static void load_once(struct soak_worker *w, devcache_stream_t *streams, unsigned char *buf)
 {
 	struct soak *s = w->s;
@@ -113,11 +120,24 @@ static void load_once(struct soak_worker *w, devcache_stream_t *streams, unsigne
 	devcache_model_info_t info;
 	devcache_model_t *m;
 
+	uint64_t cancel = pick(w, 16) ? 0 : 1 + pick(w, sm->bytes);
+	int rc;
+
 	/* Writable (a private mapping) is a different entry of the same file. */
 	if (s->host_memory && pick(w, 4) == 0)
 		args.flags = DEVCACHE_LOAD_WRITABLE;
-	if (!soak_ok(s, devcache_model_load(s->ctx[c], sm->path, s->dev[c], &args, &m),
-		     &w->n.load_enomem[c], "devcache_model_load", sm->label))
+	/* Some loads are cancelled part way (a hit on the device reports no
+	 * progress, and is not). */
+	if (cancel) {
+		args.progress = cancel_at;
+		args.progress_user = &cancel;
+	}
+	rc = devcache_model_load(s->ctx[c], sm->path, s->dev[c], &args, &m);
+	if (rc == DEVCACHE_ECANCELED && cancel) {
+		w->n.cancelled[c]++;
+		return;
+	}
+	if (!soak_ok(s, rc, &w->n.load_enomem[c], "devcache_model_load", sm->label))
 		return;
 	w->n.loads[c]++;
 	w->n.hits[c] += res.hit != 0;

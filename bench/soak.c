@@ -2,6 +2,7 @@
 /* soak.c - `make bench`: threads load, lock, verify, release and evict models under tight budgets while others allocate on several streams, for a set time; then the cache's and the allocator's invariants. */
 #define _GNU_SOURCE /* setenv, strdup */
 #include <dlfcn.h>
+#include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -24,8 +25,9 @@
  * the expandable segments, run at once:
  *
  *   context 0  partial_loading, thread_cache (the default)
- *   context 1  expandable_segments where the device can map, with
- *              garbage collection (which turns the thread cache off)
+ *   context 1  mmap false (host placements are copies), expandable_segments
+ *              where the device can map, garbage collection (which turns
+ *              the thread cache off)
  *
  * Loader threads load a random model into a random context, verify a
  * random tensor's bytes, hold the model a little (moving a partial
@@ -34,7 +36,8 @@
  * sizes on streams of their own, write a pattern at each end of a block
  * and check it when they free it, record blocks on their other streams,
  * and empty the caches.  DEVCACHE_ENOMEM is what tight budgets give and is
- * counted; any other error, a wrong byte or a logged error is a failure.
+ * counted, as are the loads the soak cancels on purpose (a progress
+ * callback); any other error, a wrong byte or a logged error is a failure.
  */
 
 /* ---- failing -------------------------------------------------------------------- */
@@ -201,7 +204,8 @@ static int open_device(struct soak *s, const struct options *o)
 		 s->options_common, s->fraction);
 	if (open_ctx(s, opts, 0))
 		return -1;
-	snprintf(opts, sizeof opts, "%s,%s,memory_fraction:%.6f,garbage_collection_threshold:0.8%s",
+	snprintf(opts, sizeof opts,
+		 "%s,%s,mmap:false,memory_fraction:%.6f,garbage_collection_threshold:0.8%s",
 		 base, s->options_common, s->fraction, s->vmm ? ",expandable_segments:true" : "");
 	s->expandable[1] = s->vmm;
 	return open_ctx(s, opts, 1) ? -1 : 0;
@@ -333,6 +337,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	s.ms = &ms;
+	if (!(s.devnull = fopen("/dev/null", "w"))) {
+		fprintf(stderr, "soak: /dev/null: %s\n", strerror(errno));
+		return 2;
+	}
 	n = o.loaders + o.allocators;
 	if (!(w = calloc((size_t)n, sizeof *w))) {
 		fprintf(stderr, "soak: out of memory\n");
@@ -359,6 +367,7 @@ int main(int argc, char **argv)
 	if (fake)
 		dlclose(fake);
 	soak_models_remove(&ms);
+	fclose(s.devnull);
 	free(w);
 	if (s.failed) {
 		printf("invariants: FAILED\n");

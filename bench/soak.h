@@ -78,6 +78,7 @@ static inline size_t soak_check(const struct soak_tensor *t, const unsigned char
 /* What the threads did; by context where the invariants need it. */
 struct soak_counts {
 	uint64_t loads[SOAK_CONTEXTS], hits[SOAK_CONTEXTS], load_enomem[SOAK_CONTEXTS];
+	uint64_t cancelled[SOAK_CONTEXTS];
 	uint64_t from_ram, partial, verified, verified_bytes;
 	uint64_t resident, resident_enomem, to_host, evict_all, evicted;
 	uint64_t allocs, alloc_enomem, frees, records, empties, pinned, pinned_enomem, syncs;
@@ -94,6 +95,7 @@ struct soak {
 	bool host_memory; /* the device's memory is host memory */
 	bool vmm, expandable[SOAK_CONTEXTS];
 	double fraction;  /* memory_fraction: SOAK_DEVICE_MIB of the device */
+	FILE *devnull;    /* where the summaries go while running */
 	double elapsed;
 	int stop;         /* atomic: the threads stop */
 	unsigned long warnings; /* atomic */
