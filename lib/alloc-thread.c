@@ -29,10 +29,11 @@
  * keeps each thread's own order, which is what any order of threads taking
  * one lock gives; only the order is not always the order in time.  The
  * statistics read with no call in flight are exact (tcache_extra adds what
- * the caches hold); peaks are exact on one thread, and with several may
- * count a block another thread's cache holds as freed.  Only small-pool
- * blocks are cached, so a thread holds at most 1 MiB that the others do
- * not see.
+ * the caches hold, each cached free counted as it would be made then,
+ * beside the blocks that are there now); peaks are exact on one thread,
+ * and with several may count a block another thread's cache holds as
+ * freed.  Only small-pool blocks are cached, so a thread holds at most
+ * 1 MiB that the others do not see.
  *
  * The same struct carries the thread's home pool, whose lock alone its
  * hits take (alloc.c, The locks), and the differences those hits make in
@@ -258,17 +259,67 @@ void tcache_stop_all(struct allocator *a)
 		index_moved(&a->pools[i]->small);
 }
 
+/* The bytes of the free blocks beside b on one side, with the cached
+ * frees of done[0..n) made: those blocks are free too. */
+static int64_t free_beside(const struct block *b, bool before, struct block *const *done, size_t n)
+{
+	int64_t bytes = 0;
+
+	for (const struct block *x = before ? b->prev : b->next; x; x = before ? x->prev : x->next) {
+		bool is_free = x->is_free;
+
+		for (size_t k = 0; !is_free && k < n; k++)
+			is_free = done[k] == x;
+		if (!is_free)
+			break;
+		bytes += (int64_t)x->size;
+	}
+	return bytes;
+}
+
+/* What a cached free, made after those of done[0..n), changes in the
+ * inactive-split figures of adj and fcum: its block merges with the free
+ * blocks beside it as alloc_release() would merge it.  tcache_figures()
+ * says the same while the pool is as the allocation left it; once another
+ * thread has changed the pool (taken the rest of the block the allocation
+ * cut, say), only the blocks beside it now tell.  Returns the merged size. */
+static int64_t cached_free_figures(const struct tcache *tc, struct block *const *done, size_t n,
+				   int64_t adj[TS_N], int64_t fcum[TS_N])
+{
+	const struct block *b = tc->b;
+	int64_t before = free_beside(b, true, done, n), after = free_beside(b, false, done, n);
+	int64_t m = before + (int64_t)b->size + after, was = (uint64_t)m == b->seg->size ? 0 : 1;
+
+	adj[TS_INACTIVE_SPLIT] = was - (before > 0) - (after > 0);
+	adj[TS_INACTIVE_SPLIT_BYTES] = was * m - before - after;
+	fcum[TS_INACTIVE_SPLIT] = was;
+	fcum[TS_INACTIVE_SPLIT_BYTES] = was * m;
+	return m;
+}
+
 void tcache_extra(struct allocator *a, devcache_stats_t *extra)
 {
+	size_t n_tc = 0, n_done = 0;
+
 	memset(extra, 0, sizeof *extra);
+	for (struct tcache *tc = a->tcaches; tc; tc = tc->next)
+		n_tc++;
+	/* The cached frees are counted as made one after another, in the
+	 * list's order: two beside each other merge.  Without memory for
+	 * the list, each is counted as the pool was when it was recorded. */
+	struct block **done = calloc(n_tc ? n_tc : 1, sizeof *done);
 	for (struct tcache *tc = a->tcaches; tc; tc = tc->next) {
 		int64_t pairs = (int64_t)__atomic_load_n(&tc->pairs, __ATOMIC_RELAXED);
 		bool cached = __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED;
-		int64_t adj[TS_N], fcum[TS_N], cum[TS_N];
+		int64_t adj[TS_N], fcum[TS_N], cum[TS_N], merged = (int64_t)tc->merged;
 
 		if (!pairs && !cached)
 			continue;
 		tcache_figures(tc, adj, fcum, cum);
+		if (cached && done) {
+			merged = cached_free_figures(tc, done, n_done, adj, fcum);
+			done[n_done++] = tc->b;
+		}
 		for (int i = 0; i < TS_N; i++) {
 			devcache_stat_t *s = ts_stat(extra, i);
 
@@ -278,9 +329,10 @@ void tcache_extra(struct allocator *a, devcache_stats_t *extra)
 				s->current += adj[i];
 			}
 		}
-		if (cached && tc->merged > extra->largest_free_block)
-			extra->largest_free_block = tc->merged;
+		if (cached && (uint64_t)merged > extra->largest_free_block)
+			extra->largest_free_block = (uint64_t)merged;
 	}
+	free(done);
 }
 
 void tcache_fini(struct allocator *a)

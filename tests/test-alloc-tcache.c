@@ -380,6 +380,55 @@ static void other_thread_changes_pool(void **state)
 	devcache_close(f.ctx);
 }
 
+/* Statistics read while this thread's cache holds its block as freed and
+ * another thread has since taken the rest of the block the allocation cut:
+ * the cached free is counted as it would be made now, next to the other
+ * thread's block, not as the pool was when it was recorded (which counted
+ * the rest as merged with it, and read inactive_split_bytes below 0). */
+static void stats_after_another_thread_changed_the_pool(void **state)
+{
+	struct fx f;
+	pthread_t t;
+	int64_t seg;
+
+	(void)state;
+	fx_open(&f, "good:0", NULL);
+	void *p = cached_block(&f, NULL);
+	fx_free(&f, p);
+	assert_int_equal(own_cache(&f)->state, TC_CACHED);
+	seg = fx_stats(&f).reserved_bytes[DEVCACHE_POOL_ALL].current;
+
+	struct other o = {.f = &f};
+	assert_int_equal(pthread_create(&t, NULL, other_alloc, &o), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(o.rc, 0);
+	/* One segment: the cached block (free), the other's, the rest (free). */
+	devcache_stats_t cached = fx_stats(&f);
+	assert_int_equal(cached.reserved_bytes[DEVCACHE_POOL_ALL].current, seg);
+	assert_int_equal(cached.allocation[DEVCACHE_POOL_ALL].current, 1);
+	assert_int_equal(cached.inactive_split[DEVCACHE_POOL_ALL].current, 2);
+	assert_int_equal(cached.inactive_split_bytes[DEVCACHE_POOL_ALL].current, seg - 4096);
+	const char *why = check_stats(&cached);
+	if (why)
+		fail_msg("%s", why);
+	/* The same once the free is made, with the lock. */
+	assert_int_equal(devcache_empty_cache(f.dev), 0);
+	devcache_stats_t made = fx_stats(&f);
+	assert_int_equal(own_cache(&f)->state, TC_NONE);
+	for (int k = DEVCACHE_POOL_ALL; k < DEVCACHE_POOL_COUNT; k++) {
+		assert_int_equal(made.inactive_split[k].current, cached.inactive_split[k].current);
+		assert_int_equal(made.inactive_split[k].allocated, cached.inactive_split[k].allocated);
+		assert_int_equal(made.inactive_split_bytes[k].current,
+				 cached.inactive_split_bytes[k].current);
+		assert_int_equal(made.inactive_split_bytes[k].allocated,
+				 cached.inactive_split_bytes[k].allocated);
+		assert_int_equal(made.allocated_bytes[k].current, cached.allocated_bytes[k].current);
+	}
+	assert_int_equal(made.largest_free_block, cached.largest_free_block);
+	assert_int_equal(devcache_free(f.dev, o.p), 0);
+	devcache_close(f.ctx);
+}
+
 /* A block used on another stream is freed with the lock, to wait for it. */
 static void record_stream(void **state)
 {
@@ -436,6 +485,7 @@ int main(void)
 		cmocka_unit_test(same_as_locked), cmocka_unit_test(redo_is_counted),
 		cmocka_unit_test(double_free),	  cmocka_unit_test(other_threads),
 		cmocka_unit_test(other_thread_changes_pool),
+		cmocka_unit_test(stats_after_another_thread_changed_the_pool),
 		cmocka_unit_test(record_stream),  cmocka_unit_test(off_where_more_decides),
 	};
 
