@@ -97,7 +97,7 @@ struct options {
 	double seconds;
 	int loaders, allocators;
 	uint64_t seed;
-	bool verbose;
+	bool verbose, real;
 };
 
 /* What a vendor device needs: its backend module and its fake runtime. */
@@ -145,11 +145,8 @@ static int open_ctx(struct soak *s, const char *options, int c)
 		fprintf(stderr, "soak: devcache_open_ex(%s): %s\n", options, devcache_last_error());
 		return rc;
 	}
-	if ((rc = devcache_device_get(s->ctx[c], name, &s->dev[c]))) {
-		fprintf(stderr, "soak: no device %s: %s\n", name, devcache_last_error());
-		return rc;
-	}
-	return 0;
+	/* The caller says why there is no device, or skips. */
+	return devcache_device_get(s->ctx[c], name, &s->dev[c]);
 }
 
 /* Opens both contexts; a vendor device on its fake runtime, whose memory
@@ -162,7 +159,11 @@ static int open_device(struct soak *s, const struct options *o)
 
 	if (strcmp(o->device, "host") == 0) {
 		snprintf(base, sizeof base, "backend_path:/nonexistent");
-	} else if ((v = vendor_of(o->device))) {
+	} else if ((v = vendor_of(o->device)) && o->real) {
+		/* The vendor's own runtime, as the backend finds it. */
+		snprintf(base, sizeof base, "backend_path:%s,backends:%s",
+			 o->backend_path ? o->backend_path : "/nonexistent", v->name);
+	} else if (v) {
 		snprintf(lib, sizeof lib, "%s/%s", o->fakes ? o->fakes : ".", v->fake);
 		if (!o->backend_path || !module_found(o->backend_path, v->name)) {
 			printf("soak: %s: SKIP: the %s backend is not built\n", v->name, v->name);
@@ -188,7 +189,14 @@ static int open_device(struct soak *s, const struct options *o)
 		 "staging_buffers:3,load_workers:2",
 		 SOAK_VRAM_MIB, SOAK_RAM_MIB);
 	snprintf(opts, sizeof opts, "%s,%s,partial_loading:true", base, s->options_common);
-	if (open_ctx(s, opts, 0) || devcache_device_info(s->dev[0], &info))
+	int rc = open_ctx(s, opts, 0);
+	if (rc == DEVCACHE_ENODEV && o->real) {
+		printf("soak: %s: SKIP: %s\n", o->device, devcache_last_error());
+		return 1;
+	}
+	if (rc == DEVCACHE_ENODEV)
+		fprintf(stderr, "soak: %s\n", devcache_last_error());
+	if (rc || devcache_device_info(s->dev[0], &info))
 		return -1;
 	s->host_memory = info.caps & DEVCACHE_CAP_HOST_MEMORY;
 	s->vmm = info.caps & DEVCACHE_CAP_VMM;
@@ -202,13 +210,17 @@ static int open_device(struct soak *s, const struct options *o)
 	s->ctx[0] = NULL;
 	snprintf(opts, sizeof opts, "%s,%s,partial_loading:true,memory_fraction:%.6f", base,
 		 s->options_common, s->fraction);
-	if (open_ctx(s, opts, 0))
+	if ((rc = open_ctx(s, opts, 0)) == DEVCACHE_ENODEV)
+		fprintf(stderr, "soak: %s\n", devcache_last_error());
+	if (rc)
 		return -1;
 	snprintf(opts, sizeof opts,
 		 "%s,%s,mmap:false,memory_fraction:%.6f,garbage_collection_threshold:0.8%s",
 		 base, s->options_common, s->fraction, s->vmm ? ",expandable_segments:true" : "");
 	s->expandable[1] = s->vmm;
-	return open_ctx(s, opts, 1) ? -1 : 0;
+	if ((rc = open_ctx(s, opts, 1)) == DEVCACHE_ENODEV)
+		fprintf(stderr, "soak: %s\n", devcache_last_error());
+	return rc ? -1 : 0;
 }
 
 /* The fake runtime's count of live objects, from the copy the backend
@@ -221,7 +233,7 @@ static size_t (*fake_live(const struct options *o, void **handle_p))(void)
 	size_t (*live)(void) = NULL;
 
 	*handle_p = NULL;
-	if (!v)
+	if (!v || o->real)
 		return NULL;
 	snprintf(lib, sizeof lib, "%s/%s", o->fakes ? o->fakes : ".", v->fake);
 	if (!(*handle_p = dlopen(lib, RTLD_NOW | RTLD_NOLOAD)))
@@ -241,6 +253,7 @@ static void usage(FILE *out)
 		"  budgets for a set time, then the invariants are checked; exit 0, or 2 on a\n"
 		"  failure.\n"
 		"  -d, --device DEV        host (the default), or cuda, hip, ze on the fakes\n"
+		"  -r, --real              cuda, hip, ze on the vendor's runtime, not the fake\n"
 		"  -s, --seconds N         how long (default 10)\n"
 		"  -t, --threads N         loader threads (default 4)\n"
 		"  -a, --alloc-threads N   allocator threads (default: as many as loaders)\n"
@@ -259,14 +272,15 @@ static int parse_options(int argc, char **argv, struct options *o)
 		{"alloc-threads", required_argument, NULL, 'a'},
 		{"seed", required_argument, NULL, 'S'}, {"backend-path", required_argument, NULL, 'b'},
 		{"fakes", required_argument, NULL, 'f'}, {"dir", required_argument, NULL, 'D'},
-		{"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
+		{"verbose", no_argument, NULL, 'v'}, {"real", no_argument, NULL, 'r'},
+		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
 	*o = (struct options){.device = "host", .seconds = 10, .loaders = 4, .allocators = -1,
 			      .seed = 1};
 	o->dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-	while ((ch = getopt_long(argc, argv, "d:s:t:a:S:b:f:D:vh", longs, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "d:s:t:a:S:b:f:D:vrh", longs, NULL)) != -1) {
 		switch (ch) {
 		case 'd': o->device = optarg; break;
 		case 's': o->seconds = atof(optarg); break;
@@ -277,6 +291,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 		case 'f': o->fakes = optarg; break;
 		case 'D': o->dir = optarg; break;
 		case 'v': o->verbose = true; break;
+		case 'r': o->real = true; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -1;
 		}
@@ -357,7 +372,7 @@ int main(int argc, char **argv)
 	soak_print_report(&s, stdout);
 	void *fake;
 	size_t (*live)(void) = fake_live(&o, &fake);
-	if (!live && vendor_of(o.device))
+	if (!live && vendor_of(o.device) && !o.real)
 		soak_fail(&s, "cannot find the fake runtime's fake_%s_live", o.device);
 	for (int c = 0; c < SOAK_CONTEXTS; c++)
 		devcache_close(s.ctx[c]);
