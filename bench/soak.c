@@ -170,7 +170,7 @@ static int open_device(struct soak *s, const struct options *o)
 			return 1;
 		}
 		if (access(lib, R_OK) != 0) {
-			printf("soak: %s: SKIP: the fake runtime %s is not built (make check builds it)\n",
+			printf("soak: %s: SKIP: the fake runtime %s is not built (make check and make bench build it)\n",
 			       v->name, lib);
 			return 1;
 		}
@@ -191,7 +191,8 @@ static int open_device(struct soak *s, const struct options *o)
 	snprintf(opts, sizeof opts, "%s,%s,partial_loading:true", base, s->options_common);
 	int rc = open_ctx(s, opts, 0);
 	if (rc == DEVCACHE_ENODEV && o->real) {
-		printf("soak: %s: SKIP: %s\n", o->device, devcache_last_error());
+		printf("soak: %s on the vendor's runtime: SKIP: %s\n", o->device,
+		       devcache_last_error());
 		return 1;
 	}
 	if (rc == DEVCACHE_ENODEV)
