@@ -36,9 +36,10 @@ bench_soak_SOURCES = bench/soak.c bench/soak-work.c bench/soak-check.c bench/soa
 bench_soak_CFLAGS = $(bench_cflags)
 bench_soak_LDADD = $(bench_ldadd) -ldl
 
-# bench/soak runs on the host and on each vendor backend that configure
-# built, on its fake runtime (tests/fakes.mk), which `make bench` builds
-# for it; SOAK_SECONDS sets its time on each device (default 10 s), and
+# bench/soak runs on the host, on each vendor backend that configure
+# built on its fake runtime (tests/fakes.mk), which `make bench` builds
+# for it, and on the vendor's runtime where the machine has a device;
+# SOAK_SECONDS sets its time on each device (default 10 s), and
 # SOAK_FLAGS adds options ("-t 8 -S 7").  `make bench-soak` runs it alone.
 bench_soak_deps = bench/soak $(backendmod_LTLIBRARIES)
 if BUILD_CUDA
