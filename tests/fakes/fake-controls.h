@@ -34,7 +34,11 @@ struct fake_counter {
 	unsigned long calls;
 	unsigned fault_at; /* calls to go before the failing one, | FAKE_CONTROLS_FAIL_ON; 0: none */
 	int fault_code;
+	unsigned long misuses; /* calls refused as a misuse of the API */
 };
+
+/* The function the calling thread is in, for fake_controls_misuse. */
+static __thread int fake_controls_current = -1;
 
 /* What a fake tells the shared controls about itself. */
 struct fake_controls {
@@ -94,6 +98,14 @@ static inline unsigned long fake_controls_calls(const struct fake_controls *c,
 	return f < 0 ? 0 : __atomic_load_n(&c->counters[f].calls, __ATOMIC_RELAXED);
 }
 
+/* What fake_<vendor>_function does: the name of the fake's function i, in the
+ * order of its list, or NULL past its end; a test walks the list to read
+ * every function's count. */
+static inline const char *fake_controls_function(const struct fake_controls *c, unsigned i)
+{
+	return i < (unsigned)c->n_functions ? c->functions[i] : NULL;
+}
+
 /* Counts a call of function f; returns the code it is to fail with, or 0,
  * which is success in every API the fakes stand in for. */
 static inline int fake_controls_enter(const struct fake_controls *c, int f)
@@ -101,6 +113,7 @@ static inline int fake_controls_enter(const struct fake_controls *c, int f)
 	struct fake_counter *counter = &c->counters[f];
 	unsigned n = __atomic_load_n(&counter->fault_at, __ATOMIC_ACQUIRE), next;
 
+	fake_controls_current = f;
 	__atomic_add_fetch(&counter->calls, 1, __ATOMIC_RELAXED);
 	do {
 		if ((n & ~FAKE_CONTROLS_FAIL_ON) == 0)
@@ -113,6 +126,38 @@ static inline int fake_controls_enter(const struct fake_controls *c, int f)
 	if ((n & ~FAKE_CONTROLS_FAIL_ON) != 1)
 		return 0;
 	return __atomic_load_n(&counter->fault_code, __ATOMIC_RELAXED);
+}
+
+/* The function being called refuses it as a misuse of the API (an unknown
+ * or freed handle or pointer, a double free, a bad argument): counted and
+ * said, so that a test sees a misuse that its caller ignores. Returns code. */
+static inline int fake_controls_misuse(const struct fake_controls *c, int code)
+{
+	int f = fake_controls_current, i = fake_controls_code_index(c, code);
+
+	if (f < 0)
+		return code;
+	__atomic_add_fetch(&c->counters[f].misuses, 1, __ATOMIC_RELAXED);
+	if (i >= 0)
+		fprintf(stderr, "%s: %s: refused as a misuse: %s\n", c->fake, c->functions[f],
+			c->codes[i].name);
+	else
+		fprintf(stderr, "%s: %s: refused as a misuse: %s %d\n", c->fake, c->functions[f],
+			c->code_word, code);
+	return code;
+}
+
+/* What fake_<vendor>_misuses does: the calls of function refused as
+ * misuses, or of every function when it is NULL. */
+static inline unsigned long fake_controls_misuses(const struct fake_controls *c,
+						  const char *function)
+{
+	unsigned long n = 0;
+
+	for (int i = 0; i < c->n_functions; i++)
+		if (!function || strcmp(function, c->functions[i]) == 0)
+			n += __atomic_load_n(&c->counters[i].misuses, __ATOMIC_RELAXED);
+	return n;
 }
 
 /* A code given by name or by number, as in FAKE_<VENDOR>_FAIL. */

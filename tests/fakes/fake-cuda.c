@@ -33,6 +33,8 @@ CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 #define FAKE_CUDA_FAIL_ON FAKE_CONTROLS_FAIL_ON
 void fake_cuda_fail(const char *function, unsigned nth, int error);
 unsigned long fake_cuda_calls(const char *function);
+const char *fake_cuda_function(unsigned i);
+unsigned long fake_cuda_misuses(const char *function);
 size_t fake_cuda_live(void);
 void fake_cuda_hold_events(int hold);
 
@@ -266,6 +268,22 @@ unsigned long fake_cuda_calls(const char *function)
 	return fake_controls_calls(&controls, function);
 }
 
+const char *fake_cuda_function(unsigned i)
+{
+	return fake_controls_function(&controls, i);
+}
+
+unsigned long fake_cuda_misuses(const char *function)
+{
+	return fake_controls_misuses(&controls, function);
+}
+
+/* The call being made refuses error as the caller's misuse: counted, said. */
+static CUresult misuse(CUresult error)
+{
+	return (CUresult)fake_controls_misuse(&controls, (int)error);
+}
+
 _Static_assert(CUDA_SUCCESS == 0, "fake_controls_enter answers 0 for success");
 
 /* Counts a call of f; returns the error it is to fail with, or CUDA_SUCCESS. */
@@ -293,7 +311,7 @@ static CUresult enter(int f)
 	do {                                                                                       \
 		TRY(enter(F_##name));                                                              \
 		if (F_##name != F_cuInit && !__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))      \
-			return CUDA_ERROR_NOT_INITIALIZED;                                         \
+			return misuse(CUDA_ERROR_NOT_INITIALIZED);                                 \
 	} while (0)
 
 __attribute__((constructor)) static void fake_cuda_load(void)
@@ -417,7 +435,7 @@ static void devices_init(void)
 
 static CUresult check_device(CUdevice dev)
 {
-	return dev < 0 || dev >= n_visible ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+	return dev < 0 || dev >= n_visible ? misuse(CUDA_ERROR_INVALID_DEVICE) : CUDA_SUCCESS;
 }
 
 /* ---- the registries ---- */
@@ -477,13 +495,13 @@ static CUresult current_device(int *dev_p)
 	unsigned refs;
 
 	if (!ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
+		return misuse(CUDA_ERROR_INVALID_CONTEXT);
 	pthread_mutex_lock(&lock);
 	refs = ctx->refs;
 	pthread_mutex_unlock(&lock);
 	/* Released to nothing, the primary context is gone until retained again. */
 	if (!refs)
-		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+		return misuse(CUDA_ERROR_CONTEXT_IS_DESTROYED);
 	if (dev_p)
 		*dev_p = ctx->dev;
 	return CUDA_SUCCESS;
@@ -497,8 +515,9 @@ static CUresult error_info(CUresult error, const char **pStr, int text)
 	int i = fake_controls_code_index(&controls, (int)error);
 
 	if (!pStr)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	*pStr = i < 0 ? NULL : text ? error_table[i].text : error_table[i].name;
+	/* A code newer than the fake is no misuse. */
 	return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
@@ -521,7 +540,7 @@ CUresult cuInit(unsigned int Flags)
 {
 	ENTER(cuInit);
 	if (Flags != 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	pthread_once(&devices_once, devices_init);
 	if (n_visible == 0)
 		return CUDA_ERROR_NO_DEVICE;
@@ -533,7 +552,7 @@ CUresult cuDriverGetVersion(int *driverVersion)
 {
 	ENTER_ANYTIME(cuDriverGetVersion);
 	if (!driverVersion)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	*driverVersion = CUDA_VERSION;
 	return CUDA_SUCCESS;
 }
@@ -544,7 +563,7 @@ CUresult cuDeviceGetCount(int *count)
 {
 	ENTER(cuDeviceGetCount);
 	if (!count)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	*count = n_visible;
 	return CUDA_SUCCESS;
 }
@@ -553,7 +572,7 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
 	ENTER(cuDeviceGet);
 	if (!device)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(check_device(ordinal));
 	*device = ordinal;
 	return CUDA_SUCCESS;
@@ -564,7 +583,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 	ENTER(cuDeviceGetName);
 	TRY(check_device(dev));
 	if (!name || len <= 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	/* The physical ordinal in the name lets a test see CUDA_VISIBLE_DEVICES at work. */
 	snprintf(name, (size_t)len, "Fake CUDA device %d", visible[dev]);
 	return CUDA_SUCCESS;
@@ -575,7 +594,7 @@ CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev)
 	ENTER(cuDeviceTotalMem);
 	TRY(check_device(dev));
 	if (!bytes)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	*bytes = capacity;
 	return CUDA_SUCCESS;
 }
@@ -586,7 +605,7 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 	TRY(check_device(dev));
 	/* Room for all of "dddd:bb:dd.f" and its NUL. */
 	if (!pciBusId || len < 13)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", visible[dev] + 1);
 	return CUDA_SUCCESS;
 }
@@ -620,7 +639,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 	ENTER(cuDeviceGetAttribute);
 	TRY(check_device(dev));
 	if (!pi)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	if (attrib == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) {
 		*pi = vmm_supported;
 		return CUDA_SUCCESS;
@@ -634,6 +653,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 			*pi = attribute_table[i].value;
 			return CUDA_SUCCESS;
 		}
+	/* An attribute the fake does not know: asking is no misuse. */
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -643,7 +663,7 @@ static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
 
 	TRY(check_device(dev));
 	if (!uuid)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	uuid_of(visible[dev], b);
 	memcpy(uuid->bytes, b, sizeof uuid->bytes);
 	return CUDA_SUCCESS;
@@ -669,7 +689,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	ENTER(cuDevicePrimaryCtxRetain);
 	TRY(check_device(dev));
 	if (!pctx)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	pthread_mutex_lock(&lock);
 	primaries[dev].refs++;
 	pthread_mutex_unlock(&lock);
@@ -690,7 +710,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 	if (primaries[dev].refs)
 		primaries[dev].refs--;
 	else
-		err = CUDA_ERROR_INVALID_CONTEXT;
+		err = misuse(CUDA_ERROR_INVALID_CONTEXT);
 	pthread_mutex_unlock(&lock);
 	return err;
 }
@@ -700,7 +720,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
 {
 	ENTER(cuCtxSetCurrent);
 	if (ctx && !context_known(ctx))
-		return CUDA_ERROR_INVALID_CONTEXT;
+		return misuse(CUDA_ERROR_INVALID_CONTEXT);
 	if (ctx_depth == 0) {
 		if (ctx)
 			ctx_stack[ctx_depth++] = ctx;
@@ -716,7 +736,7 @@ CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
 	ENTER(cuCtxGetCurrent);
 	if (!pctx)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	*pctx = current_context();
 	return CUDA_SUCCESS;
 }
@@ -727,7 +747,7 @@ CUresult cuCtxGetDevice(CUdevice *device)
 
 	ENTER(cuCtxGetDevice);
 	if (!device)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(&dev));
 	*device = dev;
 	return CUDA_SUCCESS;
@@ -737,9 +757,9 @@ CUresult cuCtxPushCurrent(CUcontext ctx)
 {
 	ENTER(cuCtxPushCurrent);
 	if (!ctx)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	if (!context_known(ctx))
-		return CUDA_ERROR_INVALID_CONTEXT;
+		return misuse(CUDA_ERROR_INVALID_CONTEXT);
 	if (ctx_depth == CTX_STACK_DEPTH)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	ctx_stack[ctx_depth++] = ctx;
@@ -750,7 +770,7 @@ CUresult cuCtxPopCurrent(CUcontext *pctx)
 {
 	ENTER(cuCtxPopCurrent);
 	if (ctx_depth == 0)
-		return CUDA_ERROR_INVALID_CONTEXT;
+		return misuse(CUDA_ERROR_INVALID_CONTEXT);
 	ctx_depth--;
 	if (pctx)
 		*pctx = ctx_stack[ctx_depth];
@@ -776,7 +796,7 @@ CUresult cuMemGetInfo(size_t *free, size_t *total)
 
 	ENTER(cuMemGetInfo);
 	if (!free || !total)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(&dev));
 	pthread_mutex_lock(&lock);
 	*free = capacity - used[visible[dev]];
@@ -793,7 +813,7 @@ CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 
 	ENTER(cuMemAlloc);
 	if (!dptr || bytesize == 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(&dev));
 	/* Capacity counts the bytes asked for, so that a test can fill a device exactly. */
 	pthread_mutex_lock(&lock);
@@ -854,7 +874,7 @@ CUresult cuMemFree(CUdeviceptr dptr)
 	if (!dptr)
 		return CUDA_SUCCESS;
 	if (!(r = take_range((uintptr_t)dptr, R_DEVICE)))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	free((void *)(uintptr_t)dptr);
 	free(r);
 	return CUDA_SUCCESS;
@@ -875,7 +895,7 @@ static CUresult host_alloc(void **pp, size_t bytesize, unsigned flags)
 	int dev;
 
 	if (!pp || bytesize == 0 || (flags & ~(unsigned)HOST_ALLOC_FLAGS))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(&dev));
 	if (bytesize > SIZE_MAX - page)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -922,7 +942,7 @@ CUresult cuMemFreeHost(void *p)
 	if (!p)
 		return CUDA_SUCCESS;
 	if (!(r = take_range((uintptr_t)p, R_HOST)))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	munmap(p, r->mapped);
 	free(r);
 	return CUDA_SUCCESS;
@@ -963,11 +983,11 @@ CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 	ENTER(cuMemHostRegister);
 	if (!p || bytesize == 0 || (Flags & ~(unsigned)HOST_REGISTER_FLAGS) ||
 	    bytesize > UINTPTR_MAX - (uintptr_t)p)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(&dev));
 	/* What the driver cannot pin is an invalid argument to it. */
 	if (!host_pinnable((uintptr_t)p, bytesize, Flags & CU_MEMHOSTREGISTER_READ_ONLY))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	if (!(r = malloc(sizeof *r)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*r = (struct range){.span = {.base = (uintptr_t)p, .size = bytesize, .kind = R_REGISTERED},
@@ -982,8 +1002,8 @@ CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	/* Pinned memory pinned again is the driver's error; device memory is no host memory. */
 	return other->span.kind == R_HOST || other->span.kind == R_REGISTERED ?
-		       CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED :
-		       CUDA_ERROR_INVALID_VALUE;
+		       misuse(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) :
+		       misuse(CUDA_ERROR_INVALID_VALUE);
 }
 
 CUresult cuMemHostUnregister(void *p)
@@ -992,9 +1012,9 @@ CUresult cuMemHostUnregister(void *p)
 
 	ENTER(cuMemHostUnregister);
 	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	if (!(r = take_range((uintptr_t)p, R_REGISTERED)))
-		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+		return misuse(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 	free(r);
 	return CUDA_SUCCESS;
 }
@@ -1014,14 +1034,14 @@ static CUresult device_side(uintptr_t p, size_t size, int dev, int write)
 
 	if (!r || (r->span.kind != R_DEVICE && r->span.kind != R_RESERVED) ||
 	    size > r->span.base + r->span.size - p)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	if (r->span.kind == R_DEVICE)
 		return CUDA_SUCCESS;
 	for (;;) {
 		if (!(m = fake_range_in(&mappings, p, 1)))
-			return CUDA_ERROR_INVALID_VALUE;
+			return misuse(CUDA_ERROR_INVALID_VALUE);
 		if (!((write ? m->writers : m->readers) & bit))
-			return CUDA_ERROR_ILLEGAL_ADDRESS;
+			return misuse(CUDA_ERROR_ILLEGAL_ADDRESS);
 		if (size <= m->span.base + m->span.size - p)
 			return CUDA_SUCCESS;
 		size -= m->span.base + m->span.size - p;
@@ -1040,7 +1060,7 @@ static CUresult host_side(uintptr_t p, size_t size)
 	if ((r->span.kind == R_HOST || r->span.kind == R_REGISTERED) &&
 	    size <= r->span.base + r->span.size - p)
 		return CUDA_SUCCESS;
-	return CUDA_ERROR_INVALID_VALUE;
+	return misuse(CUDA_ERROR_INVALID_VALUE);
 }
 
 /* The copy is done before this returns, in the calling thread: work on one
@@ -1055,9 +1075,9 @@ static CUresult copy(uintptr_t dst, uintptr_t src, size_t size, int to_device, C
 	TRY(current_device(&dev));
 	pthread_mutex_lock(&lock);
 	if (async && !stream_known(stream))
-		err = CUDA_ERROR_INVALID_HANDLE;
+		err = misuse(CUDA_ERROR_INVALID_HANDLE);
 	else if (size && (!dst || !src || size > UINTPTR_MAX - dst || size > UINTPTR_MAX - src))
-		err = CUDA_ERROR_INVALID_VALUE;
+		err = misuse(CUDA_ERROR_INVALID_VALUE);
 	else if (size && to_device)
 		err = device_side(dst, size, dev, 1);
 	else if (size)
@@ -1105,7 +1125,7 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 
 	ENTER(cuStreamCreate);
 	if (!phStream || (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(&dev));
 	if (!(s = malloc(sizeof *s)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1128,7 +1148,7 @@ CUresult cuStreamDestroy(CUstream hStream)
 		fake_events_forget_stream(&events, hStream);
 	pthread_mutex_unlock(&lock);
 	if (!found)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return misuse(CUDA_ERROR_INVALID_HANDLE);
 	free(hStream);
 	return CUDA_SUCCESS;
 }
@@ -1138,15 +1158,15 @@ CUresult cuStreamDestroy(CUstream hStream)
 static CUresult stream_device(CUstream s, int *dev_p)
 {
 	if (!stream_known(s))
-		return CUDA_ERROR_INVALID_HANDLE;
+		return misuse(CUDA_ERROR_INVALID_HANDLE);
 	if (!is_default_stream(s)) {
 		*dev_p = s->dev;
 		return CUDA_SUCCESS;
 	}
 	if (!current_context())
-		return CUDA_ERROR_INVALID_CONTEXT;
+		return misuse(CUDA_ERROR_INVALID_CONTEXT);
 	if (!current_context()->refs)
-		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+		return misuse(CUDA_ERROR_CONTEXT_IS_DESTROYED);
 	*dev_p = current_context()->dev;
 	return CUDA_SUCCESS;
 }
@@ -1192,10 +1212,10 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 
 	ENTER(cuEventCreate);
 	if (!phEvent || (Flags & ~(unsigned)EVENT_FLAGS))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	/* An interprocess event cannot time, as documented. */
 	if (Flags & CU_EVENT_INTERPROCESS && !(Flags & CU_EVENT_DISABLE_TIMING))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(&dev));
 	if (!(e = malloc(sizeof *e)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1215,7 +1235,7 @@ CUresult cuEventDestroy(CUevent hEvent)
 	found = fake_handle_remove(&events, hEvent, &live_events);
 	pthread_mutex_unlock(&lock);
 	if (!found)
-		return CUDA_ERROR_INVALID_HANDLE;
+		return misuse(CUDA_ERROR_INVALID_HANDLE);
 	free(hEvent);
 	return CUDA_SUCCESS;
 }
@@ -1230,9 +1250,9 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 	ENTER(cuEventRecord);
 	pthread_mutex_lock(&lock);
 	err = fake_handle_known(&events, hEvent) ? stream_device(hStream, &dev) :
-						   CUDA_ERROR_INVALID_HANDLE;
+						   misuse(CUDA_ERROR_INVALID_HANDLE);
 	if (err == CUDA_SUCCESS && dev != hEvent->held.dev)
-		err = CUDA_ERROR_INVALID_HANDLE;
+		err = misuse(CUDA_ERROR_INVALID_HANDLE);
 	if (err == CUDA_SUCCESS) {
 		hEvent->held.pending = __atomic_load_n(&hold_events, __ATOMIC_RELAXED) != 0;
 		hEvent->held.stream = is_default_stream(hStream) ? NULL : hStream;
@@ -1249,7 +1269,7 @@ static CUresult event_wait(CUevent e, int release)
 
 	pthread_mutex_lock(&lock);
 	if (!fake_handle_known(&events, e))
-		err = CUDA_ERROR_INVALID_HANDLE;
+		err = misuse(CUDA_ERROR_INVALID_HANDLE);
 	else if (release)
 		e->held.pending = 0;
 	else if (e->held.pending && __atomic_load_n(&hold_events, __ATOMIC_RELAXED))
@@ -1287,7 +1307,7 @@ static CUresult check_prop(const CUmemAllocationProp *prop)
 {
 	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
 	    prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	return check_device(prop->location.id);
 }
 
@@ -1298,7 +1318,7 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
 	if (!granularity || check_prop(prop) != CUDA_SUCCESS ||
 	    (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
 	     option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	if (!vmm_supported)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	*granularity = VM_GRANULARITY;
@@ -1320,7 +1340,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 	ENTER(cuMemAddressReserve);
 	if (!ptr || flags || size == 0 || (size & (page - 1)) || (addr & (page - 1)) ||
 	    (alignment & (alignment - 1)))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(&dev));
 	if (alignment < VM_GRANULARITY)
 		alignment = VM_GRANULARITY;
@@ -1366,7 +1386,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 	if (!ptr || !r || r->span.kind != R_RESERVED || r->span.base != ptr ||
 	    r->span.size != size || fake_range_in(&mappings, r->span.base, r->span.size)) {
 		pthread_mutex_unlock(&lock);
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	}
 	fake_range_remove(&registry, &ranges, &r->span);
 	pthread_mutex_unlock(&lock);
@@ -1387,7 +1407,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 
 	ENTER(cuMemCreate);
 	if (!handle || flags || size == 0 || !vm_aligned(size))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(check_prop(prop));
 	if (!vmm_supported)
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -1459,7 +1479,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 			physical_free(pm);
 	}
 	pthread_mutex_unlock(&lock);
-	return pm ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return pm ? CUDA_SUCCESS : misuse(CUDA_ERROR_INVALID_VALUE);
 }
 
 /* Mapped but not accessible, as documented: the pages stay PROT_NONE until
@@ -1476,7 +1496,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 
 	ENTER(cuMemMap);
 	if (!ptr || size == 0 || offset || flags || !vm_aligned(a) || !vm_aligned(size))
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(NULL));
 	if (!(m = malloc(sizeof *m)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1501,7 +1521,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 	pthread_mutex_unlock(&lock);
 	if (err != CUDA_SUCCESS)
 		free(m);
-	return err;
+	/* Nothing matched: the caller named what is not there. */
+	return err == CUDA_ERROR_INVALID_VALUE ? misuse(err) : err;
 }
 
 /* Whether [a, a + size) is exactly a run of whole, adjacent mappings, under
@@ -1549,7 +1570,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 		while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
 			unmap_one(m);
 	pthread_mutex_unlock(&lock);
-	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return ok ? CUDA_SUCCESS : misuse(CUDA_ERROR_INVALID_VALUE);
 }
 
 /* Access is kept per device, for the copies to check; the pages themselves
@@ -1563,16 +1584,16 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 
 	ENTER(cuMemSetAccess);
 	if (!desc || count == 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(NULL));
 	for (size_t i = 0; i < count; i++) {
 		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-			return CUDA_ERROR_INVALID_VALUE;
+			return misuse(CUDA_ERROR_INVALID_VALUE);
 		TRY(check_device(desc[i].location.id));
 		if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
 		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
 		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-			return CUDA_ERROR_INVALID_VALUE;
+			return misuse(CUDA_ERROR_INVALID_VALUE);
 		/* A device named twice gets what its last entry says. */
 		bit = (uint64_t)1 << desc[i].location.id;
 		readers = (readers & ~bit) | (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE ? bit : 0);
@@ -1593,7 +1614,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 		a += m->span.size;
 	}
 	pthread_mutex_unlock(&lock);
-	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return ok ? CUDA_SUCCESS : misuse(CUDA_ERROR_INVALID_VALUE);
 }
 
 /* ---- IPC ---- */
@@ -1608,7 +1629,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 
 	ENTER(cuIpcGetMemHandle);
 	if (!pHandle || !dptr)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(NULL));
 	pthread_mutex_lock(&lock);
 	r = range_at((uintptr_t)dptr);
@@ -1617,7 +1638,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 		fake_ipc_export(&h, ipc_magic, &r->span, r->dev, (uintptr_t)dptr);
 	pthread_mutex_unlock(&lock);
 	if (!found)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	memset(pHandle, 0, sizeof *pHandle);
 	memcpy(pHandle, &h, sizeof h);
 	return CUDA_SUCCESS;
@@ -1635,11 +1656,11 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned 
 
 	ENTER(cuIpcOpenMemHandle);
 	if (!pdptr || Flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(NULL));
 	memcpy(&h, &handle, sizeof h);
 	if (memcmp(h.magic, ipc_magic, sizeof h.magic) != 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	if (h.pid != getpid())
 		return CUDA_ERROR_MAP_FAILED;
 	pthread_mutex_lock(&lock);
@@ -1649,7 +1670,8 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned 
 		err = CUDA_SUCCESS;
 	}
 	pthread_mutex_unlock(&lock);
-	return err;
+	/* Nothing matched: the caller named what is not there. */
+	return err == CUDA_ERROR_INVALID_VALUE ? misuse(err) : err;
 }
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
@@ -1659,7 +1681,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 
 	ENTER(cuIpcCloseMemHandle);
 	if (!dptr)
-		return CUDA_ERROR_INVALID_VALUE;
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(NULL));
 	pthread_mutex_lock(&lock);
 	r = range_at((uintptr_t)dptr);
@@ -1668,7 +1690,8 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 		err = CUDA_SUCCESS;
 	}
 	pthread_mutex_unlock(&lock);
-	return err;
+	/* Nothing matched: the caller named what is not there. */
+	return err == CUDA_ERROR_INVALID_VALUE ? misuse(err) : err;
 }
 
 /* ---- leaks ---- */

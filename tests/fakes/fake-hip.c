@@ -26,6 +26,8 @@
 #define FAKE_HIP_FAIL_ON FAKE_CONTROLS_FAIL_ON
 void fake_hip_fail(const char *function, unsigned nth, int error);
 unsigned long fake_hip_calls(const char *function);
+const char *fake_hip_function(unsigned i);
+unsigned long fake_hip_misuses(const char *function);
 size_t fake_hip_live(void);
 void fake_hip_hold_events(int hold);
 
@@ -203,6 +205,22 @@ unsigned long fake_hip_calls(const char *function)
 	return fake_controls_calls(&controls, function);
 }
 
+const char *fake_hip_function(unsigned i)
+{
+	return fake_controls_function(&controls, i);
+}
+
+unsigned long fake_hip_misuses(const char *function)
+{
+	return fake_controls_misuses(&controls, function);
+}
+
+/* The call being made refuses error as the caller's misuse: counted, said. */
+static hipError_t misuse(hipError_t error)
+{
+	return (hipError_t)fake_controls_misuse(&controls, (int)error);
+}
+
 _Static_assert(hipSuccess == 0, "fake_controls_enter answers 0 for success");
 
 /* Counts a call of f; returns the error it is to fail with, or hipSuccess. */
@@ -285,7 +303,7 @@ static hipError_t check_device(int device)
 
 	if (n == 0)
 		return hipErrorNoDevice;
-	return device < 0 || device >= n ? hipErrorInvalidDevice : hipSuccess;
+	return device < 0 || device >= n ? misuse(hipErrorInvalidDevice) : hipSuccess;
 }
 
 /* Without devices, ROCm fails every call that needs its init. */
@@ -351,7 +369,7 @@ hipError_t hipInit(unsigned int flags)
 {
 	ENTER(hipInit);
 	if (flags != 0)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	NEED_DEVICES();
 	return done(hipSuccess);
 }
@@ -360,7 +378,7 @@ hipError_t hipDriverGetVersion(int *driverVersion)
 {
 	ENTER(hipDriverGetVersion);
 	if (!driverVersion)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	*driverVersion = HIP_VERSION;
 	return done(hipSuccess);
 }
@@ -369,7 +387,7 @@ hipError_t hipRuntimeGetVersion(int *runtimeVersion)
 {
 	ENTER(hipRuntimeGetVersion);
 	if (!runtimeVersion)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	*runtimeVersion = HIP_VERSION;
 	return done(hipSuccess);
 }
@@ -380,7 +398,7 @@ hipError_t hipGetDeviceCount(int *count)
 {
 	ENTER(hipGetDeviceCount);
 	if (!count)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	*count = device_count();
 	return done(*count ? hipSuccess : hipErrorNoDevice);
 }
@@ -401,7 +419,7 @@ hipError_t hipGetDevice(int *deviceId)
 	ENTER(hipGetDevice);
 	NEED_DEVICES();
 	if (!deviceId)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	*deviceId = current_device;
 	return done(hipSuccess);
 }
@@ -414,7 +432,7 @@ hipError_t hipDeviceGetName(char *name, int len, hipDevice_t device)
 	if ((err = check_device(device)) != hipSuccess)
 		return done(err);
 	if (!name || len <= 0)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	/* The physical ordinal in the name lets a test see HIP_VISIBLE_DEVICES at work. */
 	snprintf(name, (size_t)len, "Fake HIP device %d", visible[device]);
 	return done(hipSuccess);
@@ -428,7 +446,7 @@ hipError_t hipDeviceTotalMem(size_t *bytes, hipDevice_t device)
 	if ((err = check_device(device)) != hipSuccess)
 		return done(err);
 	if (!bytes)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	*bytes = capacity;
 	return done(hipSuccess);
 }
@@ -442,7 +460,7 @@ hipError_t hipDeviceGetPCIBusId(char *pciBusId, int len, int device)
 		return done(err);
 	/* ROCm wants room for all of "dddd:bb:dd.f" and its NUL. */
 	if (!pciBusId || len < 13)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", visible[device] + 1);
 	return done(hipSuccess);
 }
@@ -466,7 +484,7 @@ hipError_t hipMemGetInfo(size_t *free, size_t *total)
 	ENTER(hipMemGetInfo);
 	NEED_DEVICES();
 	if (!free || !total)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	dev = visible[current_device];
 	pthread_mutex_lock(&lock);
 	*free = capacity - used[dev];
@@ -486,7 +504,7 @@ hipError_t hipMalloc(void **ptr, size_t size)
 	ENTER(hipMalloc);
 	NEED_DEVICES();
 	if (!ptr)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	*ptr = NULL;
 	if (size == 0)
 		return done(hipSuccess);
@@ -549,7 +567,7 @@ hipError_t hipFree(void *ptr)
 	/* Stricter than ROCm, which also frees hipHostMalloc memory here: a
 	 * backend that mixes the two is wrong on CUDA and should be told. */
 	if (!(r = take_range(ptr, R_DEVICE)))
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	free(ptr);
 	free(r);
 	return done(hipSuccess);
@@ -568,11 +586,11 @@ hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags)
 	ENTER(hipHostMalloc);
 	NEED_DEVICES();
 	if (!ptr)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	*ptr = NULL;
 	if ((flags & ~(unsigned)HOST_MALLOC_FLAGS) ||
 	    (flags & hipHostMallocCoherent && flags & hipHostMallocNonCoherent))
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	if (size == 0)
 		return done(hipSuccess);
 	if (size > SIZE_MAX - page)
@@ -608,7 +626,7 @@ hipError_t hipHostFree(void *ptr)
 	if (!ptr)
 		return done(hipSuccess);
 	if (!(r = take_range(ptr, R_HOST)))
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	munmap(ptr, r->mapped);
 	free(r);
 	return done(hipSuccess);
@@ -624,7 +642,7 @@ hipError_t hipHostRegister(void *hostPtr, size_t sizeBytes, unsigned int flags)
 	NEED_DEVICES();
 	if (!hostPtr || sizeBytes == 0 || (flags & ~(unsigned)HOST_REGISTER_FLAGS) ||
 	    sizeBytes > UINTPTR_MAX - (uintptr_t)hostPtr)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	if (!(r = malloc(sizeof *r)))
 		return done(hipErrorOutOfMemory);
 	*r = (struct range){
@@ -638,8 +656,8 @@ hipError_t hipHostRegister(void *hostPtr, size_t sizeBytes, unsigned int flags)
 	if (!other)
 		return done(hipErrorOutOfMemory);
 	/* Pinned memory pinned again is ROCm's error; device memory is no host memory. */
-	return done(other->span.kind == R_DEVICE ? hipErrorInvalidValue :
-					      hipErrorHostMemoryAlreadyRegistered);
+	return done(other->span.kind == R_DEVICE ? misuse(hipErrorInvalidValue) :
+					      misuse(hipErrorHostMemoryAlreadyRegistered));
 }
 
 hipError_t hipHostUnregister(void *hostPtr)
@@ -649,9 +667,9 @@ hipError_t hipHostUnregister(void *hostPtr)
 	ENTER(hipHostUnregister);
 	NEED_DEVICES();
 	if (!hostPtr)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	if (!(r = take_range(hostPtr, R_REGISTERED)))
-		return done(hipErrorHostMemoryNotRegistered);
+		return done(misuse(hipErrorHostMemoryNotRegistered));
 	free(r);
 	return done(hipSuccess);
 }
@@ -680,15 +698,15 @@ static hipError_t copy(void *dst, const void *src, size_t sizeBytes, hipMemcpyKi
 	int dst_device, src_device;
 
 	if ((unsigned)kind > hipMemcpyDefault)
-		return hipErrorInvalidMemcpyDirection;
+		return misuse(hipErrorInvalidMemcpyDirection);
 	if (sizeBytes == 0)
 		return hipSuccess;
 	if (!dst || !src)
-		return hipErrorInvalidValue;
+		return misuse(hipErrorInvalidValue);
 	dst_device = kind == hipMemcpyHostToDevice || kind == hipMemcpyDeviceToDevice;
 	src_device = kind == hipMemcpyDeviceToHost || kind == hipMemcpyDeviceToDevice;
 	if (!copy_side_ok(dst, sizeBytes, dst_device) || !copy_side_ok(src, sizeBytes, src_device))
-		return hipErrorInvalidValue;
+		return misuse(hipErrorInvalidValue);
 	memmove(dst, src, sizeBytes);
 	return hipSuccess;
 }
@@ -713,7 +731,7 @@ hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes, hipMemcp
 	known = stream_known(stream);
 	pthread_mutex_unlock(&lock);
 	if (!known)
-		return done(hipErrorInvalidHandle);
+		return done(misuse(hipErrorInvalidHandle));
 	return done(copy(dst, src, sizeBytes, kind));
 }
 
@@ -724,9 +742,9 @@ static hipError_t stream_create(hipStream_t *stream, unsigned flags)
 	struct ihipStream_t *s;
 
 	if (!stream)
-		return hipErrorInvalidValue;
+		return misuse(hipErrorInvalidValue);
 	if (flags & ~(unsigned)hipStreamNonBlocking)
-		return hipErrorInvalidValue;
+		return misuse(hipErrorInvalidValue);
 	if (!(s = malloc(sizeof *s)))
 		return hipErrorOutOfMemory;
 	*s = (struct ihipStream_t){.dev = current_device, .flags = flags};
@@ -763,7 +781,7 @@ hipError_t hipStreamDestroy(hipStream_t stream)
 		fake_events_forget_stream(&events, stream);
 	pthread_mutex_unlock(&lock);
 	if (!known)
-		return done(hipErrorInvalidHandle);
+		return done(misuse(hipErrorInvalidHandle));
 	free(stream);
 	return done(hipSuccess);
 }
@@ -778,7 +796,7 @@ static hipError_t stream_wait(hipStream_t stream, int release)
 	known = stream_known(stream);
 	pthread_mutex_unlock(&lock);
 	if (!known)
-		return hipErrorInvalidHandle;
+		return misuse(hipErrorInvalidHandle);
 	if (stream == hipStreamPerThread)
 		f.stream = NULL;
 	return fake_events_stream_busy(&lock, &events, &f, release, &hold_events) ?
@@ -811,10 +829,10 @@ static hipError_t event_create(hipEvent_t *event, unsigned flags)
 	struct ihipEvent_t *e;
 
 	if (!event || (flags & ~(unsigned)EVENT_FLAGS))
-		return hipErrorInvalidValue;
+		return misuse(hipErrorInvalidValue);
 	/* As in CUDA and ROCm, an interprocess event cannot time. */
 	if (flags & hipEventInterprocess && !(flags & hipEventDisableTiming))
-		return hipErrorInvalidValue;
+		return misuse(hipErrorInvalidValue);
 	if (!(e = malloc(sizeof *e)))
 		return hipErrorOutOfMemory;
 	*e = (struct ihipEvent_t){.held.dev = current_device, .flags = flags};
@@ -848,7 +866,7 @@ hipError_t hipEventDestroy(hipEvent_t event)
 	known = fake_handle_remove(&events, event, &live_events);
 	pthread_mutex_unlock(&lock);
 	if (!known)
-		return done(hipErrorInvalidHandle);
+		return done(misuse(hipErrorInvalidHandle));
 	free(event);
 	return done(hipSuccess);
 }
@@ -861,7 +879,7 @@ hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream)
 	NEED_DEVICES();
 	pthread_mutex_lock(&lock);
 	if (!event_known(event) || !stream_known(stream)) {
-		err = hipErrorInvalidHandle;
+		err = misuse(hipErrorInvalidHandle);
 	} else {
 		event->recorded = 1;
 		event->held.pending = __atomic_load_n(&hold_events, __ATOMIC_RELAXED) != 0;
@@ -881,7 +899,7 @@ hipError_t hipEventQuery(hipEvent_t event)
 	NEED_DEVICES();
 	pthread_mutex_lock(&lock);
 	if (!event_known(event))
-		err = hipErrorInvalidHandle;
+		err = misuse(hipErrorInvalidHandle);
 	else if (event->held.pending && __atomic_load_n(&hold_events, __ATOMIC_RELAXED))
 		err = hipErrorNotReady;
 	pthread_mutex_unlock(&lock);
@@ -900,7 +918,7 @@ hipError_t hipEventSynchronize(hipEvent_t event)
 	if (event_known(event))
 		event->held.pending = 0;
 	else
-		err = hipErrorInvalidHandle;
+		err = misuse(hipErrorInvalidHandle);
 	pthread_mutex_unlock(&lock);
 	return done(err);
 }
@@ -921,7 +939,7 @@ hipError_t hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *devPtr)
 	ENTER(hipIpcGetMemHandle);
 	NEED_DEVICES();
 	if (!handle || !devPtr)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	pthread_mutex_lock(&lock);
 	r = range_at(devPtr);
 	found = r && r->span.kind == R_DEVICE;
@@ -929,7 +947,7 @@ hipError_t hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *devPtr)
 		fake_ipc_export(&h, ipc_magic, &r->span, r->dev, (uintptr_t)devPtr);
 	pthread_mutex_unlock(&lock);
 	if (!found)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	memset(handle, 0, sizeof *handle);
 	memcpy(handle, &h, sizeof h);
 	return done(hipSuccess);
@@ -947,10 +965,10 @@ hipError_t hipIpcOpenMemHandle(void **devPtr, hipIpcMemHandle_t handle, unsigned
 	ENTER(hipIpcOpenMemHandle);
 	NEED_DEVICES();
 	if (!devPtr || flags != hipIpcMemLazyEnablePeerAccess)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	memcpy(&h, &handle, sizeof h);
 	if (memcmp(h.magic, ipc_magic, sizeof h.magic) != 0)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	if (h.pid != getpid())
 		return done(hipErrorMapFailed);
 	pthread_mutex_lock(&lock);
@@ -960,7 +978,8 @@ hipError_t hipIpcOpenMemHandle(void **devPtr, hipIpcMemHandle_t handle, unsigned
 		err = hipSuccess;
 	}
 	pthread_mutex_unlock(&lock);
-	return done(err);
+	/* Nothing matched: the caller named what is not there. */
+	return done(err == hipErrorInvalidValue ? misuse(err) : err);
 }
 
 hipError_t hipIpcCloseMemHandle(void *devPtr)
@@ -971,7 +990,7 @@ hipError_t hipIpcCloseMemHandle(void *devPtr)
 	ENTER(hipIpcCloseMemHandle);
 	NEED_DEVICES();
 	if (!devPtr)
-		return done(hipErrorInvalidValue);
+		return done(misuse(hipErrorInvalidValue));
 	pthread_mutex_lock(&lock);
 	r = range_at(devPtr);
 	if (r && r->span.kind == R_DEVICE && r->span.ipc_opens) {
@@ -979,7 +998,8 @@ hipError_t hipIpcCloseMemHandle(void *devPtr)
 		err = hipSuccess;
 	}
 	pthread_mutex_unlock(&lock);
-	return done(err);
+	/* Nothing matched: the caller named what is not there. */
+	return done(err == hipErrorInvalidValue ? misuse(err) : err);
 }
 
 /* ---- leaks ---- */

@@ -26,6 +26,8 @@
 #define FAKE_ZE_FAIL_ON FAKE_CONTROLS_FAIL_ON
 void fake_ze_fail(const char *function, unsigned nth, int result);
 unsigned long fake_ze_calls(const char *function);
+const char *fake_ze_function(unsigned i);
+unsigned long fake_ze_misuses(const char *function);
 size_t fake_ze_live(void);
 void fake_ze_hold_events(int hold);
 
@@ -254,6 +256,22 @@ unsigned long fake_ze_calls(const char *function)
 	return fake_controls_calls(&controls, function);
 }
 
+const char *fake_ze_function(unsigned i)
+{
+	return fake_controls_function(&controls, i);
+}
+
+unsigned long fake_ze_misuses(const char *function)
+{
+	return fake_controls_misuses(&controls, function);
+}
+
+/* The call being made refuses result as the caller's misuse: counted, said. */
+static ze_result_t misuse(ze_result_t result)
+{
+	return (ze_result_t)fake_controls_misuse(&controls, (int)result);
+}
+
 _Static_assert(ZE_RESULT_SUCCESS == 0, "fake_controls_enter answers 0 for success");
 
 /* Counts a call of f; returns the result it is to fail with, or ZE_RESULT_SUCCESS. */
@@ -270,7 +288,7 @@ static ze_result_t enter(int f)
 		if (injected_ != ZE_RESULT_SUCCESS)                                                \
 			return injected_;                                                          \
 		if (F_##name != F_zeInit && !__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))      \
-			return ZE_RESULT_ERROR_UNINITIALIZED;                                      \
+			return misuse(ZE_RESULT_ERROR_UNINITIALIZED);                              \
 	} while (0)
 
 __attribute__((constructor)) static void fake_ze_load(void)
@@ -370,16 +388,16 @@ static struct range *range_at(const void *p)
 static ze_result_t check_handle(void *const *tree, const void *h)
 {
 	if (!h)
-		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
 	/* What the validation layer's handle tracking answers for a stale handle. */
-	return fake_handle_known(tree, h) ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+	return fake_handle_known(tree, h) ? ZE_RESULT_SUCCESS : misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 }
 
 static ze_result_t check_device(ze_device_handle_t d)
 {
 	if (!d)
-		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
-	return device_known(d) ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
+	return device_known(d) ? ZE_RESULT_SUCCESS : misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 }
 
 /* check_handle for a context, taking the lock: for calls that need only that. */
@@ -408,7 +426,7 @@ ze_result_t zeInit(ze_init_flags_t flags)
 {
 	ENTER(zeInit);
 	if (flags > (ZE_INIT_FLAG_GPU_ONLY | ZE_INIT_FLAG_VPU_ONLY))
-		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
 	pthread_once(&devices_once, devices_init);
 	if (n_visible == 0 || flags == ZE_INIT_FLAG_VPU_ONLY)
 		return ZE_RESULT_ERROR_UNINITIALIZED;
@@ -420,7 +438,7 @@ ze_result_t zeDriverGet(uint32_t *pCount, ze_driver_handle_t *phDrivers)
 {
 	ENTER(zeDriverGet);
 	if (!pCount)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (count_idiom(pCount, phDrivers, 1))
 		phDrivers[0] = &the_driver;
 	return ZE_RESULT_SUCCESS;
@@ -430,11 +448,11 @@ ze_result_t zeDriverGetApiVersion(ze_driver_handle_t hDriver, ze_api_version_t *
 {
 	ENTER(zeDriverGetApiVersion);
 	if (!hDriver)
-		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
 	if (!driver_known(hDriver))
-		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	if (!version)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	*version = ZE_API_VERSION_1_4;
 	return ZE_RESULT_SUCCESS;
 }
@@ -445,11 +463,11 @@ ze_result_t zeDriverGetProperties(ze_driver_handle_t hDriver, ze_driver_properti
 
 	ENTER(zeDriverGetProperties);
 	if (!hDriver)
-		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
 	if (!driver_known(hDriver))
-		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	if (!pDriverProperties)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	memcpy(pDriverProperties->uuid.id, uuid, sizeof uuid);
 	pDriverProperties->driverVersion = 1;
 	return ZE_RESULT_SUCCESS;
@@ -463,11 +481,11 @@ ze_result_t zeDeviceGet(ze_driver_handle_t hDriver, uint32_t *pCount, ze_device_
 
 	ENTER(zeDeviceGet);
 	if (!hDriver)
-		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
 	if (!driver_known(hDriver))
-		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	if (!pCount)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	n = count_idiom(pCount, phDevices, (uint32_t)n_visible);
 	for (uint32_t i = 0; i < n; i++)
 		phDevices[i] = &device_table[i];
@@ -484,7 +502,7 @@ ze_result_t zeDeviceGetProperties(ze_device_handle_t hDevice, ze_device_properti
 	if ((res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!p)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	p->type = ZE_DEVICE_TYPE_GPU;
 	p->vendorId = 0x8086;
 	p->deviceId = 0x0bd5;
@@ -520,7 +538,7 @@ ze_result_t zeDeviceGetMemoryProperties(ze_device_handle_t hDevice, uint32_t *pC
 	if ((res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!pCount)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (count_idiom(pCount, pMemProperties, 1)) {
 		pMemProperties->flags = 0;
 		pMemProperties->maxClockRate = 3200;
@@ -539,7 +557,7 @@ ze_result_t zeDevicePciGetPropertiesExt(ze_device_handle_t hDevice, ze_pci_ext_p
 	if ((res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!pPciProperties)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	/* A bus per physical device, as the HIP fake numbers them. */
 	pPciProperties->address = (ze_pci_address_ext_t){
 		.domain = 0, .bus = (uint32_t)hDevice->phys + 1, .device = 0, .function = 0};
@@ -571,7 +589,7 @@ ze_result_t zeDeviceGetCommandQueueGroupProperties(
 	if ((res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!pCount)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	n = count_idiom(pCount, pCommandQueueGroupProperties, N_GROUPS);
 	for (uint32_t i = 0; i < n; i++) {
 		pCommandQueueGroupProperties[i].flags = groups[i].flags;
@@ -591,13 +609,13 @@ ze_result_t zeContextCreate(ze_driver_handle_t hDriver, const ze_context_desc_t 
 
 	ENTER(zeContextCreate);
 	if (!hDriver)
-		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
 	if (!driver_known(hDriver))
-		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	if (!desc || !phContext)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (desc->flags > ZE_CONTEXT_FLAG_TBD)
-		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
 	if (!(ctx = calloc(1, sizeof *ctx)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	pthread_mutex_lock(&lock);
@@ -621,7 +639,7 @@ ze_result_t zeContextDestroy(ze_context_handle_t hContext)
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS && hContext->objects)
-		res = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+		res = misuse(ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE);
 	if (res == ZE_RESULT_SUCCESS) {
 		fake_handle_remove(&contexts, hContext, &live_contexts);
 	}
@@ -660,21 +678,21 @@ ze_result_t zeMemAllocDevice(ze_context_handle_t hContext, const ze_device_mem_a
 	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!device_desc || !pptr)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (device_desc->flags & ~(ze_device_mem_alloc_flags_t)DEVICE_ALLOC_FLAGS)
-		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
 	/* One memory ordinal per device. */
 	if (device_desc->ordinal != 0)
-		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	/* Past maxMemAllocSize (the device's capacity) Intel's driver says
 	 * unsupported size; within it, and past what is left, out of memory. */
 	if (size == 0 || size > capacity)
-		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	if (!power_of_two_or_zero(alignment))
-		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
 	align = alignment > DEVICE_ALIGN ? alignment : DEVICE_ALIGN;
 	if (size > SIZE_MAX - align)
-		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	phys = hDevice->phys;
 	/* Capacity counts the bytes asked for, so that a test can fill a device exactly. */
 	pthread_mutex_lock(&lock);
@@ -697,7 +715,7 @@ ze_result_t zeMemAllocDevice(ze_context_handle_t hContext, const ze_device_mem_a
 			return ZE_RESULT_SUCCESS;
 		}
 	}
-	res = r && p && !fake_handle_known(&contexts, hContext) ? ZE_RESULT_ERROR_INVALID_ARGUMENT :
+	res = r && p && !fake_handle_known(&contexts, hContext) ? misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT) :
 						       ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	used[phys] -= size;
 	pthread_mutex_unlock(&lock);
@@ -722,13 +740,13 @@ ze_result_t zeMemAllocHost(ze_context_handle_t hContext, const ze_host_mem_alloc
 	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!host_desc || !pptr)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (host_desc->flags & ~(ze_host_mem_alloc_flags_t)HOST_ALLOC_FLAGS)
-		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
 	if (size == 0)
-		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	if (!power_of_two_or_zero(alignment))
-		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
 	if (!(r = malloc(sizeof *r)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	/* Page aligned, as Intel's driver gives host allocations. */
@@ -740,7 +758,7 @@ ze_result_t zeMemAllocHost(ze_context_handle_t hContext, const ze_host_mem_alloc
 			    .mapped = len, .ctx = hContext};
 	pthread_mutex_lock(&lock);
 	if (!fake_handle_known(&contexts, hContext))
-		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	else if (fake_range_add(&registry, &ranges, &r->span) != r)
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	else
@@ -767,12 +785,12 @@ ze_result_t zeMemFree(ze_context_handle_t hContext, void *ptr)
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS && !ptr)
-		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
 		if (!r || r->span.base != (uintptr_t)ptr || r->span.kind > R_HOST ||
 		    r->ctx != hContext)
-			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+			res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	}
 	if (res == ZE_RESULT_SUCCESS) {
 		fake_range_remove(&registry, &ranges, &r->span);
@@ -815,7 +833,7 @@ ze_result_t zeMemGetAllocProperties(ze_context_handle_t hContext, const void *pt
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS && (!ptr || !p))
-		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (res != ZE_RESULT_SUCCESS) {
 		pthread_mutex_unlock(&lock);
 		return res;
@@ -859,14 +877,14 @@ ze_result_t zeMemGetAddressRange(ze_context_handle_t hContext, const void *ptr, 
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS && !ptr)
-		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
 		if (r && r->span.kind == R_RESERVED)
 			r = fake_range_in(&mappings, (uintptr_t)ptr, 1);
 		if (!r || (r->span.kind != R_DEVICE && r->span.kind != R_HOST &&
 			   r->span.kind != R_MAPPED)) {
-			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+			res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 		} else {
 			if (pBase)
 				*pBase = (void *)r->span.base;
@@ -894,20 +912,20 @@ ze_result_t zeCommandListCreateImmediate(ze_context_handle_t hContext, ze_device
 	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!altdesc || !phCommandList)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if ((altdesc->flags & ~(ze_command_queue_flags_t)QUEUE_FLAGS) ||
 	    (unsigned)altdesc->mode > ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS ||
 	    (unsigned)altdesc->priority > ZE_COMMAND_QUEUE_PRIORITY_PRIORITY_HIGH)
-		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
 	if (altdesc->ordinal >= N_GROUPS || altdesc->index >= groups[altdesc->ordinal].queues)
-		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	if (!(l = malloc(sizeof *l)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	*l = (struct _ze_command_list_handle_t){.ctx = hContext, .dev = hDevice,
 						 .ordinal = altdesc->ordinal};
 	pthread_mutex_lock(&lock);
 	if (!fake_handle_known(&contexts, hContext))
-		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	else if (!fake_handle_add(&lists, l, &live_lists))
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	else
@@ -944,7 +962,7 @@ static ze_result_t check_event_for(ze_command_list_handle_t l, ze_event_handle_t
 	ze_result_t res = check_handle(&events, e);
 
 	if (res == ZE_RESULT_SUCCESS && e->pool->ctx != l->ctx)
-		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	return res;
 }
 
@@ -958,7 +976,7 @@ static ze_result_t check_append(ze_command_list_handle_t l, ze_event_handle_t si
 	if (res != ZE_RESULT_SUCCESS)
 		return res;
 	if (n_wait && !wait)
-		return ZE_RESULT_ERROR_INVALID_SIZE;
+		return misuse(ZE_RESULT_ERROR_INVALID_SIZE);
 	if (signal && (res = check_event_for(l, signal)) != ZE_RESULT_SUCCESS)
 		return res;
 	for (uint32_t i = 0; i < n_wait; i++)
@@ -1016,16 +1034,16 @@ ze_result_t zeCommandListAppendMemoryCopy(ze_command_list_handle_t hCommandList,
 
 	ENTER(zeCommandListAppendMemoryCopy);
 	if (!hCommandList)
-		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
 	if (!dstptr || !srcptr)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	pthread_mutex_lock(&lock);
 	res = check_append(hCommandList, hSignalEvent, numWaitEvents, phWaitEvents);
 	if (res == ZE_RESULT_SUCCESS && size &&
 	    (size > UINTPTR_MAX - (uintptr_t)dstptr || size > UINTPTR_MAX - (uintptr_t)srcptr ||
 	     !copy_side_ok(dstptr, size, PROT_READ | PROT_WRITE) ||
 	     !copy_side_ok(srcptr, size, PROT_READ)))
-		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	if (res == ZE_RESULT_SUCCESS) {
 		/* Under the lock, so that a racing free fails instead of faulting here. */
 		if (size)
@@ -1056,7 +1074,7 @@ ze_result_t zeCommandListAppendSignalEvent(ze_command_list_handle_t hCommandList
 
 	ENTER(zeCommandListAppendSignalEvent);
 	if (!hCommandList || !hEvent)
-		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
 	pthread_mutex_lock(&lock);
 	res = check_append(hCommandList, hEvent, 0, NULL);
 	if (res == ZE_RESULT_SUCCESS)
@@ -1082,11 +1100,11 @@ ze_result_t zeEventPoolCreate(ze_context_handle_t hContext, const ze_event_pool_
 	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!desc || !phEventPool)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (desc->flags & ~(ze_event_pool_flags_t)POOL_FLAGS)
-		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
 	if (desc->count == 0 || (numDevices && !phDevices))
-		return ZE_RESULT_ERROR_INVALID_SIZE;
+		return misuse(ZE_RESULT_ERROR_INVALID_SIZE);
 	for (uint32_t i = 0; i < numDevices; i++)
 		if ((res = check_device(phDevices[i])) != ZE_RESULT_SUCCESS)
 			return res;
@@ -1100,7 +1118,7 @@ ze_result_t zeEventPoolCreate(ze_context_handle_t hContext, const ze_event_pool_
 	}
 	pthread_mutex_lock(&lock);
 	if (!fake_handle_known(&contexts, hContext))
-		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	else if (!fake_handle_add(&pools, pool, &live_pools))
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	else
@@ -1124,7 +1142,7 @@ ze_result_t zeEventPoolDestroy(ze_event_pool_handle_t hEventPool)
 	pthread_mutex_lock(&lock);
 	res = check_handle(&pools, hEventPool);
 	if (res == ZE_RESULT_SUCCESS && hEventPool->live)
-		res = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+		res = misuse(ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE);
 	if (res == ZE_RESULT_SUCCESS) {
 		fake_handle_remove(&pools, hEventPool, &live_pools);
 		hEventPool->ctx->objects--;
@@ -1147,12 +1165,12 @@ ze_result_t zeEventCreate(ze_event_pool_handle_t hEventPool, const ze_event_desc
 
 	ENTER(zeEventCreate);
 	if (!hEventPool)
-		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
 	if (!desc || !phEvent)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if ((desc->signal & ~(ze_event_scope_flags_t)SCOPE_FLAGS) ||
 	    (desc->wait & ~(ze_event_scope_flags_t)SCOPE_FLAGS))
-		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
 	if (!(e = malloc(sizeof *e)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	*e = (struct _ze_event_handle_t){.pool = hEventPool, .index = desc->index};
@@ -1160,7 +1178,7 @@ ze_result_t zeEventCreate(ze_event_pool_handle_t hEventPool, const ze_event_desc
 	res = check_handle(&pools, hEventPool);
 	if (res == ZE_RESULT_SUCCESS &&
 	    (desc->index >= hEventPool->count || hEventPool->used[desc->index]))
-		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	if (res == ZE_RESULT_SUCCESS && !fake_handle_add(&events, e, &live_events))
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	if (res == ZE_RESULT_SUCCESS) {
@@ -1303,7 +1321,7 @@ ze_result_t zeMemGetIpcHandle(ze_context_handle_t hContext, const void *ptr, ze_
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS && (!ptr || !pIpcHandle))
-		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
 		if (r && r->span.kind == R_DEVICE && r->span.base == (uintptr_t)ptr) {
@@ -1313,7 +1331,7 @@ ze_result_t zeMemGetIpcHandle(ze_context_handle_t hContext, const void *ptr, ze_
 			h.base = r->span.base;
 			h.serial = r->span.serial;
 		} else {
-			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+			res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 		}
 	}
 	pthread_mutex_unlock(&lock);
@@ -1341,12 +1359,12 @@ ze_result_t zeMemOpenIpcHandle(ze_context_handle_t hContext, ze_device_handle_t 
 		return res;
 	if (flags & ~(ze_ipc_memory_flags_t)(ZE_IPC_MEMORY_FLAG_BIAS_CACHED |
 					     ZE_IPC_MEMORY_FLAG_BIAS_UNCACHED))
-		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
 	if (!pptr)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	memcpy(&h, handle.data, sizeof h);
 	if (memcmp(h.magic, ipc_magic, sizeof h.magic) != 0 || h.pid != getpid())
-		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
 	pthread_mutex_lock(&lock);
 	r = fake_ipc_open(&registry, &ranges, h.base, h.serial, R_DEVICE);
@@ -1355,7 +1373,8 @@ ze_result_t zeMemOpenIpcHandle(ze_context_handle_t hContext, ze_device_handle_t 
 		res = ZE_RESULT_SUCCESS;
 	}
 	pthread_mutex_unlock(&lock);
-	return res;
+	/* Nothing matched: the caller named what is not there. */
+	return res == ZE_RESULT_SUCCESS ? res : misuse(res);
 }
 
 ze_result_t zeMemCloseIpcHandle(ze_context_handle_t hContext, const void *ptr)
@@ -1367,14 +1386,14 @@ ze_result_t zeMemCloseIpcHandle(ze_context_handle_t hContext, const void *ptr)
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS && !ptr)
-		res = ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
 		if (r && r->span.kind == R_DEVICE && r->span.base == (uintptr_t)ptr &&
 		    r->span.ipc_opens) {
 			fake_range_ipc_close(&registry, &r->span);
 		} else {
-			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+			res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 		}
 	}
 	pthread_mutex_unlock(&lock);
@@ -1393,9 +1412,9 @@ ze_result_t zeVirtualMemQueryPageSize(ze_context_handle_t hContext, ze_device_ha
 	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!pagesize)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (size == 0)
-		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	*pagesize = VM_PAGE;
 	return ZE_RESULT_SUCCESS;
 }
@@ -1422,11 +1441,11 @@ ze_result_t zeVirtualMemReserve(ze_context_handle_t hContext, const void *pStart
 	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!pptr)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (size == 0 || !vm_aligned(size))
-		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	if (!vm_aligned((uintptr_t)pStart))
-		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
 	if (!(r = malloc(sizeof *r)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	if (pStart) {
@@ -1446,7 +1465,7 @@ ze_result_t zeVirtualMemReserve(ze_context_handle_t hContext, const void *pStart
 			    .mapped = len, .ctx = hContext};
 	pthread_mutex_lock(&lock);
 	if (!fake_handle_known(&contexts, hContext))
-		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	else if (fake_range_add(&registry, &ranges, &r->span) != r)
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	else
@@ -1483,17 +1502,17 @@ ze_result_t zeVirtualMemFree(ze_context_handle_t hContext, const void *ptr, size
 	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!ptr)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (size == 0)
-		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	if (!vm_aligned((uintptr_t)ptr) || !vm_aligned(size))
-		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
 	pthread_mutex_lock(&lock);
 	r = range_at(ptr);
 	if (!r || r->span.kind != R_RESERVED || r->span.base != (uintptr_t)ptr ||
 	    r->span.size != size || r->ctx != hContext) {
 		pthread_mutex_unlock(&lock);
-		return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	}
 	while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
 		unmap_one(m);
@@ -1520,13 +1539,13 @@ ze_result_t zePhysicalMemCreate(ze_context_handle_t hContext, ze_device_handle_t
 	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!desc || !phPhysicalMemory)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (desc->flags & ~(ze_physical_mem_flags_t)ZE_PHYSICAL_MEM_FLAG_TBD)
-		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
 	if (desc->size == 0)
-		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	if (!vm_aligned(desc->size))
-		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
 	if (!(pm = malloc(sizeof *pm)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	pthread_mutex_lock(&lock);
@@ -1548,7 +1567,7 @@ ze_result_t zePhysicalMemCreate(ze_context_handle_t hContext, ze_device_handle_t
 	if (fd < 0)
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	else if (!fake_handle_known(&contexts, hContext))
-		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	else if (!fake_handle_add(&physicals, pm, &live_physicals))
 		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	if (res == ZE_RESULT_SUCCESS) {
@@ -1579,9 +1598,9 @@ ze_result_t zePhysicalMemDestroy(ze_context_handle_t hContext, ze_physical_mem_h
 	if (res == ZE_RESULT_SUCCESS)
 		res = check_handle(&physicals, hPhysicalMemory);
 	if (res == ZE_RESULT_SUCCESS && hPhysicalMemory->ctx != hContext)
-		res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	if (res == ZE_RESULT_SUCCESS && hPhysicalMemory->maps)
-		res = ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
+		res = misuse(ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE);
 	if (res == ZE_RESULT_SUCCESS) {
 		fake_handle_remove(&physicals, hPhysicalMemory, &live_physicals);
 		physical_bytes -= hPhysicalMemory->size;
@@ -1612,15 +1631,15 @@ ze_result_t zeVirtualMemMap(ze_context_handle_t hContext, const void *ptr, size_
 
 	ENTER(zeVirtualMemMap);
 	if (!hPhysicalMemory)
-		return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
 	if (!ptr)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if ((unsigned)access > ZE_MEMORY_ACCESS_ATTRIBUTE_READONLY)
-		return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
 	if (size == 0)
-		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	if (!vm_aligned(a) || !vm_aligned(size) || !vm_aligned(offset))
-		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
 	if (!(m = malloc(sizeof *m)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	pthread_mutex_lock(&lock);
@@ -1633,7 +1652,7 @@ ze_result_t zeVirtualMemMap(ze_context_handle_t hContext, const void *ptr, size_
 		    size > hPhysicalMemory->size - offset || !r || r->span.kind != R_RESERVED ||
 		    r->ctx != hContext || size > r->span.base + r->span.size - a ||
 		    fake_range_in(&mappings, (uintptr_t)ptr, size))
-			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+			res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	}
 	if (res == ZE_RESULT_SUCCESS) {
 		*m = (struct range){.span = {.base = a, .size = size, .kind = R_MAPPED},
@@ -1667,11 +1686,11 @@ ze_result_t zeVirtualMemUnmap(ze_context_handle_t hContext, const void *ptr, siz
 
 	ENTER(zeVirtualMemUnmap);
 	if (!ptr)
-		return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (!vm_aligned(a))
-		return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
 	if (size == 0 || !vm_aligned(size) || size > UINTPTR_MAX - a)
-		return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	end = a + size;
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, hContext);
@@ -1683,7 +1702,7 @@ ze_result_t zeVirtualMemUnmap(ze_context_handle_t hContext, const void *ptr, siz
 		if ((first && first->span.base < a) ||
 		    (last && last->span.base + last->span.size > end) ||
 		    !(m = fake_range_in(&mappings, a, size)) || m->ctx != hContext)
-			res = ZE_RESULT_ERROR_INVALID_ARGUMENT;
+			res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	}
 	if (res == ZE_RESULT_SUCCESS)
 		while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
