@@ -125,6 +125,7 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 	void **pages = calloc(size / gran, sizeof *pages);
 	struct block *b = seg && pages ? block_new(pool) : NULL;
 	void *va;
+	int rc;
 
 	if (!b) {
 		free(seg);
@@ -132,7 +133,8 @@ static struct segment *expandable_create(struct allocator *a, struct stream_pool
 		err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 		return NULL;
 	}
-	if (bk_vm_reserve(a->dev, size, &va)) {
+	if ((rc = bk_vm_reserve(a->dev, size, &va))) {
+		driver_refused(a, rc);
 		free(seg);
 		free(pages);
 		block_delete(pool, b);
@@ -163,6 +165,7 @@ static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes
 	size_t map = round_up(bytes, unit), first, n, i;
 	uint64_t total = a->dev->info.total_memory;
 	struct block *nb;
+	int rc = 0;
 
 	if (map > h->size)
 		map = h->size;
@@ -187,9 +190,13 @@ static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes
 
 		if (spare)
 			ph = spares->h[--spares->n];
-		else if (bk_vm_create(a->dev, seg->gran, &ph))
+		else if ((rc = bk_vm_create(a->dev, seg->gran, &ph))) {
+			driver_refused(a, rc);
 			break;
-		if (bk_vm_map(a->dev, va, seg->gran, ph)) {
+		}
+		if ((rc = bk_vm_map(a->dev, va, seg->gran, ph))) {
+			/* The driver's reason, kept before destroying can replace it. */
+			driver_refused(a, rc);
 			if (spare)
 				spares->h[spares->n++] = ph;
 			else
@@ -199,14 +206,13 @@ static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes
 		seg->pages[first + i] = ph;
 	}
 	if (i < n) {
-		/* The driver's reason, kept before unmapping can replace it, is
-		 * the detail message. */
-		driver_refused(a, DEVCACHE_ENOMEM);
+		/* The driver's reason, kept before unmapping could replace it,
+		 * is the detail message. */
 		while (i--)
 			unmap_page(a, seg, first + i, spares);
 		if (nb != h)
 			block_delete(seg->pool, nb);
-		err_set(DEVCACHE_ENOMEM, "%s", a->driver_why);
+		err_set(rc, "%s", a->driver_why);
 		return NULL;
 	}
 	a->stats.num_device_alloc++; /* one map operation, as PyTorch counts */

@@ -724,6 +724,15 @@ ALLOC_INLINE void note_hit(struct hit *hit, const struct block *b)
 	hit->size = b->size;
 }
 
+/* Whether freeing memory can help where the driver refused: not when it
+ * failed for another reason (a lost device, an illegal address), which
+ * emptying the cache and evicting models would not cure; its error is then
+ * the answer at once, as PyTorch raises any error but out of memory. */
+static bool memory_may_help(const struct allocator *a)
+{
+	return a->driver_rc == 0 || a->driver_rc == DEVCACHE_ENOMEM;
+}
+
 /* The whole allocation path; called and returns under world_lock, though
  * the pressure callbacks run with it released. */
 static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, struct hit *hit,
@@ -752,13 +761,13 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 		/* Expandable segments have no oversize segments: their free
 		 * pages go back in the next step.  As PyTorch, only the
 		 * attempt after releasing everything counts as a retry. */
-		if (!b && !a->expandable && release_oversize(a, pool, rsize))
+		if (!b && memory_may_help(a) && !a->expandable && release_oversize(a, pool, rsize))
 			b = alloc_segment(a, pool, small, seg, false, &capped);
-		if (!b) {
+		if (!b && memory_may_help(a)) {
 			release_cached(a);
 			b = grow(a, pool, small, rsize, seg, true, &capped);
 		}
-		if (!b) {
+		if (!b && memory_may_help(a)) {
 			devcache_ctx_t *ctx = a->dev->ctx;
 			/* Other threads allocate while the lock is released: what
 			 * the driver said to this one is kept aside meanwhile. */
