@@ -33,7 +33,7 @@ void process_events(struct allocator *a, bool wait)
 				continue;
 			break;
 		}
-		bk_event_destroy(a->dev, pe->event);
+		device_event_destroy(a->dev, pe->event);
 		/* A hit reads the list's head without the lock (events_pending). */
 		__atomic_store_n(link, pe->next, __ATOMIC_RELAXED);
 		if (a->events_tail == pe)
@@ -56,7 +56,7 @@ int defer_free(struct allocator *a, struct block *b)
 		if (rc == 0) {
 			rc = bk_event_record(a->dev, pe->event, u->stream);
 			if (rc)
-				bk_event_destroy(a->dev, pe->event);
+				device_event_destroy(a->dev, pe->event);
 		}
 		if (rc) {
 			/* Without an event the only safe way is to wait for the stream. */

@@ -199,8 +199,10 @@ static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes
 			driver_refused(a, rc);
 			if (spare)
 				spares->h[spares->n++] = ph;
-			else
-				bk_vm_destroy(a->dev, ph);
+			else if (bk_vm_destroy(a->dev, ph))
+				log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
+					_("%s: the driver refused to free the memory mapped at %p: %s"),
+					a->dev->id, va, devcache_last_error());
 			break;
 		}
 		seg->pages[first + i] = ph;

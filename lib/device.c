@@ -139,6 +139,13 @@ void devices_stop_allocators(devcache_ctx_t *ctx)
 	}
 }
 
+void device_event_destroy(devcache_device_t *dev, void *event)
+{
+	if (bk_event_destroy(dev, event))
+		log_msg(&dev->ctx->log, DEVCACHE_LOG_ERROR, _("%s: the driver refused to release %p: %s"),
+			dev->id, event, devcache_last_error());
+}
+
 static int copy(devcache_device_t *dev, void *dst, const void *src, size_t size,
 		devcache_stream_t stream, bool to_device)
 {

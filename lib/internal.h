@@ -174,6 +174,9 @@ void model_cache_destroy(devcache_ctx_t *ctx);
 /* Create and destroy the allocators of every device. */
 int devices_start_allocators(devcache_ctx_t *ctx);
 void devices_stop_allocators(devcache_ctx_t *ctx);
+/* Destroy an event the core made; a driver that refuses is reported, as
+ * nothing else can be done: the event is lost to the process. */
+void device_event_destroy(devcache_device_t *dev, void *event);
 
 int backends_load(devcache_ctx_t *ctx);
 void backends_unload(devcache_ctx_t *ctx);

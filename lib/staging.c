@@ -413,7 +413,7 @@ int stage_upload(struct stage_job *job)
 out:
 	for (size_t i = 0; u.ring && i < u.n_ring; i++) {
 		if (u.ring[i].event)
-			bk_event_destroy(job->dev, u.ring[i].event);
+			device_event_destroy(job->dev, u.ring[i].event);
 		devcache_host_free(job->dev, u.ring[i].buf);
 	}
 	free(u.ring);
