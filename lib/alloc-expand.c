@@ -73,7 +73,9 @@ struct spare_pages {
 };
 
 /* Unmap granule i of seg: its handle goes to spares when there is room,
- * else back to the driver. */
+ * else back to the driver.  A granule the driver would not unmap stays
+ * mapped, its handle kept: mapping its hole again takes it as it is, and
+ * closing tries once more. */
 static void unmap_page(struct allocator *a, struct segment *seg, size_t i, struct spare_pages *spares)
 {
 	void *va = (void *)(seg->base + i * seg->gran);
@@ -82,6 +84,7 @@ static void unmap_page(struct allocator *a, struct segment *seg, size_t i, struc
 		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
 			_("%s: the driver refused to unmap %p: %s"), a->dev->id, va,
 			devcache_last_error());
+		return;
 	} else if (spares && spares->n < spares->cap) {
 		spares->h[spares->n++] = seg->pages[i];
 	} else if (bk_vm_destroy(a->dev, seg->pages[i])) {
@@ -96,10 +99,16 @@ static void unmap_page(struct allocator *a, struct segment *seg, size_t i, struc
  * included: the allocator is closing. */
 void expandable_destroy(struct allocator *a, struct segment *seg)
 {
+	bool mapped = false;
+
 	for (size_t i = 0; i < seg->size / seg->gran; i++)
-		if (seg->pages[i])
+		if (seg->pages[i]) {
 			unmap_page(a, seg, i, NULL);
-	if (bk_vm_release(a->dev, seg->handle, seg->size))
+			mapped |= seg->pages[i] != NULL;
+		}
+	/* Address space with memory still mapped in it cannot be given
+	 * back; unmap_page() has said why. */
+	if (!mapped && bk_vm_release(a->dev, seg->handle, seg->size))
 		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_ERROR,
 			_("%s: the driver refused to release %p: %s"), a->dev->id, seg->handle,
 			devcache_last_error());
@@ -188,6 +197,9 @@ static struct block *map_hole(struct allocator *a, struct block *h, size_t bytes
 		void *va = (void *)(h->addr + i * seg->gran), *ph;
 		bool spare = spares && spares->n;
 
+		/* Still mapped: its unmap was refused (unmap_page()). */
+		if (seg->pages[first + i])
+			continue;
 		if (spare)
 			ph = spares->h[--spares->n];
 		else if ((rc = bk_vm_create(a->dev, seg->gran, &ph))) {
