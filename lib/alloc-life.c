@@ -80,18 +80,23 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 				     : (uint64_t)(t->v[TUN_memory_fraction].u.f * (double)total);
 	if (t->v[TUN_expandable_segments].u.b && kind == ALLOC_DEVICE && a->caching) {
 		size_t g = 0;
+		int grc;
 
-		if (!(dev->info.caps & DEVCACHE_CAP_VMM))
+		if (!(dev->info.caps & DEVCACHE_CAP_VMM)) {
 			log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
 				_("%s: expandable_segments is set, but the device cannot map memory; "
 				  "it gets ordinary segments"),
 				dev->id);
-		else if (bk_vm_granularity(dev, &g) || !g || (g & (g - 1)))
+		} else if ((grc = bk_vm_granularity(dev, &g)) || !g || (g & (g - 1))) {
 			log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
 				_("%s: expandable_segments is set, but the driver gives no usable "
 				  "mapping granularity; the device gets ordinary segments"),
 				dev->id);
-		else {
+			/* And why, in the driver's words, where it failed. */
+			if (grc)
+				log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING, "%s",
+					devcache_last_error());
+		} else {
 			a->expandable = true;
 			a->stitching = t->v[TUN_expandable_stitching].u.b;
 			a->vm_granularity = g;
