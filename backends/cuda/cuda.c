@@ -338,9 +338,18 @@ static void cuda_fini(void *state)
 {
 	struct cuda_state *s = state;
 
-	for (int i = 0; i < s->n_devices; i++)
-		if (s->devices[i].ctx)
-			s->cuDevicePrimaryCtxRelease(s->devices[i].handle);
+	for (int i = 0; i < s->n_devices; i++) {
+		CUresult e;
+		char text[256];
+
+		if (!s->devices[i].ctx ||
+		    (e = s->cuDevicePrimaryCtxRelease(s->devices[i].handle)) == CUDA_SUCCESS)
+			continue;
+		/* Nothing else can be done: the context stays retained. */
+		describe(s, e, text, sizeof text);
+		s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR,
+			     "cuda:%d: cuDevicePrimaryCtxRelease: %s", i, text);
+	}
 	/* The driver stays loaded: it has threads of its own, and unloading
 	 * it under them is what crashes programs at exit. */
 	free(s->devices);
