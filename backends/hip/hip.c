@@ -60,6 +60,9 @@ static int fail(struct hip_state *s, hipError_t e, const char *what, int dev)
 	char text[256];
 
 	describe(s, e, text, sizeof text);
+	/* Host memory belongs to no device. */
+	if (dev < 0)
+		return s->host->error(code, "hip: %s: %s", what, text);
 	return s->host->error(code, "hip:%d: %s: %s", dev, what, text);
 }
 
