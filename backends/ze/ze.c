@@ -123,9 +123,13 @@ static int fail(struct ze_state *s, ze_result_t r, const char *what, int dev)
 			 : r == ZE_RESULT_ERROR_UNINITIALIZED    ? "not initialised"
 								 : NULL;
 
+	char where[16] = "ze";
+
+	if (dev >= 0)
+		snprintf(where, sizeof where, "ze:%d", dev);
 	if (text)
-		return s->host->error(code, "ze:%d: %s: %s (%s)", dev, what, text, result_name(r));
-	return s->host->error(code, "ze:%d: %s: %s (0x%x)", dev, what, result_name(r), (unsigned)r);
+		return s->host->error(code, "%s: %s: %s (%s)", where, what, text, result_name(r));
+	return s->host->error(code, "%s: %s: %s (0x%x)", where, what, result_name(r), (unsigned)r);
 }
 
 #define CHECK(s, call, what, dev)                                                          \
@@ -233,6 +237,17 @@ static void teardown(struct ze_state *s)
 	s->n_contexts = 0;
 }
 
+/* A driver or a device that the loader would not describe is passed over,
+ * and said to be: in the log, and in passed, for the reason the backend
+ * gives where it has no GPU. */
+static void skipped(struct ze_state *s, const char *what, const char *call, ze_result_t r,
+		    char *passed, size_t size)
+{
+	s->host->log(s->host->cookie, DEVCACHE_LOG_WARNING, "%s is passed over: %s: %s (0x%x)",
+		     what, call, result_name(r), (unsigned)r);
+	snprintf(passed, size, " (%s passed over: %s: %s)", what, call, result_name(r));
+}
+
 /* Every GPU of every driver, in the loader's order (ZE_AFFINITY_MASK,
  * which the loader and drivers apply, has already chosen them). */
 static int enumerate(struct ze_state *s, char *why, size_t why_size)
@@ -240,6 +255,7 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 	uint32_t n_drivers = 0;
 	ze_driver_handle_t drivers[16];
 	ze_result_t r;
+	char passed[160] = "";
 
 	if ((r = s->zeDriverGet(&n_drivers, NULL)) != ZE_RESULT_SUCCESS || n_drivers == 0) {
 		snprintf(why, why_size, "%s: zeDriverGet: %s", s->lib_name,
@@ -258,7 +274,11 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 		uint32_t n = 0;
 		ze_device_handle_t *devices;
 
-		if (s->zeDeviceGet(drivers[i], &n, NULL) != ZE_RESULT_SUCCESS || n == 0)
+		if ((r = s->zeDeviceGet(drivers[i], &n, NULL)) != ZE_RESULT_SUCCESS) {
+			skipped(s, "a driver", "zeDeviceGet", r, passed, sizeof passed);
+			continue;
+		}
+		if (n == 0)
 			continue;
 		ze_context_desc_t cdesc = {.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC};
 		if ((r = s->zeContextCreate(drivers[i], &cdesc, &s->contexts[i])) != ZE_RESULT_SUCCESS)
@@ -266,18 +286,24 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 		if (!(devices = calloc(n, sizeof *devices)))
 			return s->host->error(DEVCACHE_ENOMEM, "ze: out of memory");
 		struct ze_dev *grown = realloc(s->devs, (s->n_devices + n) * sizeof *grown);
-		if (!grown || s->zeDeviceGet(drivers[i], &n, devices) != ZE_RESULT_SUCCESS) {
+		if (!grown) {
 			free(devices);
-			if (grown)
-				s->devs = grown;
-			return s->host->error(DEVCACHE_ENOMEM, "ze: cannot list the devices");
+			return s->host->error(DEVCACHE_ENOMEM, "ze: out of memory");
 		}
 		s->devs = grown;
+		if ((r = s->zeDeviceGet(drivers[i], &n, devices)) != ZE_RESULT_SUCCESS) {
+			free(devices);
+			return fail(s, r, "zeDeviceGet", -1);
+		}
 		for (uint32_t k = 0; k < n; k++) {
 			ze_device_properties_t p = {.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES};
 
-			if (s->zeDeviceGetProperties(devices[k], &p) != ZE_RESULT_SUCCESS ||
-			    p.type != ZE_DEVICE_TYPE_GPU)
+			if ((r = s->zeDeviceGetProperties(devices[k], &p)) != ZE_RESULT_SUCCESS) {
+				skipped(s, "a device", "zeDeviceGetProperties", r, passed,
+					sizeof passed);
+				continue;
+			}
+			if (p.type != ZE_DEVICE_TYPE_GPU)
 				continue;
 			int idx = s->n_devices++;
 			struct ze_dev *d = &s->devs[idx];
@@ -297,7 +323,7 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 		free(devices);
 	}
 	if (s->n_devices == 0)
-		snprintf(why, why_size, "%s: no GPU", s->lib_name);
+		snprintf(why, why_size, "%s: no GPU%s", s->lib_name, passed);
 	return 0;
 }
 
@@ -467,29 +493,36 @@ static struct ze_stream *stream_of(struct ze_state *s, int dev, devcache_stream_
 /* A copy, then a barrier: immediate lists of Level Zero 1.4 do not promise
  * to run in order, and a stream must. */
 static int copy(struct ze_state *s, int dev, void *dst, const void *src, size_t size,
-		devcache_stream_t stream, const char *what)
+		devcache_stream_t stream, const char *direction)
 {
 	struct ze_stream *st = stream_of(s, dev, stream);
+	const char *call = "zeCommandListAppendMemoryCopy";
+	char what[80];
 	ze_result_t r;
 
 	pthread_mutex_lock(&st->lock);
 	r = s->zeCommandListAppendMemoryCopy(st->list, dst, src, size, NULL, 0, NULL);
-	if (r == ZE_RESULT_SUCCESS)
+	if (r == ZE_RESULT_SUCCESS) {
+		call = "zeCommandListAppendBarrier";
 		r = s->zeCommandListAppendBarrier(st->list, NULL, 0, NULL);
+	}
 	pthread_mutex_unlock(&st->lock);
-	return r == ZE_RESULT_SUCCESS ? 0 : fail(s, r, what, dev);
+	if (r == ZE_RESULT_SUCCESS)
+		return 0;
+	snprintf(what, sizeof what, "%s (%s)", call, direction);
+	return fail(s, r, what, dev);
 }
 
 static int ze_memcpy_htod(void *state, int dev, void *dst, const void *src, size_t size,
 			  devcache_stream_t stream)
 {
-	return copy(state, dev, dst, src, size, stream, "zeCommandListAppendMemoryCopy (to device)");
+	return copy(state, dev, dst, src, size, stream, "a copy to the device");
 }
 
 static int ze_memcpy_dtoh(void *state, int dev, void *dst, const void *src, size_t size,
 			  devcache_stream_t stream)
 {
-	return copy(state, dev, dst, src, size, stream, "zeCommandListAppendMemoryCopy (to host)");
+	return copy(state, dev, dst, src, size, stream, "a copy to the host");
 }
 
 static int ze_stream_create(void *state, int dev, devcache_stream_t *stream_p)
@@ -582,14 +615,14 @@ static void event_give(struct ze_state *s, int dev, struct ze_event *e)
 static int record(struct ze_state *s, int dev, ze_event_handle_t ev, devcache_stream_t stream)
 {
 	struct ze_stream *st = stream_of(s, dev, stream);
-	ze_result_t r = s->zeEventHostReset(ev);
+	ze_result_t r;
 
-	if (r == ZE_RESULT_SUCCESS) {
-		pthread_mutex_lock(&st->lock);
-		r = s->zeCommandListAppendBarrier(st->list, ev, 0, NULL);
-		pthread_mutex_unlock(&st->lock);
-	}
-	return r == ZE_RESULT_SUCCESS ? 0 : fail(s, r, "zeCommandListAppendBarrier", dev);
+	CHECK(s, s->zeEventHostReset(ev), "zeEventHostReset", dev);
+	pthread_mutex_lock(&st->lock);
+	r = s->zeCommandListAppendBarrier(st->list, ev, 0, NULL);
+	pthread_mutex_unlock(&st->lock);
+	CHECK(s, r, "zeCommandListAppendBarrier", dev);
+	return 0;
 }
 
 static int ze_stream_synchronize(void *state, int dev, devcache_stream_t stream)
