@@ -35,6 +35,7 @@
 struct ze_pool {
 	ze_event_pool_handle_t pool;
 	uint64_t used; /* a bit per event index */
+	uint64_t lost; /* events the loader would not destroy: never reused */
 	struct ze_pool *next;
 };
 
@@ -67,6 +68,7 @@ struct ze_dev {
 	struct ze_pool *pools;
 	uint64_t allocated;          /* atomic: bytes of zeMemAllocDevice live */
 	uint64_t total;
+	unsigned lost;               /* atomic: objects of its context the loader would not free */
 };
 
 struct ze_state {
@@ -130,6 +132,14 @@ static int fail(struct ze_state *s, ze_result_t r, const char *what, int dev)
 	if (text)
 		return s->host->error(code, "%s: %s: %s (%s)", where, what, text, result_name(r));
 	return s->host->error(code, "%s: %s: %s (0x%x)", where, what, result_name(r), (unsigned)r);
+}
+
+/* The loader would not give an object back: nothing else can be done than
+ * to say so; what holds it (a pool, the context) is then left too. */
+static void left(struct ze_state *s, int dev, const char *what, ze_result_t r)
+{
+	s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR, "ze:%d: the loader refused to %s: %s (0x%x)",
+		     dev, what, result_name(r), (unsigned)r);
 }
 
 #define CHECK(s, call, what, dev)                                                          \
@@ -210,25 +220,61 @@ static int stream_open(struct ze_state *s, int dev, struct ze_stream *st)
 
 static void teardown(struct ze_state *s)
 {
+	ze_result_t r;
+
 	for (int i = 0; i < s->n_devices; i++) {
 		struct ze_dev *d = &s->devs[i];
 
 		if (d->dflt.list) {
-			s->zeCommandListDestroy(d->dflt.list);
+			if ((r = s->zeCommandListDestroy(d->dflt.list)) != ZE_RESULT_SUCCESS) {
+				left(s, i, "destroy the default command list: zeCommandListDestroy", r);
+				d->lost++;
+			}
 			pthread_mutex_destroy(&d->dflt.lock);
 		}
 		while (d->pools) {
 			struct ze_pool *p = d->pools;
 
 			d->pools = p->next;
-			s->zeEventPoolDestroy(p->pool);
+			/* A pool must outlive its events. */
+			if (p->lost) {
+				s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR,
+					     "ze:%d: an event pool is left: the loader refused to destroy "
+					     "%d of its events",
+					     i, __builtin_popcountll(p->lost));
+				d->lost++;
+			} else if ((r = s->zeEventPoolDestroy(p->pool)) != ZE_RESULT_SUCCESS) {
+				left(s, i, "destroy an event pool: zeEventPoolDestroy", r);
+				d->lost++;
+			}
 			free(p);
 		}
 		pthread_mutex_destroy(&d->pool_lock);
 	}
-	for (uint32_t i = 0; i < s->n_contexts; i++)
-		if (s->contexts[i])
-			s->zeContextDestroy(s->contexts[i]);
+	for (uint32_t i = 0; i < s->n_contexts; i++) {
+		unsigned lost = 0;
+
+		if (!s->contexts[i])
+			continue;
+		/* Memory still allocated or mapped counts as one: its free or
+		 * unmap was refused. */
+		for (int k = 0; k < s->n_devices; k++)
+			if (s->devs[k].context == s->contexts[i])
+				lost += __atomic_load_n(&s->devs[k].lost, __ATOMIC_RELAXED) +
+					(__atomic_load_n(&s->devs[k].allocated, __ATOMIC_RELAXED) != 0);
+		/* What the loader would not free is still in the context:
+		 * destroying it would be refused too, or free what the loader
+		 * said it could not. */
+		if (lost)
+			s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR,
+				     "a context is left: the loader refused to free %u object(s) in it, or "
+				     "to say how large",
+				     lost);
+		else if ((r = s->zeContextDestroy(s->contexts[i])) != ZE_RESULT_SUCCESS)
+			s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR,
+				     "the loader refused to destroy a context: zeContextDestroy: %s (0x%x)",
+				     result_name(r), (unsigned)r);
+	}
 	free(s->devs);
 	free(s->contexts);
 	s->devs = NULL;
@@ -449,11 +495,16 @@ static int ze_mem_free(void *state, int dev, void *ptr)
 	void *base = NULL;
 	size_t size = 0;
 
+	ze_result_t r;
+
 	if (!ptr)
 		return 0;
 	if (s->zeMemGetAddressRange(d->context, ptr, &base, &size) != ZE_RESULT_SUCCESS)
 		size = 0;
-	CHECK(s, s->zeMemFree(d->context, ptr), "zeMemFree", dev);
+	if ((r = s->zeMemFree(d->context, ptr)) != ZE_RESULT_SUCCESS) {
+		__atomic_add_fetch(&d->lost, 1, __ATOMIC_RELAXED);
+		return fail(s, r, "zeMemFree", dev);
+	}
 	__atomic_sub_fetch(&d->allocated, size, __ATOMIC_RELAXED);
 	return 0;
 }
@@ -477,9 +528,14 @@ static int ze_host_free(void *state, void *ptr)
 {
 	struct ze_state *s = state;
 
+	ze_result_t r;
+
 	if (!ptr)
 		return 0;
-	CHECK(s, s->zeMemFree(host_context(s), ptr), "zeMemFree (host)", -1);
+	if ((r = s->zeMemFree(host_context(s), ptr)) != ZE_RESULT_SUCCESS) {
+		__atomic_add_fetch(&s->devs[0].lost, 1, __ATOMIC_RELAXED);
+		return fail(s, r, "zeMemFree (host)", -1);
+	}
 	return 0;
 }
 
@@ -546,12 +602,17 @@ static int ze_stream_destroy(void *state, int dev, devcache_stream_t stream)
 	struct ze_state *s = state;
 	struct ze_stream *st = stream;
 
+	ze_result_t r;
+
 	if (!st)
 		return 0;
-	CHECK(s, s->zeCommandListDestroy(st->list), "zeCommandListDestroy", dev);
+	/* Refused, the list is the loader's for good: the stream is gone
+	 * all the same, and its context cannot be destroyed. */
+	if ((r = s->zeCommandListDestroy(st->list)) != ZE_RESULT_SUCCESS)
+		__atomic_add_fetch(&s->devs[dev].lost, 1, __ATOMIC_RELAXED);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
-	return 0;
+	return r == ZE_RESULT_SUCCESS ? 0 : fail(s, r, "zeCommandListDestroy", dev);
 }
 
 /* An event from the device's pools: a free index, or a new pool. */
@@ -601,13 +662,20 @@ static int event_take(struct ze_state *s, int dev, struct ze_event *e)
 	return 0;
 }
 
+/* An event back to its pool; one the loader would not destroy keeps its
+ * index, which a new event cannot then take, and its pool. */
 static void event_give(struct ze_state *s, int dev, struct ze_event *e)
 {
 	struct ze_dev *d = &s->devs[dev];
+	ze_result_t r = s->zeEventDestroy(e->event);
 
-	s->zeEventDestroy(e->event);
+	if (r != ZE_RESULT_SUCCESS)
+		left(s, dev, "destroy an event: zeEventDestroy", r);
 	pthread_mutex_lock(&d->pool_lock);
-	e->pool->used &= ~(1ull << e->index);
+	if (r == ZE_RESULT_SUCCESS)
+		e->pool->used &= ~(1ull << e->index);
+	else
+		e->pool->lost |= 1ull << e->index;
 	pthread_mutex_unlock(&d->pool_lock);
 }
 
@@ -731,7 +799,12 @@ static int ze_vm_release(void *state, int dev, void *va, size_t size)
 {
 	struct ze_state *s = state;
 
-	CHECK(s, s->zeVirtualMemFree(s->devs[dev].context, va, size), "zeVirtualMemFree", dev);
+	ze_result_t r = s->zeVirtualMemFree(s->devs[dev].context, va, size);
+
+	if (r != ZE_RESULT_SUCCESS) {
+		__atomic_add_fetch(&s->devs[dev].lost, 1, __ATOMIC_RELAXED);
+		return fail(s, r, "zeVirtualMemFree", dev);
+	}
 	return 0;
 }
 
@@ -751,8 +824,12 @@ static int ze_vm_destroy(void *state, int dev, void *handle)
 {
 	struct ze_state *s = state;
 
-	CHECK(s, s->zePhysicalMemDestroy(s->devs[dev].context, (ze_physical_mem_handle_t)handle),
-	      "zePhysicalMemDestroy", dev);
+	ze_result_t r = s->zePhysicalMemDestroy(s->devs[dev].context, (ze_physical_mem_handle_t)handle);
+
+	if (r != ZE_RESULT_SUCCESS) {
+		__atomic_add_fetch(&s->devs[dev].lost, 1, __ATOMIC_RELAXED);
+		return fail(s, r, "zePhysicalMemDestroy", dev);
+	}
 	return 0;
 }
 
