@@ -499,8 +499,14 @@ static int ze_mem_free(void *state, int dev, void *ptr)
 
 	if (!ptr)
 		return 0;
-	if (s->zeMemGetAddressRange(d->context, ptr, &base, &size) != ZE_RESULT_SUCCESS)
+	/* Only ze_mem_get_info's figure needs the size. */
+	if ((r = s->zeMemGetAddressRange(d->context, ptr, &base, &size)) != ZE_RESULT_SUCCESS) {
+		s->host->log(s->host->cookie, DEVCACHE_LOG_WARNING,
+			     "ze:%d: zeMemGetAddressRange: %s (0x%x): the memory freed at %p is "
+			     "still counted as in use",
+			     dev, result_name(r), (unsigned)r, ptr);
 		size = 0;
+	}
 	if ((r = s->zeMemFree(d->context, ptr)) != ZE_RESULT_SUCCESS) {
 		__atomic_add_fetch(&d->lost, 1, __ATOMIC_RELAXED);
 		return fail(s, r, "zeMemFree", dev);
