@@ -36,6 +36,16 @@ tests_test_conformance_CFLAGS = $(test_cflags)
 tests_test_conformance_LDADD = $(test_ldadd) -ldl
 endif
 
+# Every vendor call of a workload failed in turn, on each fake: skipped where not built.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/test-fault-matrix
+TESTS += tests/test-fault-matrix
+tests_test_fault_matrix_SOURCES = tests/test-fault-matrix.c tests/tap.h \
+	tests/model-writer.c tests/model-writer.h
+tests_test_fault_matrix_CFLAGS = $(test_cflags)
+tests_test_fault_matrix_LDADD = $(test_ldadd) -ldl
+endif
+
 # The vendor backends' own behaviour, on the fakes: skipped where not built.
 if HAVE_CMOCKA
 check_PROGRAMS += tests/test-cuda tests/test-visible-devices
