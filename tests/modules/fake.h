@@ -185,8 +185,10 @@ static int fake_host_alloc(void *state, size_t size, void **ptr_p)
 
 	if (faulty(F_HOST_ALLOC))
 		return host->error(DEVCACHE_ENOMEM, "fake: injected failure of host_alloc");
-	*ptr_p = malloc(size ? size : 1);
-	return *ptr_p ? 0 : DEVCACHE_ENOMEM;
+	if (!(*ptr_p = malloc(size ? size : 1)))
+		return host->error(DEVCACHE_ENOMEM, "fake: out of pinned host memory: %zu bytes",
+				   size);
+	return 0;
 }
 
 static int fake_host_free(void *state, void *ptr)
@@ -226,9 +228,12 @@ static int fake_dtoh(void *state, int dev, void *dst, const void *src, size_t si
 
 static int fake_handle_create(void *state, int dev, void **handle_p)
 {
-	(void)state, (void)dev;
-	*handle_p = malloc(1);
-	return *handle_p ? 0 : DEVCACHE_ENOMEM;
+	const struct devcache_backend_host *host = state;
+
+	(void)dev;
+	if (!(*handle_p = malloc(1)))
+		return host->error(DEVCACHE_ENOMEM, "fake: out of memory for a handle");
+	return 0;
 }
 
 static int fake_event_create(void *state, int dev, void **event_p)
