@@ -2,7 +2,7 @@
 ## tests/model.mk - model files: the safetensors and GGUF readers, devcache inspect, load, dump and demo.
 model_tests = tests/test-safetensors tests/test-gguf tests/test-inspect \
 	tests/test-model-cache tests/test-model-set tests/test-model-partial tests/test-model-copy tests/test-model-lease \
-	tests/test-load-tool
+	tests/test-load-tool tests/test-host-faults
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(model_tests)
@@ -41,4 +41,10 @@ tests_test_model_lease_SOURCES = tests/test-model-lease.c tests/tap.h \
 	tests/model-writer.c tests/model-writer.h
 tests_test_model_lease_CFLAGS = $(test_cflags)
 tests_test_model_lease_LDADD = $(test_ldadd)
+# Its own malloc, pread and pthread_create (tests/interpose.c) stand in
+# front of libc's for the library linked into it, to fail each in turn.
+tests_test_host_faults_SOURCES = tests/test-host-faults.c tests/tap.h \
+	tests/interpose.c tests/interpose.h tests/model-writer.c tests/model-writer.h
+tests_test_host_faults_CFLAGS = $(test_cflags)
+tests_test_host_faults_LDADD = $(test_ldadd)
 endif
