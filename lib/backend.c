@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,7 +125,9 @@ static void backend_stop(struct backend *be)
 	be->dl = NULL;
 }
 
-static int add_device(devcache_ctx_t *ctx, struct backend *be, int ordinal)
+/* *added_p: false when the backend could not describe the device, which
+ * is then skipped; the error is the core's running out of memory. */
+static int add_device(devcache_ctx_t *ctx, struct backend *be, int ordinal, bool *added_p)
 {
 	struct devcache_device *grown = realloc(ctx->devices, (ctx->n_devices + 1) * sizeof *grown);
 
@@ -139,6 +142,7 @@ static int add_device(devcache_ctx_t *ctx, struct backend *be, int ordinal)
 			be->name, ordinal, devcache_last_error());
 		return 0;
 	}
+	*added_p = true;
 	dev->info.name[sizeof dev->info.name - 1] = '\0';
 	dev->info.pci_bus_id[sizeof dev->info.pci_bus_id - 1] = '\0';
 	/* The core never calls an optional entry a device cannot back. */
@@ -159,10 +163,12 @@ static int add_device(devcache_ctx_t *ctx, struct backend *be, int ordinal)
 	return 0;
 }
 
-/* Initialise, check, and enumerate; a failure makes the backend unavailable,
- * never the context. */
-static void backend_start(devcache_ctx_t *ctx, struct backend *be,
-			  const struct devcache_backend_ops *ops)
+/* Initialise, check, and enumerate; a failure of the backend makes it
+ * unavailable, never the context.  The core's own running out of memory
+ * fails the context (DEVCACHE_ENOMEM): a context without a device that is
+ * there, saying nothing, would be worse. */
+static int backend_start(devcache_ctx_t *ctx, struct backend *be,
+			 const struct devcache_backend_ops *ops)
 {
 	char why[512] = "";
 	const char *missing;
@@ -171,49 +177,56 @@ static void backend_start(devcache_ctx_t *ctx, struct backend *be,
 	if (!ops->init || !ops->fini) {
 		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("missing mandatory entry %s"),
 			   ops->init ? "fini" : "init");
-		return;
+		return 0;
 	}
 	err_clear();
 	rc = ops->init(&be->host, &be->state, &n, why, sizeof why);
 	if (rc) {
 		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("initialisation failed: %s"),
 			   *devcache_last_error() ? devcache_last_error() : devcache_strerror(rc));
-		return;
+		return 0;
 	}
 	be->ops = ops;
 	if ((missing = missing_mandatory(ops))) {
 		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("missing mandatory entry %s"), missing);
 		backend_stop(be);
-		return;
+		return 0;
 	}
 	if (n < 0) {
 		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("init reported %d devices"), n);
 		backend_stop(be);
-		return;
+		return 0;
 	}
 	be->status = DEVCACHE_BACKEND_LOADED;
 	if (n == 0)
 		set_status(be, DEVCACHE_BACKEND_LOADED, "%s", *why ? why : _("no device found"));
-	for (int i = 0; i < n; i++)
-		if (add_device(ctx, be, i) == 0)
-			be->n_devices++;
+	for (int i = 0; i < n; i++) {
+		bool added = false;
+
+		if ((rc = add_device(ctx, be, i, &added)))
+			return rc;
+		be->n_devices += added;
+	}
 	log_msg(&ctx->log, DEVCACHE_LOG_DEBUG, _("backend %s (%s): loaded, %d device(s)%s%s"),
 		be->name, be->path, be->n_devices, n ? "" : ": ", n ? "" : be->reason);
+	return 0;
 }
 
 /* Open the module and check what it declares; be->opened is set when it
- * may be started.  Its tunables go to mt. */
-static void backend_open(struct backend *be, struct module_tunables *mt)
+ * may be started.  Its tunables go to mt.  Only the core's running out of
+ * memory is an error: anything wrong with the module makes it unavailable. */
+static int backend_open(struct backend *be, struct module_tunables *mt)
 {
 	devcache_backend_entry_fn entry;
 	const struct devcache_backend_ops *ops;
 	char why[512];
+	int rc = 0;
 
 	dlerror();
 	be->dl = dlopen(be->path, RTLD_NOW | RTLD_LOCAL);
 	if (!be->dl) {
 		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("cannot load module: %s"), dlerror());
-		return;
+		return 0;
 	}
 	*(void **)&entry = dlsym(be->dl, DEVCACHE_BACKEND_ENTRY);
 	if (!entry || !(ops = entry())) {
@@ -227,21 +240,27 @@ static void backend_open(struct backend *be, struct module_tunables *mt)
 		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE,
 			   _("the module calls itself '%s', not '%s'"), ops->name ? ops->name : "",
 			   be->name);
-	} else if (module_tunables_declare(mt, be->name, ops->tunables, why, sizeof why)) {
-		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("malformed declaration: %s"), why);
+	} else if ((rc = module_tunables_declare(mt, be->name, ops->tunables, why, sizeof why))) {
+		if (rc == DEVCACHE_ENOMEM)
+			err_set(rc, _("backend %s (%s): %s"), be->name, be->path, why);
+		else
+			set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("malformed declaration: %s"),
+				   why);
 	} else {
 		be->opened = ops;
-		return;
+		return 0;
 	}
 	backend_stop(be);
+	return rc == DEVCACHE_ENOMEM ? rc : 0;
 }
 
-static void backend_run(devcache_ctx_t *ctx, struct backend *be)
+static int backend_run(devcache_ctx_t *ctx, struct backend *be)
 {
-	if (be->opened)
-		backend_start(ctx, be, be->opened);
+	int rc = be->opened ? backend_start(ctx, be, be->opened) : 0;
+
 	if (be->status != DEVCACHE_BACKEND_LOADED)
 		backend_stop(be);
+	return rc;
 }
 
 /* ---- discovery and selection ---------------------------------------------- */
@@ -293,6 +312,7 @@ static int scan(const char *pathlist, struct found **out, size_t *n_out)
 	struct found *f = NULL;
 	size_t n = 0;
 	char *copy = strdup(pathlist), *save = NULL;
+	int rc;
 
 	if (!copy)
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
@@ -300,6 +320,16 @@ static int scan(const char *pathlist, struct found **out, size_t *n_out)
 		DIR *d = opendir(dir);
 		struct dirent *e;
 
+		/* A folder that is not there holds no module; one that cannot
+		 * be read for want of memory or descriptors is an error, not
+		 * a folder without modules. */
+		if (!d && errno != ENOENT && errno != ENOTDIR && errno != EACCES) {
+			int err = errno;
+
+			rc = err_set(err == ENOMEM ? DEVCACHE_ENOMEM : DEVCACHE_EIO,
+				     _("%s: cannot read the folder: %s"), dir, strerror(err));
+			goto fail;
+		}
 		if (!d)
 			continue;
 		while ((e = readdir(d))) {
@@ -334,11 +364,13 @@ static int scan(const char *pathlist, struct found **out, size_t *n_out)
 	*n_out = n;
 	return 0;
 nomem:
+	rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+fail:
 	free(copy);
 	for (size_t i = 0; i < n; i++)
 		free(f[i].name), free(f[i].path);
 	free(f);
-	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	return rc;
 }
 
 static bool listed(const struct tunable_value *sel, const char *name, bool excluded)
@@ -377,6 +409,7 @@ static int load_selected(devcache_ctx_t *ctx, struct found *f, size_t n)
 	const char *path = ctx->tun_text[TUN_backend_path];
 	bool any_positive = false;
 	struct backend *be;
+	int rc;
 
 	for (size_t i = 0; i < sel->n_items; i++)
 		any_positive = any_positive || sel->items[i][0] != '^';
@@ -398,9 +431,10 @@ static int load_selected(devcache_ctx_t *ctx, struct found *f, size_t n)
 				continue;
 			if (!(be = backend_new(ctx, f[k].name, f[k].path)))
 				return DEVCACHE_ENOMEM;
-			backend_open(be, &ctx->mod_tun);
 			free(f[k].path);
 			f[k].path = NULL; /* taken */
+			if ((rc = backend_open(be, &ctx->mod_tun)))
+				return rc;
 		}
 		/* What "all" adds comes in the order of the modules' priorities. */
 		if (ctx->n_backends - first > 1)
@@ -424,15 +458,13 @@ static int load_selected(devcache_ctx_t *ctx, struct found *f, size_t n)
 	}
 	/* Every module's tunables are known now: give them their values, then
 	 * start the modules, which read them. */
-	int rc = module_tunables_apply(&ctx->mod_tun, &ctx->tun, NULL, NULL);
+	rc = module_tunables_apply(&ctx->mod_tun, &ctx->tun, NULL, NULL);
 	if (rc == 0)
 		rc = leftover(ctx->backends, ctx->n_backends, &ctx->tun, &ctx->mod_tun, &ctx->log,
 			      NULL, NULL);
-	if (rc)
-		return rc;
-	for (size_t k = 0; k < ctx->n_backends; k++)
-		backend_run(ctx, ctx->backends[k]);
-	return 0;
+	for (size_t k = 0; rc == 0 && k < ctx->n_backends; k++)
+		rc = backend_run(ctx, ctx->backends[k]);
+	return rc;
 }
 
 int backends_load(devcache_ctx_t *ctx)
@@ -444,7 +476,8 @@ int backends_load(devcache_ctx_t *ctx)
 
 	if (!host)
 		return DEVCACHE_ENOMEM;
-	backend_start(ctx, host, host_backend_ops());
+	if ((rc = backend_start(ctx, host, host_backend_ops())))
+		return rc;
 	if (host->status != DEVCACHE_BACKEND_LOADED || host->n_devices != 1)
 		return err_set(DEVCACHE_EBACKEND, _("the host backend failed: %s"),
 			       host->reason ? host->reason : "");
@@ -487,7 +520,7 @@ int backends_check_config(struct tunable_set *set, const char *path, struct log_
 		if (!be)
 			rc = DEVCACHE_ENOMEM;
 		else
-			backend_open(be, &mt);
+			rc = backend_open(be, &mt);
 	}
 	if (rc == 0) {
 		int r1 = module_tunables_apply(&mt, set, report, user);

@@ -101,7 +101,8 @@ struct module_tunables {
 };
 
 /* Check what a module declares and add it, with its defaults; on failure
- * why says what is malformed and nothing is added. */
+ * why says what is malformed (DEVCACHE_EBACKEND), or that memory ran out
+ * (DEVCACHE_ENOMEM), and nothing is added. */
 int module_tunables_declare(struct module_tunables *mt, const char *module,
 			    const struct devcache_backend_tunable *decl, char *why, size_t why_size);
 const struct module_tunable *module_tunables_find(const struct module_tunables *mt,

@@ -122,7 +122,11 @@ int module_tunables_declare(struct module_tunables *mt, const char *module,
 
 		if (rc)
 			goto undo;
-		if (tunable_parse_def(&def, def.defval, &v, bad, sizeof bad)) {
+		if ((rc = tunable_parse_def(&def, def.defval, &v, bad, sizeof bad))) {
+			if (rc == DEVCACHE_ENOMEM) {
+				snprintf(why, why_size, _("out of memory"));
+				goto undo;
+			}
 			snprintf(why, why_size, _("tunable '%s': bad default '%s': %s"), def.name,
 				 def.defval, bad);
 			rc = DEVCACHE_EBACKEND;

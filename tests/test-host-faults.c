@@ -469,7 +469,8 @@ static const char *base_name(const char *path)
 	return slash ? slash + 1 : path;
 }
 
-/* An allocation failed: the call fails saying so. */
+/* An allocation failed: the call fails saying so; only a module that
+ * dlopen() could not load leaves a context without its device. */
 static void judge_alloc(const struct run *r, const struct ip_fault *f)
 {
 	(void)f;
@@ -477,6 +478,8 @@ static void judge_alloc(const struct run *r, const struct ip_fault *f)
 		return;
 	if (r->rc == DEVCACHE_ENOMEM)
 		assert_contains(r->why, "memory");
+	if (strcmp(r->step, GET_DEV) == 0)
+		assert_contains(r->why, "cannot load module");
 }
 
 /* EIO and ENOSPC: the load fails with DEVCACHE_EIO, naming the file and
