@@ -93,6 +93,10 @@ struct mf_tensor *mf_add_tensor(struct devcache_model_file *mf, char *name);
 int mf_add_meta(struct devcache_model_file *mf, char *key, char *value_json);
 
 void mf_tensor_info(const struct mf_tensor *t, devcache_tensor_info_t *info);
+/* json-c's parser returned no object for text[0..len) with error jerr
+ * (its enum json_tokener_error): whether it ran out of memory, rather than
+ * found the text malformed or JSON's null (safetensors.c). */
+bool mf_json_out_of_memory(int jerr, const char *text, size_t len);
 /* UTF-8 as RFC 3629 has it (no overlong forms, surrogates or code points
  * past U+10FFFF): the length of the sequence at s (1 to 4) or 0 if the
  * bytes there are not one; and where the first such place in s is, or len. */

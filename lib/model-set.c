@@ -208,7 +208,9 @@ static int read_index(const char *path, struct json_object **root_p)
 		enum json_tokener_error jerr = json_tokener_get_error(tok);
 		/* At the end of the text json-c is still waiting for the rest
 		 * ("continue"): for a whole file, the text ended early. */
-		if (!root)
+		if (!root && mf_json_out_of_memory(jerr, text, (size_t)probe.size))
+			rc = err_set(DEVCACHE_ENOMEM, "%s: %s", path, _("out of memory"));
+		else if (!root)
 			rc = mf_error(&probe, _("neither a safetensors nor a GGUF file, nor a "
 						"safetensors index (JSON: %s)"),
 				      jerr == json_tokener_continue ? _("unexpected end of data")

@@ -714,6 +714,23 @@ static int read_header(struct devcache_model_file *mf, char **text_p, size_t *le
 	return 0;
 }
 
+/* json-c 0.16 gives no object and no error when an allocation fails (its
+ * newlocale(), a new object), as for the text "null"; 0.17 and later say
+ * json_tokener_error_memory.  Either way the file is not malformed. */
+bool mf_json_out_of_memory(int jerr, const char *text, size_t len)
+{
+	size_t ws = 0;
+
+#if JSON_C_MAJOR_VERSION > 0 || JSON_C_MINOR_VERSION >= 17
+	if (jerr == json_tokener_error_memory)
+		return true;
+#endif
+	while (ws < len && strchr(" \t\n\r", text[ws]) && text[ws])
+		ws++;
+	return jerr == json_tokener_success &&
+	       !(len - ws >= 4 && memcmp(text + ws, "null", 4) == 0);
+}
+
 /* json-c, strict, on exactly len bytes; only JSON whitespace may follow
  * the object (the reference pads the header with spaces). */
 static int parse_json(struct devcache_model_file *mf, const char *text, size_t len,
@@ -731,7 +748,9 @@ static int parse_json(struct devcache_model_file *mf, const char *text, size_t l
 	enum json_tokener_error e = json_tokener_get_error(tok);
 	size_t end = json_tokener_get_parse_end(tok);
 
-	if (!root && e == json_tokener_continue)
+	if (!root && mf_json_out_of_memory(e, text, len))
+		rc = err_set(DEVCACHE_ENOMEM, "%s: %s", mf->path, _("out of memory"));
+	else if (!root && e == json_tokener_continue)
 		rc = mf_error(mf, _("the header is not JSON: it ends inside the object (byte %llu)"),
 			      (unsigned long long)at(len));
 	else if (!root)

@@ -469,13 +469,17 @@ static const char *base_name(const char *path)
 	return slash ? slash + 1 : path;
 }
 
-/* An allocation failed: the call fails saying so; only a module that
- * dlopen() could not load leaves a context without its device. */
+/* An allocation failed: the call fails saying so, never calling the file
+ * malformed; only a module that dlopen() could not load leaves a context
+ * without its device. */
 static void judge_alloc(const struct run *r, const struct ip_fault *f)
 {
 	(void)f;
 	if (!r->rc)
 		return;
+	if (r->rc == DEVCACHE_EFORMAT)
+		fail_msg("%s: an allocation failed, and the file is called malformed: %s", r->step,
+			 r->why);
 	if (r->rc == DEVCACHE_ENOMEM)
 		assert_contains(r->why, "memory");
 	if (strcmp(r->step, GET_DEV) == 0)
