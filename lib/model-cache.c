@@ -818,7 +818,7 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: %s belongs to another context"),
 			       dev->id);
 	if ((rc = get_cache(ctx, &c)))
-		return rc;
+		return mf_name_oom(path, rc);
 	if ((rc = devcache_model_file_open(path, &mf))) {
 		pthread_mutex_lock(&c->lock);
 		c->stats.failed_loads++;
@@ -843,7 +843,7 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 		}
 	}
 	if (rc)
-		return rc;
+		return mf_name_oom(path, rc);
 	if (args.result) {
 		devcache_model_info_t info;
 

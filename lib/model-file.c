@@ -21,6 +21,16 @@ int mf_error(const struct devcache_model_file *mf, const char *fmt, ...)
 	return err_set(DEVCACHE_EFORMAT, "%s: %s", mf->path, fault);
 }
 
+int mf_name_oom(const char *path, int rc)
+{
+	char why[1024];
+
+	if (rc != DEVCACHE_ENOMEM || strstr(devcache_last_error(), path))
+		return rc;
+	snprintf(why, sizeof why, "%s", devcache_last_error());
+	return err_set(rc, "%s: %s", path, why);
+}
+
 int mf_read(const struct devcache_model_file *mf, void *buf, size_t len, uint64_t off,
 	    const char *what)
 {

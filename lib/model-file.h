@@ -82,6 +82,10 @@ int mf_open_file(const char *path, struct devcache_model_file **mf_p);
 /* Fail with DEVCACHE_EFORMAT: "PATH: " and the formatted fault.  fmt is
  * translated by the caller (_("...")). */
 int mf_error(const struct devcache_model_file *mf, const char *fmt, ...) DEVCACHE_PRINTF(2, 3);
+/* rc, and when it is DEVCACHE_ENOMEM from a place that did not say which
+ * file it was reading, the detail message begins "PATH: " (the public
+ * calls that take a path name it in every failure). */
+int mf_name_oom(const char *path, int rc);
 /* Read exactly len bytes at off; reading past the end of the file is a
  * DEVCACHE_EFORMAT error saying what was being read (what: "the header"). */
 int mf_read(const struct devcache_model_file *mf, void *buf, size_t len, uint64_t off,

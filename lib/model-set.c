@@ -877,7 +877,7 @@ int devcache_pipeline_open(const char *dir, devcache_pipeline_t **pl_p)
 		return err_set(DEVCACHE_EINVAL, _("devcache_pipeline_open: NULL argument"));
 	*pl_p = NULL;
 	if (!(index = join(dir, "model_index.json")))
-		return oom();
+		return mf_name_oom(dir, oom());
 	if ((rc = read_index(index, &root))) {
 		if (rc == DEVCACHE_EFORMAT)
 			rc = err_set(DEVCACHE_EFORMAT, _("%s: not a diffusers model_index.json"), index);
@@ -911,7 +911,7 @@ out:
 	devcache_pipeline_close(pl);
 	json_object_put(root);
 	free(index);
-	return rc;
+	return mf_name_oom(dir, rc);
 }
 
 void devcache_pipeline_close(devcache_pipeline_t *pl)
@@ -950,6 +950,7 @@ int devcache_pipeline_component(const devcache_pipeline_t *pl, size_t index,
 int devcache_model_file_open(const char *path, devcache_model_file_t **mf_p)
 {
 	struct devcache_model_file *mf;
+	const char *given = path;
 	char *resolved = NULL;
 	struct stat st;
 	int rc;
@@ -959,7 +960,7 @@ int devcache_model_file_open(const char *path, devcache_model_file_t **mf_p)
 	*mf_p = NULL;
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
 		if ((rc = resolve_folder(path, &resolved)))
-			return rc;
+			return mf_name_oom(given, rc);
 		path = resolved;
 	}
 	if (ends_with(path, ".json"))
@@ -967,5 +968,5 @@ int devcache_model_file_open(const char *path, devcache_model_file_t **mf_p)
 	else if ((rc = mf_open_file(path, &mf)) == 0)
 		rc = maybe_split(mf, mf_p);
 	free(resolved);
-	return rc;
+	return mf_name_oom(given, rc);
 }

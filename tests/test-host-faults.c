@@ -469,9 +469,9 @@ static const char *base_name(const char *path)
 	return slash ? slash + 1 : path;
 }
 
-/* An allocation failed: the call fails saying so, never calling the file
- * malformed; only a module that dlopen() could not load leaves a context
- * without its device. */
+/* An allocation failed: the call fails saying so, naming the file it was
+ * loading, never calling the file malformed; only a module that dlopen()
+ * could not load leaves a context without its device. */
 static void judge_alloc(const struct run *r, const struct ip_fault *f)
 {
 	(void)f;
@@ -482,6 +482,8 @@ static void judge_alloc(const struct run *r, const struct ip_fault *f)
 			 r->why);
 	if (r->rc == DEVCACHE_ENOMEM)
 		assert_contains(r->why, "memory");
+	if (r->failed)
+		assert_contains(r->why, base_name(r->failed->path));
 	if (strcmp(r->step, GET_DEV) == 0)
 		assert_contains(r->why, "cannot load module");
 }
