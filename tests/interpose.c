@@ -161,9 +161,27 @@ const char *ip_fired_file(void)
 	return fired_file;
 }
 
-static ssize_t faulty_read(int fd, const struct ip_fault *how, ssize_t n)
+/* The read's bytes past what a short read returns are scribbled over, as
+ * a kernel's short read leaves them unwritten: a caller that took them
+ * for read would find out. */
+static void scribble(const struct iovec *iov, int iovcnt, size_t from, size_t to)
+{
+	for (int i = 0; i < iovcnt && from < to; i++) {
+		size_t len = iov[i].iov_len;
+
+		if (from < len)
+			memset((char *)iov[i].iov_base + from, 0x5a,
+			       (to < len ? to : len) - from);
+		from = from > len ? from - len : 0;
+		to = to > len ? to - len : 0;
+	}
+}
+
+static ssize_t faulty_read(int fd, const struct ip_fault *how, ssize_t n,
+			   const struct iovec *iov, int iovcnt)
 {
 	int e = errno;
+	ssize_t k;
 
 	note_file(fd);
 	errno = e;
@@ -171,7 +189,9 @@ static ssize_t faulty_read(int fd, const struct ip_fault *how, ssize_t n)
 		errno = how->err;
 		return -1;
 	}
-	return shorten(n);
+	if ((k = shorten(n)) < n)
+		scribble(iov, iovcnt, (size_t)k, (size_t)n);
+	return k;
 }
 
 ssize_t pread(int fd, void *buf, size_t count, off_t offset)
@@ -183,7 +203,9 @@ ssize_t pread(int fd, void *buf, size_t count, off_t offset)
 		real = (ssize_t (*)(int, void *, size_t, off_t))next_fn("pread");
 	if (!strikes(IP_READ, &how))
 		return real(fd, buf, count, offset);
-	return faulty_read(fd, &how, how.err ? -1 : real(fd, buf, count, offset));
+	struct iovec iov = {buf, count};
+
+	return faulty_read(fd, &how, how.err ? -1 : real(fd, buf, count, offset), &iov, 1);
 }
 
 /* Where _FORTIFY_SOURCE or a 64-bit off_t renames the call.  (On 32-bit
@@ -221,7 +243,7 @@ ssize_t preadv(int fd, const struct iovec *iov, int iovcnt, off_t offset)
 		real = (ssize_t (*)(int, const struct iovec *, int, off_t))next_fn("preadv");
 	if (!strikes(IP_READ, &how))
 		return real(fd, iov, iovcnt, offset);
-	return faulty_read(fd, &how, how.err ? -1 : real(fd, iov, iovcnt, offset));
+	return faulty_read(fd, &how, how.err ? -1 : real(fd, iov, iovcnt, offset), iov, iovcnt);
 }
 
 ssize_t read(int fd, void *buf, size_t count)
@@ -233,7 +255,9 @@ ssize_t read(int fd, void *buf, size_t count)
 		real = (ssize_t (*)(int, void *, size_t))next_fn("read");
 	if (!strikes(IP_READ, &how))
 		return real(fd, buf, count);
-	return faulty_read(fd, &how, how.err ? -1 : real(fd, buf, count));
+	struct iovec iov = {buf, count};
+
+	return faulty_read(fd, &how, how.err ? -1 : real(fd, buf, count), &iov, 1);
 }
 
 ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);

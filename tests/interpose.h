@@ -34,7 +34,8 @@ enum ip_kind {
 /* What the armed call does instead: an allocation returns NULL (errno
  * ENOMEM), a thread is not created (EAGAIN); a read fails with err, or,
  * with err 0, is short: it returns about half of what it read (at least 1
- * byte, whole 4 KiB blocks when it read 8 KiB or more). */
+ * byte, whole 4 KiB blocks when it read 8 KiB or more), the buffer past
+ * that scribbled over. */
 struct ip_fault {
 	enum ip_kind kind;
 	unsigned long nth;  /* the nth counted call of that kind (1: the first) */

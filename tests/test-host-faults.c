@@ -412,7 +412,10 @@ static void one_run(const struct variant *v, const struct ip_fault *f, judge_fn 
 			 v->name, f ? f->nth : 0, f ? (int)f->kind : -1, leaks,
 			 r.rc ? r.step : "a run that went through");
 	assert_false(ip_overflowed());
-	assert_int_equal(count_fds(), fds);
+	if (count_fds() != fds)
+		fail_msg("%s, fault %lu of kind %d: %zu file descriptor(s) open before, %zu after %s",
+			 v->name, f ? f->nth : 0, f ? (int)f->kind : -1, fds, count_fds(),
+			 r.rc ? r.step : "a run that went through");
 }
 
 /* The calls of kind a clean workload makes: the second of two runs, the
