@@ -422,7 +422,7 @@ out:
 	free(want);
 	free(fetch);
 	free(ptrs);
-	return rc;
+	return mf_name_oom(m->mf->path, rc);
 }
 
 int devcache_model_move_to_host(devcache_model_t *m, const char *const *names, size_t n)
@@ -435,7 +435,7 @@ int devcache_model_move_to_host(devcache_model_t *m, const char *const *names, s
 		return rc;
 	c = m->cache;
 	if (!(want = calloc(m->mf->n_tensors ? m->mf->n_tensors : 1, sizeof *want)))
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return mf_name_oom(m->mf->path, err_set(DEVCACHE_ENOMEM, _("out of memory")));
 	if ((rc = mark(m, names, n, want)) == 0) {
 		pthread_mutex_lock(&c->lock);
 		wait_ready(c, m);

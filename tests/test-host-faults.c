@@ -25,9 +25,12 @@
  * GGUF file evicts the set to RAM and loading the set again copies it
  * back; read every tensor back through its pointer and through
  * devcache_model_tensor_copy(); allocate and free on both devices; print
- * the statistics, summaries and snapshot; evict everything; close.  Two
- * variants: host models mapped (mmap), and host models read into memory
- * with the uploads read with O_DIRECT (direct_io).
+ * the statistics, summaries and snapshot; evict everything; close.  Three
+ * variants: host models mapped (mmap); host models read into memory and
+ * the uploads read with O_DIRECT (direct_io); and a device budget that
+ * holds neither the set nor the GGUF file, so that both load partially
+ * and tensors are moved to the device and back, with host models mapped
+ * writable and memory use logged (partial).
  *
  * Each library call runs inside the window of tests/interpose.c, the
  * test's own checks outside it.  A sweep runs the workload clean to count
@@ -62,12 +65,14 @@ struct model {
 	unsigned seed;
 };
 
+/* Small, but the GGUF file and the set's first shard are more than one
+ * 64 KiB staging buffer, so that their uploads start load workers. */
 static const struct mw_tensor st_tensors[] = {
-	{"embed.weight", 70000, 0}, {"norm.bias", 255, 0}, {"head.weight", 20483, 0}};
+	{"embed.weight", 30000, 0}, {"norm.bias", 255, 0}, {"head.weight", 5003, 0}};
 static const struct mw_tensor gguf_tensors[] = {
-	{"blk.0.attn_q.weight", 90000, 0}, {"blk.0.ffn.weight", 61000, 0}, {"output_norm", 77, 0}};
+	{"blk.0.attn_q.weight", 70000, 0}, {"blk.0.ffn.weight", 10000, 0}, {"output_norm", 77, 0}};
 static const struct mw_tensor set_tensors[] = {
-	{"a.weight", 80000, 0}, {"b.weight", 50001, 1}, {"c.bias", 3, 1}, {"d.weight", 40000, 2}};
+	{"a.weight", 80000, 0}, {"b.weight", 20001, 1}, {"c.bias", 3, 1}, {"d.weight", 10000, 2}};
 
 static char dir[256];
 static struct model st = {"the safetensors file", "", st_tensors, COUNT(st_tensors), SEED_ST};
@@ -77,12 +82,21 @@ static struct model set = {"the sharded set", "", set_tensors, COUNT(set_tensors
 struct variant {
 	const char *name;
 	const char *options;
+	unsigned host_flags; /* devcache_load_args_t.flags of host loads */
 };
 
-static const struct variant mapped = {"mmap", "mmap:true,direct_io:false"};
-static const struct variant direct = {"direct_io", "mmap:false,direct_io:true"};
+/* The budget on good:0 holds the set or the GGUF file, not both; in the
+ * partial variant, neither. */
+static const struct variant mapped = {"mmap", "mmap:true,direct_io:false,max_cache_vram:150K"};
+static const struct variant direct = {"direct_io", "mmap:false,direct_io:true,max_cache_vram:150K"};
+static const struct variant partial = {
+	"partial",
+	"mmap:true,partial_loading:true,max_cache_vram:60K,log_memory_usage:true",
+	DEVCACHE_LOAD_WRITABLE};
 
 #define GET_DEV "devcache_device_get good:0"
+#define RESIDENT "devcache_model_make_resident"
+#define TO_HOST "devcache_model_move_to_host"
 
 /* Where the test's copies of tensors and the summaries go: static, so that
  * nothing in the window allocates for the test. */
@@ -116,6 +130,7 @@ struct run {
 	const struct model *failed;  /* the model it was loading, if any */
 	devcache_device_t *failed_on;
 	bool from_ram;               /* the set's second load was a copy from RAM */
+	bool partial;                /* a model loaded partially */
 };
 
 static bool failed(struct run *r, const char *step)
@@ -160,11 +175,29 @@ static bool check_model(struct run *r, devcache_model_t *m, const struct model *
 	return true;
 }
 
+/* A partial model's last tensor to the device, everything back to the
+ * host, its second tensor to the device (each fits the partial variant's
+ * budget); every tensor checked after each move. */
+static bool move_tensors(struct run *r, devcache_model_t *m, const struct model *mo)
+{
+	const char *last = mo->t[mo->n - 1].name, *second = mo->t[1].name;
+
+	r->partial = true;
+	return CALL(r, RESIDENT, devcache_model_make_resident(m, &last, 1, NULL)) &&
+	       check_model(r, m, mo, RESIDENT) &&
+	       CALL(r, TO_HOST, devcache_model_move_to_host(m, NULL, 0)) &&
+	       check_model(r, m, mo, TO_HOST) &&
+	       CALL(r, RESIDENT, devcache_model_make_resident(m, &second, 1, NULL)) &&
+	       check_model(r, m, mo, RESIDENT);
+}
+
 static bool load(struct run *r, const struct model *mo, devcache_device_t *dev, const char *step)
 {
 	devcache_model_t *m = NULL;
 	devcache_load_result_t res;
-	devcache_load_args_t args = {.struct_size = sizeof args, .result = &res};
+	devcache_load_args_t args = {.struct_size = sizeof args, .result = &res,
+				     .flags = dev == r->host ? r->v->host_flags : 0};
+	devcache_model_info_t info;
 	bool ok;
 
 	r->failed = mo;
@@ -175,7 +208,8 @@ static bool load(struct run *r, const struct model *mo, devcache_device_t *dev, 
 	}
 	if (mo == &set && res.hit)
 		r->from_ram = res.from_ram;
-	ok = check_model(r, m, mo, step);
+	assert_int_equal(devcache_model_info(m, &info), 0);
+	ok = check_model(r, m, mo, step) && (!info.partial || move_tensors(r, m, mo));
 	IN_WINDOW(devcache_model_release(m));
 	if (ok)
 		r->failed = NULL;
@@ -232,11 +266,9 @@ static void workload(struct run *r)
 				     .log_fn = log_nothing,
 				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV};
 
-	/* The budget holds the set or the GGUF file on good:0, not both. */
 	snprintf(opts, sizeof opts,
-		 "log_level:warning,backend_path:%s,backends:good,load_workers:3,"
-		 "staging_buffer_size:64K,staging_buffers:3,keep_ram_copy:true,"
-		 "max_cache_vram:200K,%s",
+		 "log_level:info,backend_path:%s,backends:good,load_workers:3,"
+		 "staging_buffer_size:64K,staging_buffers:3,keep_ram_copy:true,%s",
 		 test_env("TEST_MODULES"), r->v->options);
 	if (!CALL(r, "devcache_open_ex", devcache_open_ex(&r->ctx, &args))) {
 		r->ctx = NULL;
@@ -413,7 +445,7 @@ static void one_run(const struct variant *v, const struct ip_fault *f, judge_fn 
 			 r.rc ? r.step : "a run that went through");
 	assert_false(ip_overflowed());
 	if (count_fds() != fds)
-		fail_msg("%s, fault %lu of kind %d: %zu file descriptor(s) open before, %zu after %s",
+		fail_msg("%s, fault %lu of kind %d: %zu descriptor(s) open before, %zu after %s",
 			 v->name, f ? f->nth : 0, f ? (int)f->kind : -1, fds, count_fds(),
 			 r.rc ? r.step : "a run that went through");
 }
@@ -540,6 +572,13 @@ static void clean_workload(void **state)
 	IN_WINDOW(devcache_close(r.ctx));
 	print_message("# a clean run (direct_io): %lu allocations, %lu reads, %lu threads\n",
 		      ip_calls(IP_ALLOC), ip_calls(IP_READ), ip_calls(IP_THREAD));
+	r = (struct run){.v = &partial};
+	workload(&r);
+	if (r.rc)
+		fail_msg("%s: %s", r.step, r.why);
+	assert_true(r.partial);
+	assert_empty(&r);
+	IN_WINDOW(devcache_close(r.ctx));
 }
 
 static void alloc_failures(const struct variant *v)
@@ -551,19 +590,21 @@ static void alloc_failures(const struct variant *v)
 	sweep(v, &f, judge_alloc, "allocations");
 }
 
-static void alloc_failures_mapped(void **state)
-{
-	(void)state;
-	alloc_failures(&mapped);
-}
-
+/* (The mmap variant allocates as direct_io does: its sweep would find
+ * nothing more.  Its mappings are writable in the partial variant.) */
 static void alloc_failures_direct(void **state)
 {
 	(void)state;
 	alloc_failures(&direct);
 }
 
-static const struct variant *const variants[] = {&mapped, &direct};
+static void alloc_failures_partial(void **state)
+{
+	(void)state;
+	alloc_failures(&partial);
+}
+
+static const struct variant *const variants[] = {&mapped, &direct, &partial};
 
 static void read_errors_name_the_file(void **state)
 {
@@ -648,8 +689,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(clean_workload),
-		cmocka_unit_test(alloc_failures_mapped),
 		cmocka_unit_test(alloc_failures_direct),
+		cmocka_unit_test(alloc_failures_partial),
 		cmocka_unit_test(read_errors_name_the_file),
 		cmocka_unit_test(interrupted_reads_are_retried),
 		cmocka_unit_test(short_reads_are_continued),
