@@ -18,12 +18,12 @@
 
 /*
  * The workload (workload()): open a context on the host and the test
- * module's device good:0; load a safetensors file and a GGUF file on the
- * host; load a sharded safetensors set (its index JSON) and the GGUF file
- * onto good:0 through the staging ring, three load workers reading 64 KiB
- * chunks, under a device budget that holds one of the two, so that the
- * GGUF file evicts the set to RAM and loading the set again copies it
- * back; read every tensor back through its pointer and through
+ * module's device good:0; load a safetensors file, a GGUF file and a GGUF
+ * split of two files on the host; load a sharded safetensors set (its
+ * index JSON) and the GGUF file onto good:0 through the staging ring,
+ * three load workers reading 64 KiB chunks, under a device budget that
+ * holds one of the two, so that the GGUF file evicts the set to RAM and
+ * loading the set again copies it back; read every tensor back through its pointer and through
  * devcache_model_tensor_copy(); allocate and free on both devices; print
  * the statistics, summaries and snapshot; evict everything; close.  Three
  * variants: host models mapped (mmap); host models read into memory and
@@ -52,6 +52,7 @@
 #define SEED_ST 11
 #define SEED_GGUF 12
 #define SEED_SET 13
+#define SEED_SPLIT 14
 /* Sweeps longer than this are sampled past their first SWEEP_HEAD calls. */
 #define SWEEP_MAX 5000
 #define SWEEP_HEAD 200
@@ -74,10 +75,14 @@ static const struct mw_tensor gguf_tensors[] = {
 static const struct mw_tensor set_tensors[] = {
 	{"a.weight", 80000, 0}, {"b.weight", 20001, 1}, {"c.bias", 3, 1}, {"d.weight", 10000, 2}};
 
+static const struct mw_tensor split_tensors[] = {
+	{"tok_embd.weight", 3000, 0}, {"blk.0.w", 2000, 1}, {"output.weight", 1000, 1}};
+
 static char dir[256];
 static struct model st = {"the safetensors file", "", st_tensors, COUNT(st_tensors), SEED_ST};
 static struct model gguf = {"the GGUF file", "", gguf_tensors, COUNT(gguf_tensors), SEED_GGUF};
 static struct model set = {"the sharded set", "", set_tensors, COUNT(set_tensors), SEED_SET};
+static struct model split = {"the GGUF split", "", split_tensors, COUNT(split_tensors), SEED_SPLIT};
 
 struct variant {
 	const char *name;
@@ -279,6 +284,7 @@ static void workload(struct run *r)
 		return;
 	if (!load(r, &st, r->host, "load the safetensors file on host") ||
 	    !load(r, &gguf, r->host, "load the GGUF file on host") ||
+	    !load(r, &split, r->host, "load the GGUF split on host") ||
 	    !load(r, &set, r->dev, "load the set on good:0") ||
 	    !load(r, &gguf, r->dev, "load the GGUF file on good:0 (the set to RAM)") ||
 	    !load(r, &set, r->dev, "load the set on good:0 again (from RAM)") || !allocate(r) ||
@@ -665,6 +671,8 @@ static int setup(void **state)
 	mw_gguf(gguf.path, NULL, 0, gguf_tensors, COUNT(gguf_tensors), SEED_GGUF);
 	mw_sharded(dir, "set", set_tensors, COUNT(set_tensors), 3, SEED_SET, 0, set.path,
 		   sizeof set.path);
+	mw_gguf_split(dir, "split", split_tensors, COUNT(split_tensors), 2, SEED_SPLIT, 0,
+		      split.path, sizeof split.path);
 	if (!(sink = fopen("/dev/null", "w")) || setvbuf(sink, sink_buf, _IOFBF, sizeof sink_buf))
 		return -1;
 	/* json-c 0.16 crashes when some of its own allocations fail (its
