@@ -221,7 +221,7 @@ static void *read_stats(void *arg)
 
 		if (devcache_stats(r->f->dev, &s))
 			snprintf(r->why, sizeof r->why, "%s", devcache_last_error());
-		else if ((why = check_stats(&s)))
+		else if ((why = check_stats_peaks(&s, false))) /* the workers call meanwhile */
 			snprintf(r->why, sizeof r->why, "%s", why);
 		r->reads++;
 	}

@@ -309,7 +309,7 @@ static void observe(struct worker *w, unsigned what)
 	if (what < 40) {
 		if (devcache_stats(r->f->dev, &s))
 			note(w, "devcache_stats: %s", devcache_last_error());
-		else if ((why = check_stats(&s)))
+		else if ((why = check_stats_peaks(&s, false))) /* the others call meanwhile */
 			note(w, "statistics: %s", why);
 		else if (s.allocation[DEVCACHE_POOL_ALL].current < w->n)
 			note(w, "fewer blocks allocated than this thread holds");
@@ -486,7 +486,7 @@ static void check_all_freed(struct fx *f)
 {
 	devcache_stats_t s;
 
-	check_allocator(f, NULL, 0);
+	check_allocator_peaks(f, NULL, 0, false);
 	s = fx_stats(f);
 	for (int p = 0; p < DEVCACHE_POOL_COUNT; p++) {
 		assert_int_equal(s.allocation[p].current, 0);
@@ -570,7 +570,7 @@ static void solo(struct fx *f, uint64_t seed, const struct sizes *z)
 	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].peak, reserved.max);
 	for (size_t i = 0; i < n; i++)
 		held[i] = (struct held){live[i].ptr, live[i].size};
-	check_allocator(f, held, n);
+	check_allocator_peaks(f, held, n, false);
 	while (n)
 		fx_free(f, live[--n].ptr);
 }
@@ -603,7 +603,7 @@ static void run_phase(const struct phase *ph)
 	join(r, t);
 	/* Quiescent, frees perhaps still waiting on events: the allocator
 	 * agrees with itself and with the threads. */
-	check_allocator(&f, t->held, t->n);
+	check_allocator_peaks(&f, t->held, t->n, false);
 	check_totals(&f, ph, t);
 	while (t->n)
 		fx_free(&f, t->live[--t->n].ptr);
@@ -615,7 +615,7 @@ static void run_phase(const struct phase *ph)
 	check_all_freed(&f);
 	/* The empty cache: every segment given back. */
 	assert_int_equal(devcache_empty_cache(f.dev), 0);
-	check_allocator(&f, NULL, 0);
+	check_allocator_peaks(&f, NULL, 0, false);
 	devcache_stats_t s = fx_stats(&f);
 	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 0);
 	assert_int_equal(s.segment[DEVCACHE_POOL_ALL].current, 0);
