@@ -846,9 +846,10 @@ static int alloc_in_pool(struct allocator *a, struct tcache *tc, size_t size, vo
 
 /* The allocation path with the allocator-wide lock: everything but a
  * redo or a hit on the thread's own stream. */
-static __attribute__((noinline)) int alloc_locked(struct allocator *a, struct tcache *tc, size_t size,
+static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t size,
 						  devcache_stream_t stream, void **ptr_p)
 {
+	struct tcache *tc = tcache_own(a);
 	struct hit hit = { 0 };
 	int rc;
 
@@ -887,9 +888,11 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, struct tc
  * never matches, the block's request being at least 1. */
 ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t stream, void **ptr_p)
 {
-	struct tcache *tc = tcache_own(a);
+	struct tcache *tc = tcache_last;
 
-	if (tc && tc->req == size && tc->stream == stream &&
+	/* Only tcache_last on the hit path: with no call on it, the compiler
+	 * saves no register there (tcache_own() may call). */
+	if (tc && tc->a == a && tc->req == size && tc->stream == stream &&
 	    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED &&
 	    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
 		__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
@@ -898,7 +901,7 @@ ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t st
 		*ptr_p = (void *)tc->ptr;
 		return 0;
 	}
-	return alloc_locked(a, tc, size, stream, ptr_p);
+	return alloc_locked(a, size, stream, ptr_p);
 }
 
 ALLOC_INLINE int release_block(struct allocator *a, devcache_stats_t *st, struct block *b)
@@ -945,9 +948,9 @@ static int free_in_pool(struct allocator *a, struct tcache *tc, uintptr_t addr)
 	return rc;
 }
 
-static __attribute__((noinline)) int free_locked(struct allocator *a, struct tcache *tc, void *ptr,
-						 const char *what)
+static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr, const char *what)
 {
+	struct tcache *tc = tcache_own(a);
 	int rc;
 
 	if (!ptr)
@@ -976,23 +979,27 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, struct tca
 /* The thread's own last block, its pool as it was: undone. */
 ALLOC_INLINE int do_free(struct allocator *a, void *ptr, const char *what)
 {
-	struct tcache *tc = tcache_own(a);
+	struct tcache *tc = tcache_last;
 
-	if (tc && __atomic_load_n(&tc->ptr, __ATOMIC_RELAXED) == (uintptr_t)ptr &&
+	if (tc && tc->a == a && __atomic_load_n(&tc->ptr, __ATOMIC_RELAXED) == (uintptr_t)ptr &&
 	    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_LIVE &&
 	    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
 		__atomic_store_n(&tc->state, TC_CACHED, __ATOMIC_RELAXED);
 		return 0;
 	}
-	return free_locked(a, tc, ptr, what);
+	return free_locked(a, ptr, what);
+}
+
+static __attribute__((noinline, cold)) int alloc_bad_args(devcache_device_t *dev)
+{
+	alloc_check_dev(dev, "devcache_alloc");
+	return err_set(DEVCACHE_EINVAL, _("devcache_alloc: NULL argument"));
 }
 
 int devcache_alloc(devcache_device_t *dev, size_t size, devcache_stream_t stream, void **ptr_p)
 {
-	if (__builtin_expect(!dev || !ptr_p, 0)) {
-		alloc_check_dev(dev, "devcache_alloc");
-		return err_set(DEVCACHE_EINVAL, _("devcache_alloc: NULL argument"));
-	}
+	if (__builtin_expect(!dev || !ptr_p, 0))
+		return alloc_bad_args(dev);
 	return do_alloc(dev->alloc, size, stream, ptr_p);
 }
 
