@@ -3,13 +3,20 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* Like errno: one per thread, so concurrent calls never see each other's. */
 static __thread char detail[1024];
 
+/* The message may quote the one it replaces (devcache_last_error() as an
+ * argument): it is written aside first, as vsnprintf() must not read
+ * what it writes. */
 int err_setv(int code, const char *fmt, va_list ap)
 {
-	vsnprintf(detail, sizeof detail, fmt, ap);
+	char text[sizeof detail];
+
+	vsnprintf(text, sizeof text, fmt, ap);
+	memcpy(detail, text, sizeof detail);
 	return code;
 }
 
