@@ -52,9 +52,18 @@ int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool c
 				 "of %zu bytes. Of the pinned memory %s is allocated by libdevcache, "
 				 "and %s is cached but unallocated.%s"),
 			       a->dev->id, req, requested, alloc, un, said);
-	if (bk_mem_get_info(a->dev, &free_mem, &total))
+	if (bk_mem_get_info(a->dev, &free_mem, &total)) {
+		/* Taken as none for the advice; the message says why it is unknown. */
+		size_t n = strlen(said);
+
+		snprintf(said + n, sizeof said - n, _(" Free memory is unknown: %s"),
+			 devcache_last_error());
+		snprintf(fr, sizeof fr, _("an unknown amount"));
 		free_mem = 0;
-	format_mem(free_mem, fr, sizeof fr);
+		total = a->dev->info.total_memory;
+	} else {
+		format_mem(free_mem, fr, sizeof fr);
+	}
 	format_mem(total, tot, sizeof tot);
 	format_mem(a->reserved_total, held, sizeof held);
 	if (a->fraction_set) {
