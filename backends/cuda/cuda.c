@@ -186,12 +186,22 @@ static int enter(struct cuda_state *s, int dev, bool *pushed_p)
 	return 0;
 }
 
-static void leave(struct cuda_state *s, bool pushed)
+/* Pops what enter() pushed.  The call made between has done its work,
+ * so a pop the driver refuses is no failure of it; but the program's own
+ * context is then no longer current on this thread, which it must hear. */
+static void leave(struct cuda_state *s, int dev, bool pushed)
 {
 	CUcontext popped;
+	CUresult e;
+	char text[256];
 
-	if (pushed)
-		s->cuCtxPopCurrent(&popped);
+	if (!pushed || (e = s->cuCtxPopCurrent(&popped)) == CUDA_SUCCESS)
+		return;
+	describe(s, e, text, sizeof text);
+	s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR,
+		     "cuda:%d: cuCtxPopCurrent: %s: the program's own context, under the "
+		     "device's primary context, is no longer current on this thread",
+		     dev, text);
 }
 
 /* Runs call with dev's primary context current; a failure is reported as
@@ -203,7 +213,7 @@ static void leave(struct cuda_state *s, bool pushed)
 		if (rc_)                                                                           \
 			return rc_;                                                                \
 		CUresult e_ = (call);                                                              \
-		leave((s), pushed_);                                                               \
+		leave((s), (dev), pushed_);                                                               \
 		if (e_ != CUDA_SUCCESS)                                                            \
 			return fail((s), e_, (what), (dev));                                       \
 	} while (0)
@@ -510,7 +520,7 @@ static int cuda_event_query(void *state, int dev, devcache_event_t event)
 	if ((rc = enter(s, dev, &pushed)))
 		return rc;
 	e = s->cuEventQuery((CUevent)event);
-	leave(s, pushed);
+	leave(s, dev, pushed);
 	if (e == CUDA_ERROR_NOT_READY)
 		return DEVCACHE_EAGAIN;
 	CHECK(s, e, "cuEventQuery", dev);
@@ -592,12 +602,12 @@ static int cuda_vm_map(void *state, int dev, void *va, size_t size, void *handle
 		return rc;
 	e = s->cuMemMap(p, size, 0, (CUmemGenericAllocationHandle)(uintptr_t)handle, 0);
 	if (e != CUDA_SUCCESS) {
-		leave(s, pushed);
+		leave(s, dev, pushed);
 		return fail(s, e, "cuMemMap", dev);
 	}
 	if ((e = s->cuMemSetAccess(p, size, &access, 1)) != CUDA_SUCCESS)
 		s->cuMemUnmap(p, size);
-	leave(s, pushed);
+	leave(s, dev, pushed);
 	if (e != CUDA_SUCCESS)
 		return fail(s, e, "cuMemSetAccess", dev);
 	return 0;
