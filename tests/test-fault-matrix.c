@@ -2,7 +2,9 @@
 /* test-fault-matrix.c - a scripted workload run on each fake runtime once per vendor call it makes, that call failing: a clean error naming it, nothing leaked or misused, a context that still loads. */
 #include "tap.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,13 +16,19 @@
 #include "model-writer.h"
 
 /*
- * The workload (open, allocate on two streams, load a sharded set, load a
- * model partly and move its tensors, evict to RAM and reload from there,
- * evict everything, empty the caches, close) is run clean to count the
- * calls it makes of every function the fake exports, twice, to see that
- * the counts hold; then, from a fresh context each time, once for every
- * call: the Nth call of function F fails, for every F and every N up to
- * F's count.  One loader thread keeps the calls in one order.
+ * The workload (open, allocate on two streams, read the free memory from
+ * this thread and from a new one, copy under a context of the program's
+ * own where the vendor has contexts, ask for more than the device has,
+ * load a sharded set, load a model partly and move its tensors, evict to
+ * RAM and reload from there, evict everything, empty the caches, close)
+ * is run clean to count the calls it makes of every function the fake
+ * exports, twice, to see that the counts hold; then, from a fresh context
+ * each time, once for every call: the Nth call of function F fails, for
+ * every F and every N up to F's count.  One loader thread keeps the calls
+ * in one order.  The calls that only describe an error fail in a pass of
+ * their own, with each F's first call.  A last test reads each backend's
+ * source for the vendor functions it calls, and fails if one is failed
+ * by no matrix: a new call site needs a step that reaches it.
  *
  * A run must either fail a step with an error that names F, or go on
  * with every byte right: saying so in a log message that names F (what
@@ -52,6 +60,11 @@ struct vendor {
 	 * runtime, and the library can only say so. */
 	const char *const *releases;
 	size_t cascade; /* the most objects one refused release can leave */
+	/* Called only to describe another call's failure: failed, in a pass
+	 * of their own, together with each function of the workload. */
+	const char *const *describers;
+	/* Called by the backend, and never failed here: why each cannot be. */
+	const struct tolerated *unfailed;
 };
 
 /* Why a block used on another stream may be freed without an event. */
@@ -74,6 +87,9 @@ static const char *const cuda_releases[] = {
 	"cuMemHostUnregister", NULL,
 };
 
+static const char *const cuda_describers[] = {"cuGetErrorString", "cuGetErrorName", NULL};
+static const struct tolerated none[] = {{NULL, NULL, NULL}};
+
 static const struct tolerated hip_tolerated[] = {
 	{"hipRuntimeGetVersion", "open", "read for a debug message only"},
 	{"hipDeviceGetPCIBusId", "open", "a device that cannot say has no bus id, as one off PCI"},
@@ -84,6 +100,13 @@ static const struct tolerated hip_tolerated[] = {
 };
 static const char *const hip_releases[] = {
 	"hipFree", "hipHostFree", "hipStreamDestroy", "hipEventDestroy", "hipHostUnregister", NULL,
+};
+
+static const char *const no_describers[] = {NULL};
+static const struct tolerated hip_unfailed[] = {
+	{"hipGetErrorString", NULL, "returns a string: the API gives it no way to fail"},
+	{"hipGetErrorName", NULL, "returns a string: the API gives it no way to fail"},
+	{NULL, NULL, NULL},
 };
 
 static const struct tolerated ze_tolerated[] = {
@@ -104,11 +127,11 @@ static const char *const ze_releases[] = {
  * failed: an illegal address, or a lost device. */
 static const struct vendor vendors[] = {
 	{"cuda", "cuda:0", "libfake-cuda.so", 700 /* CUDA_ERROR_ILLEGAL_ADDRESS */, cuda_tolerated,
-	 cuda_releases, 3 /* a mapping, its memory, its address range */},
+	 cuda_releases, 3 /* a mapping, its memory, its address range */, cuda_describers, none},
 	{"hip", "hip:0", "libfake-hip.so", 700 /* hipErrorIllegalAddress */, hip_tolerated,
-	 hip_releases, 1},
+	 hip_releases, 1, no_describers, hip_unfailed},
 	{"ze", "ze:0", "libfake-ze.so", 0x70000001 /* ZE_RESULT_ERROR_DEVICE_LOST */, ze_tolerated,
-	 ze_releases, 3 /* an event, its pool, their context */},
+	 ze_releases, 3 /* an event, its pool, their context */, no_describers, none},
 };
 
 /* One matrix: a vendor, and the options that choose the allocator's paths. */
@@ -127,7 +150,8 @@ static const struct matrix matrices[] = {
 	{&vendors[2], ",expandable_segments:True"},
 };
 
-/* The fake's controls: fake_<vendor>_fail, _calls, _function, _live, _misuses. */
+/* The fake's controls: fake_<vendor>_fail, _calls, _function, _live,
+ * _misuses, and where the vendor has contexts, _context_current. */
 struct fake {
 	void *lib;
 	void (*inject)(const char *, unsigned, int);
@@ -135,7 +159,11 @@ struct fake {
 	const char *(*function)(unsigned);
 	size_t (*live)(void);
 	unsigned long (*misuses)(const char *);
+	void (*context_current)(int);
 };
+
+/* Or'ed into a fault's nth: every call from the nth on fails (fake-controls.h). */
+#define FAIL_ON 0x80000000u
 
 /* What one run saw. */
 struct run {
@@ -150,6 +178,7 @@ struct run {
 	const char *step;    /* the step that failed, or NULL */
 	int rc;
 	char error[1024];    /* its detail message */
+	char expected[2048]; /* the messages of the calls that were to fail, and did */
 	char log[8192];      /* what the library logged, one message a line */
 	size_t log_len;
 };
@@ -238,6 +267,7 @@ static bool fake_controls(const struct vendor *v, struct fake *f)
 	CONTROL(function, "function")
 	CONTROL(live, "live")
 	CONTROL(misuses, "misuses")
+	CONTROL(context_current, "context_current")
 #undef CONTROL
 	return f->inject && f->calls && f->function && f->live && f->misuses;
 }
@@ -368,6 +398,49 @@ static int placed(devcache_model_t *m, unsigned mask)
 	return 0;
 }
 
+/* A step that must fail with out of memory: any other result is the
+ * run's failure; the message is kept, for it may name the fault. */
+static int expect_enomem(struct run *r, int rc)
+{
+	size_t n = strlen(r->expected);
+
+	if (rc != DEVCACHE_ENOMEM)
+		return rc ? rc : -1;
+	snprintf(r->expected + n, sizeof r->expected - n, "%s\n", devcache_last_error());
+	return 0;
+}
+
+/* A copy and a read of the device's memory from a thread of its own,
+ * which the vendor's runtime has never seen. */
+struct newcomer {
+	devcache_device_t *dev;
+	void *dst;
+	const void *src;
+	devcache_stream_t stream;
+	int rc;
+	char error[1024];
+};
+
+static void *newcomer_main(void *arg)
+{
+	struct newcomer *nc = arg;
+	devcache_device_info_t info;
+
+	if ((nc->rc = devcache_copy_to_device(nc->dev, nc->dst, nc->src, SMALL, nc->stream)) == 0)
+		nc->rc = devcache_device_info(nc->dev, &info);
+	if (nc->rc)
+		snprintf(nc->error, sizeof nc->error, "%s", devcache_last_error());
+	return NULL;
+}
+
+static void from_new_thread(struct newcomer *nc)
+{
+	pthread_t t;
+
+	assert_int_equal(pthread_create(&t, NULL, newcomer_main, nc), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+}
+
 /* Everything but the open and the close; what it holds is given back
  * whether it fails or not. */
 static void workload(struct run *r, devcache_ctx_t *ctx, devcache_device_t *dev)
@@ -380,6 +453,9 @@ static void workload(struct run *r, devcache_ctx_t *ctx, devcache_device_t *dev)
 	const char *t3[] = {"t3"}, *t1[] = {"t1"};
 	devcache_load_result_t res;
 	devcache_load_args_t args = {.struct_size = sizeof args, .result = &res};
+	devcache_device_info_t info;
+	bool foreign = false;
+	void *huge = NULL;
 
 	assert_non_null(out);
 	/* The caching allocator, on two streams. */
@@ -405,6 +481,32 @@ static void workload(struct run *r, devcache_ctx_t *ctx, devcache_device_t *dev)
 	STEP(r, "host_alloc", devcache_host_alloc(dev, 100000, &pinned));
 	STEP(r, "host_free", devcache_host_free(dev, pinned));
 	pinned = NULL;
+
+	/* What the device has free, from this thread and from a new one;
+	 * where the vendor has contexts, a copy made while one of the
+	 * program's own is current; a request larger than the device, whose
+	 * message reads the free memory too. */
+	STEP(r, "device_info", devcache_device_info(dev, &info));
+	struct newcomer nc = {.dev = dev, .dst = p[2], .src = in, .stream = s2};
+	from_new_thread(&nc);
+	mark(r, "new thread");
+	if (nc.rc) {
+		failed(r, "new thread", nc.rc);
+		snprintf(r->error, sizeof r->error, "%s", nc.error); /* the newcomer's, not ours */
+		goto out;
+	}
+	if (r->f->context_current) {
+		r->f->context_current(1); /* device 1's primary context, which the library never uses */
+		foreign = true;
+		STEP(r, "under another context",
+		     devcache_copy_to_device(dev, (char *)p[2] + 1, in, SMALL - 1, s2));
+		STEP(r, "under another context", devcache_copy_to_host(dev, out, p[2], SMALL, s2));
+		if (memcmp(in, out, 1) != 0 || memcmp(in, out + 1, SMALL - 1) != 0)
+			fail_msg("%s: %s: a copy came back wrong", r->v->backend, r->label);
+		r->f->context_current(0);
+		foreign = false;
+	}
+	STEP(r, "out of memory", expect_enomem(r, devcache_alloc(dev, (size_t)1 << 30, s1, &huge)));
 
 	/* The set, whole, on the device; kept locked while the other model
 	 * loads partly beside it, on a stream of ours. */
@@ -446,6 +548,10 @@ static void workload(struct run *r, devcache_ctx_t *ctx, devcache_device_t *dev)
 	STEP(r, "empty_cache", devcache_empty_cache(dev));
 	STEP(r, "host_empty_cache", devcache_host_empty_cache(dev));
 out:
+	if (foreign)
+		r->f->context_current(0); /* as every run finds it */
+	if (huge)
+		FINISH(r, "free", devcache_free(dev, huge));
 	if (big)
 		devcache_model_release(big);
 	if (set)
@@ -537,7 +643,7 @@ static void one_run(struct run *r, const char *function, unsigned nth)
 	r->fired_in = NULL;
 	r->step = NULL;
 	r->rc = 0;
-	r->error[0] = r->log[0] = '\0';
+	r->error[0] = r->log[0] = r->expected[0] = '\0';
 	r->log_len = 0;
 	if (function)
 		r->f->inject(function, nth, r->v->code);
@@ -566,6 +672,45 @@ static void one_run(struct run *r, const char *function, unsigned nth)
 	}
 }
 
+/* ---- every call site ---------------------------------------------------------- */
+
+/* The functions failed in some matrix, by vendor, as the backend writes
+ * their names; and the vendors whose matrices ran. */
+enum { MAX_COVERED = 256 };
+static char covered[sizeof vendors / sizeof *vendors][MAX_COVERED][64];
+static unsigned n_covered[sizeof vendors / sizeof *vendors];
+static bool vendor_ran[sizeof vendors / sizeof *vendors];
+
+static bool is_covered(const struct vendor *v, const char *name)
+{
+	size_t vi = (size_t)(v - vendors);
+
+	for (unsigned i = 0; i < n_covered[vi]; i++)
+		if (strcmp(covered[vi][i], name) == 0)
+			return true;
+	return false;
+}
+
+static void covered_add(const struct vendor *v, const char *function)
+{
+	size_t vi = (size_t)(v - vendors);
+	char name[64];
+
+	written_name(function, name, sizeof name);
+	if (is_covered(v, name))
+		return;
+	assert_true(n_covered[vi] < MAX_COVERED);
+	snprintf(covered[vi][n_covered[vi]++], sizeof covered[vi][0], "%s", name);
+}
+
+static bool describes(const struct vendor *v, const char *function)
+{
+	for (const char *const *d = v->describers; *d; d++)
+		if (strcmp(*d, function) == 0)
+			return true;
+	return false;
+}
+
 /* How the runs ended. */
 struct tally {
 	unsigned functions, runs, failed, recovered, tolerated, at_close;
@@ -580,19 +725,21 @@ struct tally {
 		(t)->wrong++;                                                                      \
 	} while (0)
 
-/* The run with the nth call of function failing, and its checks. */
-static void one_fault(struct run *r, const char *function, unsigned nth, struct tally *t)
+/* The run with the nth call of function failing, and its checks; also
+ * says what else is made to fail, for the messages. */
+static void one_fault(struct run *r, const char *function, unsigned nth, const char *also,
+		      struct tally *t)
 {
 	char name[128];
 	size_t live0 = r->f->live(), kept;
 	unsigned long misuses0 = r->f->misuses(NULL);
 	bool said;
 
-	snprintf(r->label, sizeof r->label, "%s #%u failing", function, nth);
+	snprintf(r->label, sizeof r->label, "%s #%u failing%s", function, nth, also);
 	written_name(function, name, sizeof name);
 	one_run(r, function, nth);
 	t->runs++;
-	said = strstr(r->error, name) || strstr(r->log, name);
+	said = strstr(r->error, name) || strstr(r->log, name) || strstr(r->expected, name);
 	if (r->step) {
 		/* The step that failed says which call did. */
 		if (!said)
@@ -664,6 +811,7 @@ static void fault_matrix(const struct matrix *mx)
 		skip_because("the fake runtime %s is not built", v->fake);
 	}
 	assert_true(fake_controls(v, &f));
+	vendor_ran[v - vendors] = !only;
 	/* What runs before left with the fake, refused releases, stays. */
 	size_t live0 = f.live();
 	unsigned long misuses0 = f.misuses(NULL);
@@ -701,15 +849,44 @@ static void fault_matrix(const struct matrix *mx)
 			snprintf(which, sizeof which, "%s:%lu", f.function(i), k);
 			if (only && strcmp(only, which) != 0)
 				continue;
-			one_fault(&r, f.function(i), (unsigned)k, &t);
+			one_fault(&r, f.function(i), (unsigned)k, "", &t);
 			if (only)
 				print_message("# error: %s\n# log: %s\n", r.error, r.log);
 		}
 	}
-	print_message("# %s%s: %u functions called, %u runs each failing one call: %u failed, "
-		      "%u recovered with a message, %u tolerated, %u reported at close\n",
-		      v->backend, mx->options, t.functions, t.runs, t.failed, t.recovered, t.tolerated,
-		      t.at_close);
+	if (!only)
+		for (unsigned i = 0; i < n; i++)
+			if (count[i])
+				covered_add(v, f.function(i));
+	/* The calls that describe an error, failing with the call whose
+	 * error they describe: each function's first call fails, and every
+	 * describer's; the error must still name the function. */
+	unsigned described = 0;
+	for (unsigned i = 0; i < n && !only && *v->describers; i++) {
+		if (!count[i] || describes(v, f.function(i)))
+			continue;
+		unsigned long calls0 = 0, calls1 = 0;
+
+		for (const char *const *d = v->describers; *d; d++) {
+			calls0 += f.calls(*d);
+			f.inject(*d, FAIL_ON | 1, v->code);
+		}
+		one_fault(&r, f.function(i), 1, ", and every description of an error", &t);
+		for (const char *const *d = v->describers; *d; d++) {
+			f.inject(*d, 0, 0);
+			calls1 += f.calls(*d);
+		}
+		described++;
+		if (calls1 == calls0)
+			continue;
+		for (const char *const *d = v->describers; *d; d++)
+			covered_add(v, *d);
+	}
+	print_message("# %s%s: %u functions called, %u runs each failing one call (%u with the "
+		      "descriptions of errors failing too): %u failed, %u recovered with a message, "
+		      "%u tolerated, %u reported at close\n",
+		      v->backend, mx->options, t.functions, t.runs, described, t.failed, t.recovered,
+		      t.tolerated, t.at_close);
 	if (t.wrong)
 		fail_msg("%s: %u of %u runs broke a rule (listed above)", v->backend, t.wrong,
 			 t.runs);
@@ -752,6 +929,64 @@ MATRIX(every_ze_call_fails_cleanly, 2)
 MATRIX(every_cuda_call_fails_cleanly_with_expandable_segments, 3)
 MATRIX(every_ze_call_fails_cleanly_with_expandable_segments, 4)
 
+/* Why the backend calls function and no matrix fails it, or NULL. */
+static const char *unfailed_why(const struct vendor *v, const char *function)
+{
+	for (const struct tolerated *u = v->unfailed; u->function; u++)
+		if (strcmp(u->function, function) == 0)
+			return u->why;
+	return NULL;
+}
+
+/* Every vendor function that the backend's source calls ("->cuMemAlloc("),
+ * failed in one of the vendor's matrices above, or said why it cannot be:
+ * a call site added to a backend without a step of the workload that
+ * reaches it fails here. */
+static void every_call_site_of_every_backend_is_failed(void **state)
+{
+	unsigned checked = 0, missing = 0;
+
+	(void)state;
+	if (getenv("TEST_FAULT_ONLY"))
+		skip_because("TEST_FAULT_ONLY runs one fault, not every call site");
+	for (size_t vi = 0; vi < sizeof vendors / sizeof *vendors; vi++) {
+		const struct vendor *v = &vendors[vi];
+		const char *prefix = strcmp(v->backend, "cuda") == 0 ? "cu" : v->backend;
+		char path[4096], *src;
+
+		if (!vendor_ran[vi])
+			continue;
+		snprintf(path, sizeof path, "%s/../backends/%s/%s.c", test_env("TEST_SRCDIR"),
+			 v->backend, v->backend);
+		src = test_slurp_must(path);
+		for (char *p = strstr(src, "->"); p; p = strstr(p + 2, "->")) {
+			char name[64];
+			size_t n = 0;
+			const char *q = p + 2;
+
+			while (n + 1 < sizeof name && (isalnum((unsigned char)q[n]) || q[n] == '_'))
+				n++;
+			if (q[n] != '(' || strncmp(q, prefix, strlen(prefix)) != 0 ||
+			    !isupper((unsigned char)q[strlen(prefix)]))
+				continue;
+			memcpy(name, q, n);
+			name[n] = '\0';
+			checked++;
+			if (is_covered(v, name) || unfailed_why(v, name))
+				continue;
+			print_message("# %s: the backend calls %s (%s), which no matrix fails\n",
+				      v->backend, name, path);
+			missing++;
+		}
+		free(src);
+	}
+	if (!checked)
+		skip_because("no vendor backend is built (configure found no headers for one)");
+	if (missing)
+		fail_msg("%u call sites of the backends are not failed by the workload (listed above)",
+			 missing);
+}
+
 int main(void)
 {
 	/* Small devices: expandable segments reserve address space for all
@@ -767,6 +1002,7 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(every_ze_call_fails_cleanly_with_expandable_segments,
 						setup, teardown),
+		cmocka_unit_test(every_call_site_of_every_backend_is_failed),
 	};
 
 	return RUN_TAP(tests);

@@ -37,6 +37,7 @@ const char *fake_cuda_function(unsigned i);
 unsigned long fake_cuda_misuses(const char *function);
 size_t fake_cuda_live(void);
 void fake_cuda_hold_events(int hold);
+void fake_cuda_context_current(int dev);
 
 /* Every function of the driver that this fake provides, in one list: the
  * call counters and fault injection are indexed by it. */
@@ -1293,6 +1294,17 @@ CUresult cuEventSynchronize(CUevent hEvent)
 void fake_cuda_hold_events(int hold)
 {
 	__atomic_store_n(&hold_events, hold, __ATOMIC_RELAXED);
+}
+
+/* The calling thread's context stack becomes the primary context of
+ * device dev alone (visible ordinal), or empty for dev < 0, without a
+ * counted call: a program's own context, for a test to call the library
+ * under. */
+void fake_cuda_context_current(int dev)
+{
+	ctx_depth = 0;
+	if (dev >= 0 && dev < n_visible)
+		ctx_stack[ctx_depth++] = &primaries[dev];
 }
 
 /* ---- virtual memory ---- */
