@@ -143,19 +143,25 @@ static ssize_t shorten(ssize_t n)
 }
 
 static char fired_file[4096];
+/* Reads struck from the Nth on strike in several load workers at once. */
+static pthread_mutex_t fired_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The file of the read that failed, for the test to look for in the
  * message (readlink allocates nothing). */
 static void note_file(int fd)
 {
-	char link[64];
+	char link[64], path[sizeof fired_file];
 	ssize_t n;
 
 	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-	n = readlink(link, fired_file, sizeof fired_file - 1);
-	fired_file[n > 0 ? n : 0] = '\0';
+	n = readlink(link, path, sizeof path - 1);
+	path[n > 0 ? n : 0] = '\0';
+	pthread_mutex_lock(&fired_lock);
+	memcpy(fired_file, path, sizeof fired_file);
+	pthread_mutex_unlock(&fired_lock);
 }
 
+/* Read once the workload is over, its threads joined. */
 const char *ip_fired_file(void)
 {
 	return fired_file;
@@ -257,7 +263,20 @@ ssize_t read(int fd, void *buf, size_t count)
 		return real(fd, buf, count);
 	struct iovec iov = {buf, count};
 
-	return faulty_read(fd, &how, how.err ? -1 : real(fd, buf, count), &iov, 1);
+	if (how.err)
+		return faulty_read(fd, &how, -1, &iov, 1);
+	/* A short read leaves the file offset after what it returned: the
+	 * rest is given back, where the file can seek. */
+	ssize_t n = real(fd, buf, count), k = n > 0 ? shorten(n) : n;
+	int e = errno;
+
+	note_file(fd);
+	if (k < n && lseek(fd, (off_t)k - (off_t)n, SEEK_CUR) == (off_t)-1)
+		k = n; /* a pipe: what it gave stays given */
+	else if (k < n)
+		scribble(&iov, 1, (size_t)k, (size_t)n);
+	errno = e;
+	return k;
 }
 
 ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);
