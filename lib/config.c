@@ -223,17 +223,17 @@ static int too_large(const char *path, uint64_t size)
 		       path, (unsigned long long)size, CONFIG_FILE_MAX);
 }
 
-/* Open a configuration file for reading into *f_p, which stays NULL for a
- * missing file that may be skipped.  Anything but a regular file is refused
- * at once: a FIFO would block the open until a writer came, and a device
- * such as /dev/zero would never end. */
-static int open_file(const char *path, bool must_exist, FILE **f_p)
+/* Open a configuration file for reading into *fd_p, which stays -1 for a
+ * missing file that may be skipped; *size_p is its size.  Anything but a
+ * regular file is refused at once: a FIFO would block the open until a
+ * writer came, and a device such as /dev/zero would never end. */
+static int open_file(const char *path, bool must_exist, int *fd_p, size_t *size_p)
 {
 	/* O_NONBLOCK: no effect on a regular file's reads. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	struct stat st;
 
-	*f_p = NULL;
+	*fd_p = -1;
 	if (fd < 0 || fstat(fd, &st) != 0) {
 		int e = errno;
 
@@ -252,40 +252,92 @@ static int open_file(const char *path, bool must_exist, FILE **f_p)
 		close(fd);
 		return too_large(path, (uint64_t)st.st_size);
 	}
-	if (!(*f_p = fdopen(fd, "r"))) {
-		close(fd);
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	*fd_p = fd;
+	*size_p = (size_t)st.st_size;
+	return 0;
+}
+
+/* The whole file, NUL-terminated, into *buf_p, with read() itself: an
+ * interrupted or short read goes on, a failed one is an error naming the
+ * file (stdio's getline() would end the file early when memory ran out).
+ * A file that grows while it is read stops at the size limit. */
+static int read_file(int fd, const char *path, size_t size, char **buf_p, size_t *len_p)
+{
+	size_t cap = size < 4096 ? 4096 : size + 1, len = 0;
+	char *buf = malloc(cap + 1);
+
+	*buf_p = NULL;
+	if (!buf)
+		return err_set(DEVCACHE_ENOMEM, _("%s: out of memory reading the configuration file"),
+			       path);
+	for (;;) {
+		if (len == cap) {
+			char *more;
+
+			if (cap > CONFIG_FILE_MAX) {
+				free(buf);
+				return too_large(path, len);
+			}
+			cap = cap > CONFIG_FILE_MAX / 2 ? CONFIG_FILE_MAX + 1 : 2 * cap;
+			if (!(more = realloc(buf, cap + 1))) {
+				free(buf);
+				return err_set(DEVCACHE_ENOMEM,
+					       _("%s: out of memory reading the configuration file"),
+					       path);
+			}
+			buf = more;
+		}
+		ssize_t n = read(fd, buf + len, cap - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+
+			free(buf);
+			return err_set(DEVCACHE_EIO, _("%s: read error: %s"), path, strerror(e));
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
 	}
+	if (len > CONFIG_FILE_MAX) {
+		free(buf);
+		return too_large(path, len);
+	}
+	buf[len] = '\0';
+	*buf_p = buf;
+	*len_p = len;
 	return 0;
 }
 
 int config_apply_file(struct tunable_set *set, const char *path, bool must_exist,
 		      struct log_state *log, config_report_fn report, void *user)
 {
-	FILE *f;
-	char *line = NULL, origin[4096 + 32];
-	size_t cap = 0;
-	uint64_t total = 0;
-	ssize_t got;
-	int rc = open_file(path, must_exist, &f), first = 0;
+	char *buf = NULL, origin[4096 + 32];
+	size_t size = 0, len = 0;
+	int fd, rc = open_file(path, must_exist, &fd, &size), first = 0;
 
-	if (!f) {
+	if (fd >= 0) {
+		rc = read_file(fd, path, size, &buf, &len);
+		close(fd);
+	}
+	if (!buf) {
 		if (rc && report)
 			report(user, devcache_last_error());
 		return rc;
 	}
-	for (unsigned long n = 1; (got = getline(&line, &cap, f)) >= 0; n++) {
-		/* The size was checked at the open; a file that grows while it
-		 * is read stops at the same limit. */
-		if ((total += (uint64_t)got) > CONFIG_FILE_MAX) {
-			rc = too_large(path, total);
-			if (report)
-				report(user, devcache_last_error());
-			first = first ? first : rc;
-			break;
-		}
+	char *line = buf, *end = buf + len;
+
+	for (unsigned long n = 1; line < end; n++) {
+		char *nl = memchr(line, '\n', (size_t)(end - line));
+		char *next = nl ? nl + 1 : end;
+
+		if (nl)
+			*nl = '\0';
 		snprintf(origin, sizeof origin, "%s:%lu", path, n);
 		rc = apply_line(set, line, origin, log);
+		line = next;
 		if (rc && report) {
 			report(user, devcache_last_error());
 			if (!first)
@@ -295,13 +347,7 @@ int config_apply_file(struct tunable_set *set, const char *path, bool must_exist
 		if (rc)
 			break;
 	}
-	if (!rc && ferror(f)) {
-		rc = err_set(DEVCACHE_EIO, _("%s: read error: %s"), path, strerror(errno));
-		if (report)
-			report(user, devcache_last_error());
-	}
-	free(line);
-	fclose(f);
+	free(buf);
 	return first ? first : rc;
 }
 
@@ -353,26 +399,30 @@ static const char *env(const char *name)
 	return v && *v ? v : NULL;
 }
 
-char *config_sources_from_env(struct config_sources *src)
+int config_sources_from_env(struct config_sources *src, char **user_p)
 {
 	const char *xdg = env("XDG_CONFIG_HOME"), *home = env("HOME");
 	char *user = NULL;
+	int n = 0;
 
+	*user_p = NULL;
 	src->system_file = SYSCONFDIR "/devcache.conf";
 	if (secure_mode())
-		return NULL;
-	if (xdg && xdg[0] == '/') {
-		if (asprintf(&user, "%s/devcache/devcache.conf", xdg) < 0)
-			user = NULL;
-	} else if (home) {
-		if (asprintf(&user, "%s/.config/devcache/devcache.conf", home) < 0)
-			user = NULL;
-	}
+		return 0;
+	/* The user's file is never skipped for want of memory to name it. */
+	if (xdg && xdg[0] == '/')
+		n = asprintf(&user, "%s/devcache/devcache.conf", xdg);
+	else if (home)
+		n = asprintf(&user, "%s/.config/devcache/devcache.conf", home);
+	if (n < 0)
+		return err_set(DEVCACHE_ENOMEM,
+			       _("out of memory naming the user's configuration file"));
+	*user_p = user;
 	src->user_file = user;
 	src->conf_file = env("DEVCACHE_CONF");
 	src->backend_path = env("DEVCACHE_BACKEND_PATH");
 	src->env_options = env("DEVCACHE_OPTIONS");
-	return user;
+	return 0;
 }
 
 static const char *const known_env[] = {
