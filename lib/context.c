@@ -35,7 +35,8 @@ static int configure(devcache_ctx_t *ctx, const devcache_open_args_t *args,
 	if (rc)
 		return rc;
 	if (!(args->flags & DEVCACHE_OPEN_NO_ENV)) {
-		user = config_sources_from_env(&src);
+		if ((rc = config_sources_from_env(&src, &user)))
+			return rc;
 		config_warn_unknown_env(&ctx->log);
 	}
 	if (args->flags & DEVCACHE_OPEN_NO_FILES)

@@ -83,8 +83,9 @@ int config_apply_file(struct tunable_set *set, const char *path, bool must_exist
 		      struct log_state *log, config_report_fn report, void *user);
 int config_apply_sources(struct tunable_set *set, const struct config_sources *src,
 			 struct log_state *log);
-/* Fill src from the environment; returns the user file path to free. */
-char *config_sources_from_env(struct config_sources *src);
+/* Fill src from the environment; *user_p is the user file's path, to
+ * free.  DEVCACHE_ENOMEM where that path cannot be made. */
+int config_sources_from_env(struct config_sources *src, char **user_p);
 void config_warn_unknown_env(struct log_state *log);
 
 /* ---- the tunables of backend modules (module-tunables.c) ------------------ */
