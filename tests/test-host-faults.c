@@ -45,6 +45,10 @@
  * zero; and once the context is closed no block that the library, json-c
  * or the backend allocated is left, and no file descriptor.
  *
+ * The mmap and direct_io variants take the staging settings from two
+ * configuration files, the user's and DEVCACHE_CONF's, so that their
+ * reads and allocations are in the sweeps too.
+ *
  * To look at one sweep closely: TEST_VERBOSE=1 prints each failure's
  * message, TEST_FAULT=N runs the Nth fault of each sweep alone.
  */
@@ -88,12 +92,17 @@ struct variant {
 	const char *name;
 	const char *options;
 	unsigned host_flags; /* devcache_load_args_t.flags of host loads */
+	/* Part of the options come from configuration files: the user's
+	 * (XDG_CONFIG_HOME) and DEVCACHE_CONF's, which setup() writes. */
+	bool files;
 };
 
 /* The budget on good:0 holds the set or the GGUF file, not both; in the
  * partial variant, neither. */
-static const struct variant mapped = {"mmap", "mmap:true,direct_io:false,max_cache_vram:150K"};
-static const struct variant direct = {"direct_io", "mmap:false,direct_io:true,max_cache_vram:150K"};
+static const struct variant mapped = {"mmap", "mmap:true,direct_io:false,max_cache_vram:150K", 0,
+				      true};
+static const struct variant direct = {"direct_io", "mmap:false,direct_io:true,max_cache_vram:150K",
+				      0, true};
 static const struct variant partial = {
 	"partial",
 	"mmap:true,partial_loading:true,max_cache_vram:60K,log_memory_usage:true",
@@ -264,6 +273,36 @@ static bool report(struct run *r)
 	return ok;
 }
 
+/* A context that opened took every setting of the files: a file read
+ * short, or cut where memory ran out, is an error, never a file skipped
+ * or half read.  Outside the window. */
+static void check_files_applied(devcache_ctx_t *ctx)
+{
+	static const struct {
+		const char *name, *value, *origin;
+	} want[] = {
+		{"load_workers", "3", "xdg/devcache/devcache.conf:2"},
+		{"staging_buffer_size", "64K", "xdg/devcache/devcache.conf:3"},
+		{"staging_buffers", "3", "extra.conf:2"},
+		{"keep_ram_copy", "true", "extra.conf:3"},
+	};
+
+	for (size_t i = 0; i < COUNT(want); i++) {
+		char value[64];
+		const char *origin = NULL;
+
+		assert_int_equal(devcache_config_get(ctx, want[i].name, value, sizeof value, &origin),
+				 0);
+		assert_non_null(origin);
+		if (strcmp(value, want[i].value) != 0 ||
+		    strlen(origin) < strlen(want[i].origin) ||
+		    strcmp(origin + strlen(origin) - strlen(want[i].origin), want[i].origin) != 0)
+			fail_msg("%s is %s from %s, not %s from %s: a configuration file was not "
+				 "read whole",
+				 want[i].name, value, origin, want[i].value, want[i].origin);
+	}
+}
+
 static void workload(struct run *r)
 {
 	char opts[2048];
@@ -271,14 +310,22 @@ static void workload(struct run *r)
 				     .log_fn = log_nothing,
 				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV};
 
-	snprintf(opts, sizeof opts,
-		 "log_level:info,backend_path:%s,backends:good,load_workers:3,"
-		 "staging_buffer_size:64K,staging_buffers:3,keep_ram_copy:true,%s",
-		 test_env("TEST_MODULES"), r->v->options);
+	/* With files, the configuration files give the staging settings
+	 * (conf_user, conf_extra), read through the environment. */
+	if (r->v->files)
+		args.flags = 0;
+	snprintf(opts, sizeof opts, "log_level:info,backend_path:%s,backends:good,%s%s",
+		 test_env("TEST_MODULES"),
+		 r->v->files ? ""
+			     : "load_workers:3,staging_buffer_size:64K,staging_buffers:3,"
+			       "keep_ram_copy:true,",
+		 r->v->options);
 	if (!CALL(r, "devcache_open_ex", devcache_open_ex(&r->ctx, &args))) {
 		r->ctx = NULL;
 		return;
 	}
+	if (r->v->files)
+		check_files_applied(r->ctx);
 	if (!CALL(r, "devcache_device_get host", devcache_device_get(r->ctx, "host", &r->host)) ||
 	    !CALL(r, GET_DEV, devcache_device_get(r->ctx, "good:0", &r->dev)))
 		return;
@@ -660,11 +707,38 @@ static void worker_threads_may_not_start(void **state)
 	sweep(&direct, &f, judge_none, "pthread_create fails from the Nth on");
 }
 
+/* A configuration file at dir/name, its folders made. */
+static int write_conf(const char *name, const char *text)
+{
+	char path[1024], cmd[1200];
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", path);
+	if (system(cmd) != 0 || !(f = fopen(path, "w")))
+		return -1;
+	fputs(text, f);
+	return fclose(f);
+}
+
 static int setup(void **state)
 {
+	char path[1024];
+
 	(void)state;
 	if (test_tmpdir_make(dir, sizeof dir, "host-faults"))
 		return -1;
+	/* The files variants' staging settings, half in each file; the
+	 * environment names them (the other variants read no file). */
+	if (write_conf("xdg/devcache/devcache.conf",
+		       "# the user's file\nload_workers = 3\nstaging_buffer_size = 64K\n") ||
+	    write_conf("extra.conf", "# DEVCACHE_CONF\nstaging_buffers = 3\n"
+				     "keep_ram_copy = true  # the set comes back from RAM\n"))
+		return -1;
+	snprintf(path, sizeof path, "%s/xdg", dir);
+	setenv("XDG_CONFIG_HOME", path, 1);
+	snprintf(path, sizeof path, "%s/extra.conf", dir);
+	setenv("DEVCACHE_CONF", path, 1);
 	snprintf(st.path, sizeof st.path, "%s/model.safetensors", dir);
 	mw_safetensors(st.path, st_tensors, COUNT(st_tensors), SEED_ST, "{\"format\":\"pt\"}");
 	snprintf(gguf.path, sizeof gguf.path, "%s/model.gguf", dir);
