@@ -105,4 +105,25 @@ static inline int test_tmpdir_remove(const char *dir)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
+/* The fixture of the tests that write files: at file scope,
+ * TEST_TMPDIR_FIXTURE("tag") declares char dir[64] and the cmocka setup and
+ * teardown tmpdir_setup and tmpdir_teardown, which make a fresh
+ * /tmp/devcache-tag-XXXXXX in dir and remove it (per test or per group). */
+#define TEST_TMPDIR_FIXTURE(tag)                                                                \
+	static char dir[64];                                                                   \
+	static int tmpdir_setup(void **state)                                                  \
+	{                                                                                      \
+		(void)state;                                                                   \
+		return test_tmpdir_make(dir, sizeof dir, tag);                                 \
+	}                                                                                      \
+	static int tmpdir_teardown(void **state)                                               \
+	{                                                                                      \
+		(void)state;                                                                   \
+		return test_tmpdir_remove(dir);                                                \
+	}                                                                                      \
+	static char dir[64] /* the caller's ';' ends the fixture */
+
+/* A test that runs in a directory of its own. */
+#define TMPDIR_TEST(f) cmocka_unit_test_setup_teardown(f, tmpdir_setup, tmpdir_teardown)
+
 #endif

@@ -54,7 +54,7 @@ static bool backend_built(const char *name)
 	return found;
 }
 
-static char dir[256];
+TEST_TMPDIR_FIXTURE("conformance");
 
 static bool file_exists(const char *path)
 {
@@ -661,19 +661,7 @@ static void a_failing_start_leaves_nothing(void **state)
 	dlclose(f.lib);
 }
 
-static int setup(void **state)
-{
-	(void)state;
-	return test_tmpdir_make(dir, sizeof dir, "conformance");
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return test_tmpdir_remove(dir);
-}
-
-#define ON(test, i) cmocka_unit_test_prestate_setup_teardown(test, setup, teardown, (void *)&targets[i])
+#define ON(test, i) cmocka_unit_test_prestate_setup_teardown(test, tmpdir_setup, tmpdir_teardown, (void *)&targets[i])
 #define FOR_EACH_TARGET(test)                                                                      \
 	ON(test, 0), ON(test, 1), ON(test, 2), ON(test, 3), ON(test, 4), ON(test, 5), ON(test, 6), \
 		ON(test, 7)

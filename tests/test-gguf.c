@@ -21,19 +21,7 @@ enum {
 #define MAX_JSON_VALUE (16u << 20)
 #define MAX_TENSORS (1u << 20)
 
-static char dir[64];
-
-static int make_dir(void **state)
-{
-	(void)state;
-	return test_tmpdir_make(dir, sizeof dir, "gguf");
-}
-
-static int remove_dir(void **state)
-{
-	(void)state;
-	return test_tmpdir_remove(dir);
-}
+TEST_TMPDIR_FIXTURE("gguf");
 
 /* ---- a small GGUF writer ----------------------------------------------------- */
 
@@ -1023,5 +1011,5 @@ int main(void)
 	setenv("LANGUAGE", "C", 1);
 	setenv("LC_ALL", "C", 1);
 	cmocka_set_message_output(CM_OUTPUT_TAP);
-	return cmocka_run_group_tests(tests, make_dir, remove_dir);
+	return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 
 static struct result r;
-static char dir[256];
+TEST_TMPDIR_FIXTURE("inspect");
 
 #define RUN(...)                                                                           \
 	do {                                                                               \
@@ -94,18 +94,6 @@ static void write_gguf(const char *path)
 static void path_of(char *buf, size_t size, const char *name)
 {
 	snprintf(buf, size, "%s/%s", dir, name);
-}
-
-static int setup(void **state)
-{
-	(void)state;
-	return test_tmpdir_make(dir, sizeof dir, "inspect");
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return test_tmpdir_remove(dir);
 }
 
 static void lists_a_safetensors_file(void **state)
@@ -286,13 +274,13 @@ static void usage_errors_exit_2(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(lists_a_safetensors_file, setup, teardown),
-		cmocka_unit_test_setup_teardown(lists_a_gguf_file_as_json, setup, teardown),
-		cmocka_unit_test_setup_teardown(cuts_long_values_unless_full, setup, teardown),
-		cmocka_unit_test_setup_teardown(a_bad_file_is_named_and_exits_1, setup, teardown),
-		cmocka_unit_test_setup_teardown(several_models_as_one_json_array, setup, teardown),
-		cmocka_unit_test_setup_teardown(lists_a_set_with_its_shards, setup, teardown),
-		cmocka_unit_test_setup_teardown(lists_a_pipeline_s_components, setup, teardown),
+		TMPDIR_TEST(lists_a_safetensors_file),
+		TMPDIR_TEST(lists_a_gguf_file_as_json),
+		TMPDIR_TEST(cuts_long_values_unless_full),
+		TMPDIR_TEST(a_bad_file_is_named_and_exits_1),
+		TMPDIR_TEST(several_models_as_one_json_array),
+		TMPDIR_TEST(lists_a_set_with_its_shards),
+		TMPDIR_TEST(lists_a_pipeline_s_components),
 		cmocka_unit_test(usage_errors_exit_2),
 	};
 

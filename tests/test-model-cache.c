@@ -12,7 +12,7 @@
 
 #include <devcache.h>
 
-static char dir[256];
+TEST_TMPDIR_FIXTURE("model-cache");
 
 /* A safetensors file of n U8 tensors "t0".."tN-1" of the given sizes,
  * byte j of tensor i being (i * 31 + j * 7 + seed) & 0xff. */
@@ -64,18 +64,6 @@ static void check_tensors(devcache_model_t *m, size_t n, const size_t *sizes, un
 static void path_of(char *buf, size_t size, const char *name)
 {
 	snprintf(buf, size, "%s/%s", dir, name);
-}
-
-static int setup(void **state)
-{
-	(void)state;
-	return test_tmpdir_make(dir, sizeof dir, "model-cache");
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return test_tmpdir_remove(dir);
 }
 
 static const size_t small_sizes[] = {1, 255, 4096, 70000, 3};
@@ -776,28 +764,20 @@ static void bad_arguments_fail_cleanly(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(host_load_is_zero_copy, setup, teardown),
-		cmocka_unit_test_setup_teardown(writable_host_load_leaves_the_file_alone, setup, teardown),
-		cmocka_unit_test_setup_teardown(device_load_streams_through_the_ring, setup, teardown),
-		cmocka_unit_test_setup_teardown(direct_io_and_page_cache_advice_load_the_same_bytes,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(budgets_evict_least_recently_used_unlocked, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(allocator_pressure_evicts_unlocked_models, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(a_ram_copy_makes_the_reload_a_copy, setup, teardown),
-		cmocka_unit_test_setup_teardown(memory_use_is_logged_at_each_load_and_eviction, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(cancelled_and_failed_loads_leave_nothing, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(a_progress_callback_cannot_load_its_own_model, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(a_file_that_shrinks_while_streaming_is_an_error, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(driver_faults_mid_load_leave_nothing, setup, teardown),
-		cmocka_unit_test_setup_teardown(threads_loading_one_file_share_one_model, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(each_load_says_what_it_did, setup, teardown),
+		TMPDIR_TEST(host_load_is_zero_copy),
+		TMPDIR_TEST(writable_host_load_leaves_the_file_alone),
+		TMPDIR_TEST(device_load_streams_through_the_ring),
+		TMPDIR_TEST(direct_io_and_page_cache_advice_load_the_same_bytes),
+		TMPDIR_TEST(budgets_evict_least_recently_used_unlocked),
+		TMPDIR_TEST(allocator_pressure_evicts_unlocked_models),
+		TMPDIR_TEST(a_ram_copy_makes_the_reload_a_copy),
+		TMPDIR_TEST(memory_use_is_logged_at_each_load_and_eviction),
+		TMPDIR_TEST(cancelled_and_failed_loads_leave_nothing),
+		TMPDIR_TEST(a_progress_callback_cannot_load_its_own_model),
+		TMPDIR_TEST(a_file_that_shrinks_while_streaming_is_an_error),
+		TMPDIR_TEST(driver_faults_mid_load_leave_nothing),
+		TMPDIR_TEST(threads_loading_one_file_share_one_model),
+		TMPDIR_TEST(each_load_says_what_it_did),
 		cmocka_unit_test(bad_arguments_fail_cleanly),
 	};
 

@@ -10,19 +10,7 @@
 
 #include <devcache.h>
 
-static char dir[256];
-
-static int setup(void **state)
-{
-	(void)state;
-	return test_tmpdir_make(dir, sizeof dir, "model-copy");
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return test_tmpdir_remove(dir);
-}
+TEST_TMPDIR_FIXTURE("model-copy");
 
 /* Three tensors; the last two lie past the first 64 KiB of the file. */
 static const struct mw_tensor tensors[] = {
@@ -128,9 +116,9 @@ static void truncated_under_the_mapping(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(copies_from_everywhere, setup, teardown),
-		cmocka_unit_test_setup_teardown(bad_arguments, setup, teardown),
-		cmocka_unit_test_setup_teardown(truncated_under_the_mapping, setup, teardown),
+		TMPDIR_TEST(copies_from_everywhere),
+		TMPDIR_TEST(bad_arguments),
+		TMPDIR_TEST(truncated_under_the_mapping),
 	};
 
 	return RUN_TAP(tests);

@@ -20,19 +20,7 @@
 
 #include <devcache.h>
 
-static char dir[256];
-
-static int setup(void **state)
-{
-	(void)state;
-	return test_tmpdir_make(dir, sizeof dir, "model-lease");
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return test_tmpdir_remove(dir);
-}
+TEST_TMPDIR_FIXTURE("model-lease");
 
 /* Tensors over several pages, the second past the first 256 KiB. */
 static const struct mw_tensor tensors[] = {{"a", 300000, 0}, {"b", 70000, 0}};
@@ -491,13 +479,13 @@ static void shard_of_a_set_and_partial_models(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(rewritten_by_another_process, setup, teardown),
-		cmocka_unit_test_setup_teardown(truncated_by_this_process_writable, setup, teardown),
-		cmocka_unit_test_setup_teardown(unlocked_model_is_dropped, setup, teardown),
-		cmocka_unit_test_setup_teardown(signal_reaches_the_library_thread_only, setup, teardown),
-		cmocka_unit_test_setup_teardown(refused_lease_loads_unprotected, setup, teardown),
-		cmocka_unit_test_setup_teardown(lease_signal_zero_takes_none, setup, teardown),
-		cmocka_unit_test_setup_teardown(shard_of_a_set_and_partial_models, setup, teardown),
+		TMPDIR_TEST(rewritten_by_another_process),
+		TMPDIR_TEST(truncated_by_this_process_writable),
+		TMPDIR_TEST(unlocked_model_is_dropped),
+		TMPDIR_TEST(signal_reaches_the_library_thread_only),
+		TMPDIR_TEST(refused_lease_loads_unprotected),
+		TMPDIR_TEST(lease_signal_zero_takes_none),
+		TMPDIR_TEST(shard_of_a_set_and_partial_models),
 	};
 
 	return RUN_TAP(tests);

@@ -13,25 +13,13 @@
 
 #include <devcache.h>
 
-static char dir[256];
+TEST_TMPDIR_FIXTURE("model-partial");
 
 /* Four tensors of 100000 bytes: each charged 100096 on a device (256-byte
  * rounding), so a budget of 300K (307200) holds three. */
 static const struct mw_tensor four[] = {
 	{"t0", 100000, 0}, {"t1", 100000, 1}, {"t2", 100000, 1}, {"t3", 100000, 2}};
 #define CHARGE 100096u
-
-static int setup(void **state)
-{
-	(void)state;
-	return test_tmpdir_make(dir, sizeof dir, "model-partial");
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return test_tmpdir_remove(dir);
-}
 
 /* A three-shard set of four, by its index, in path. */
 static void write_set(char *path, size_t size, const char *stem, unsigned seed)
@@ -693,22 +681,19 @@ static void a_file_replaced_by_a_fifo_is_not_opened_again(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(without_the_tunable_the_error_says_so, setup, teardown),
-		cmocka_unit_test_setup_teardown(what_fits_goes_to_the_device_in_order, setup, teardown),
-		cmocka_unit_test_setup_teardown(tensors_move_in_and_out_byte_exact, setup, teardown),
-		cmocka_unit_test_setup_teardown(other_models_make_room_in_order, setup, teardown),
-		cmocka_unit_test_setup_teardown(without_mmap_the_host_side_is_a_copy, setup, teardown),
-		cmocka_unit_test_setup_teardown(progress_runs_once_to_the_whole, setup, teardown),
-		cmocka_unit_test_setup_teardown(the_calls_refuse_what_they_cannot_do, setup, teardown),
-		cmocka_unit_test_setup_teardown(two_threads_share_one_partial_load, setup, teardown),
-		cmocka_unit_test_setup_teardown(others_load_and_release_while_tensors_move, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(tensor_copy_while_another_thread_moves_it, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(summaries_while_partial_loads_run, setup, teardown),
-		cmocka_unit_test_setup_teardown(driver_faults_leave_nothing_behind, setup, teardown),
-		cmocka_unit_test_setup_teardown(a_file_replaced_by_a_fifo_is_not_opened_again, setup,
-						teardown),
+		TMPDIR_TEST(without_the_tunable_the_error_says_so),
+		TMPDIR_TEST(what_fits_goes_to_the_device_in_order),
+		TMPDIR_TEST(tensors_move_in_and_out_byte_exact),
+		TMPDIR_TEST(other_models_make_room_in_order),
+		TMPDIR_TEST(without_mmap_the_host_side_is_a_copy),
+		TMPDIR_TEST(progress_runs_once_to_the_whole),
+		TMPDIR_TEST(the_calls_refuse_what_they_cannot_do),
+		TMPDIR_TEST(two_threads_share_one_partial_load),
+		TMPDIR_TEST(others_load_and_release_while_tensors_move),
+		TMPDIR_TEST(tensor_copy_while_another_thread_moves_it),
+		TMPDIR_TEST(summaries_while_partial_loads_run),
+		TMPDIR_TEST(driver_faults_leave_nothing_behind),
+		TMPDIR_TEST(a_file_replaced_by_a_fifo_is_not_opened_again),
 	};
 
 	return RUN_TAP(tests);

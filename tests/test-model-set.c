@@ -16,7 +16,7 @@
 
 #include "model-writer.h"
 
-static char dir[256];
+TEST_TMPDIR_FIXTURE("model-set");
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -301,18 +301,6 @@ static void expect_device_bytes(devcache_device_t *dev, devcache_model_t *m, uns
 		mw_check(info.name, buf, info.size, seed);
 		free(buf);
 	}
-}
-
-static int setup(void **state)
-{
-	(void)state;
-	return test_tmpdir_make(dir, sizeof dir, "model-set");
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return test_tmpdir_remove(dir);
 }
 
 /* ---- Hugging Face shards --------------------------------------------------------- */
@@ -1476,7 +1464,7 @@ static void null_arguments_fail_cleanly(void **state)
 	devcache_model_file_close(NULL);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) TMPDIR_TEST(f)
 
 int main(void)
 {

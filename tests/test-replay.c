@@ -16,19 +16,7 @@
 #include "spawn.h"
 
 static struct result r;
-static char dir[64];
-
-static int make_dir(void **state)
-{
-	(void)state;
-	return test_tmpdir_make(dir, sizeof dir, "replay");
-}
-
-static int remove_dir(void **state)
-{
-	(void)state;
-	return test_tmpdir_remove(dir);
-}
+TEST_TMPDIR_FIXTURE("replay");
 
 static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 
@@ -570,5 +558,5 @@ int main(void)
 	};
 
 	cmocka_set_message_output(CM_OUTPUT_TAP);
-	return cmocka_run_group_tests(tests, make_dir, remove_dir);
+	return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

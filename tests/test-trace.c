@@ -18,19 +18,7 @@
 #include "trace.h"
 #include "trace-read.h"
 
-static char dir[64];
-
-static int make_dir(void **state)
-{
-	(void)state;
-	return test_tmpdir_make(dir, sizeof dir, "trace");
-}
-
-static int remove_dir(void **state)
-{
-	(void)state;
-	return test_tmpdir_remove(dir);
-}
+TEST_TMPDIR_FIXTURE("trace");
 
 static char *path_of(const char *name)
 {
@@ -707,5 +695,5 @@ int main(void)
 	setenv("LANGUAGE", "C", 1);
 	setenv("LC_ALL", "C", 1);
 	cmocka_set_message_output(CM_OUTPUT_TAP);
-	return cmocka_run_group_tests(tests, make_dir, remove_dir);
+	return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }
