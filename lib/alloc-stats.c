@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #define EACH_STAT_ARRAY(X)                                                                      \
 	X(allocation) X(segment) X(active) X(inactive_split) X(allocated_bytes) X(reserved_bytes) \
 	X(active_bytes) X(inactive_split_bytes) X(requested_bytes)
@@ -189,6 +191,91 @@ static const char *block_state(const struct block *b)
 	return b->is_free ? "inactive" : "active_pending_free";
 }
 
+/* The snapshot is JSON written by json-c, one segment an object of its
+ * own, each on a line of its own: a large device's snapshot is never held
+ * whole in memory, and a person can still read it line by line. */
+#define SNAPSHOT_JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
+
+/* Add key: value to obj, which takes value; nonzero when memory ran out
+ * (value, NULL then too, is not leaked). */
+static int put(struct json_object *obj, const char *key, struct json_object *value)
+{
+	if (!value)
+		return -1;
+	if (json_object_object_add(obj, key, value)) {
+		json_object_put(value);
+		return -1;
+	}
+	return 0;
+}
+
+static struct json_object *block_json(const struct block *b)
+{
+	struct json_object *o = json_object_new_object();
+
+	if (!o || put(o, "address", json_object_new_uint64(b->addr)) ||
+	    put(o, "size", json_object_new_uint64(b->size)) ||
+	    put(o, "requested_size", json_object_new_uint64(b->allocated ? b->requested : 0)) ||
+	    put(o, "state", json_object_new_string(block_state(b)))) {
+		json_object_put(o);
+		return NULL;
+	}
+	return o;
+}
+
+static struct json_object *segment_json(const struct segment *s)
+{
+	struct json_object *o = json_object_new_object(), *blocks = NULL;
+
+	if (!o || put(o, "address", json_object_new_uint64(s->base)) ||
+	    put(o, "size", json_object_new_uint64(s->size)) ||
+	    put(o, "pool", json_object_new_string(s->small ? "small" : "large")) ||
+	    put(o, "stream", json_object_new_uint64(s->pool->index)))
+		goto err;
+	if (s->expandable && (put(o, "expandable", json_object_new_boolean(1)) ||
+			      put(o, "mapped", json_object_new_uint64(s->mapped))))
+		goto err;
+	if (put(o, "blocks", blocks = json_object_new_array()))
+		goto err;
+	for (const struct block *b = s->first; b; b = b->next) {
+		struct json_object *bo = block_json(b);
+
+		if (!bo || json_object_array_add(blocks, bo)) {
+			json_object_put(bo);
+			goto err;
+		}
+	}
+	return o;
+err:
+	json_object_put(o);
+	return NULL;
+}
+
+/* Write the segments as the snapshot's text; nonzero when memory ran out. */
+static int write_snapshot(FILE *out, const char *device, struct segment *const *segs, size_t n)
+{
+	struct json_object *id = json_object_new_string(device);
+
+	if (!id)
+		return -1;
+	fprintf(out, "{\"device\":%s,\"segments\":[",
+		json_object_to_json_string_ext(id, SNAPSHOT_JSON_FLAGS));
+	json_object_put(id);
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *seg = segment_json(segs[i]);
+		const char *text = seg ? json_object_to_json_string_ext(seg, SNAPSHOT_JSON_FLAGS) : NULL;
+
+		if (!text) {
+			json_object_put(seg);
+			return -1;
+		}
+		fprintf(out, "%s\n %s", i ? "," : "", text);
+		json_object_put(seg);
+	}
+	fprintf(out, "%s]}\n", n ? "\n" : "");
+	return 0;
+}
+
 /* Segments in address order make the snapshot easy to read. */
 static int by_base(const void *x, const void *y)
 {
@@ -217,26 +304,10 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 	for (struct segment *s = a->segments; s; s = s->snext)
 		segs[i++] = s;
 	qsort(segs, n, sizeof *segs, by_base);
-	/* Device IDs are [a-z0-9:_], so they need no JSON escaping. */
-	fprintf(out, "{\"device\":\"%s\",\"segments\":[", dev->id);
-	for (i = 0; i < n; i++) {
-		struct segment *s = segs[i];
-		fprintf(out,
-			"%s\n {\"address\":%" PRIuPTR ",\"size\":%zu,\"pool\":\"%s\",\"stream\":%u,",
-			i ? "," : "", s->base, s->size, s->small ? "small" : "large", s->pool->index);
-		if (s->expandable)
-			fprintf(out, "\"expandable\":true,\"mapped\":%zu,", s->mapped);
-		fprintf(out, "\"blocks\":[");
-		for (const struct block *b = s->first; b; b = b->next)
-			fprintf(out,
-				"%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,"
-				"\"state\":\"%s\"}",
-				b->prev ? "," : "", b->addr, b->size, b->allocated ? b->requested : 0,
-				block_state(b));
-		fprintf(out, "]}");
-	}
-	fprintf(out, "%s]}\n", n ? "\n" : "");
+	int rc = write_snapshot(out, dev->id, segs, n);
 	world_unlock(a);
 	free(segs);
+	if (rc)
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	return ferror(out) ? err_set(DEVCACHE_EIO, _("devcache_snapshot: write error")) : 0;
 }

@@ -9,8 +9,8 @@ if HAVE_CMOCKA
 check_PROGRAMS += $(alloc_tests)
 TESTS += $(alloc_tests)
 tests_test_alloc_policy_SOURCES = tests/test-alloc-policy.c tests/alloc-fixture.h tests/tap.h
-tests_test_alloc_policy_CFLAGS = $(test_cflags)
-tests_test_alloc_policy_LDADD = $(test_ldadd)
+tests_test_alloc_policy_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_alloc_policy_LDADD = $(test_ldadd) $(JSONC_LIBS)
 tests_test_alloc_oom_SOURCES = tests/test-alloc-oom.c tests/alloc-fixture.h tests/tap.h
 tests_test_alloc_oom_CFLAGS = $(test_cflags)
 tests_test_alloc_oom_LDADD = $(test_ldadd)
