@@ -106,6 +106,9 @@ bool mf_json_out_of_memory(int jerr, const char *text, size_t len);
  * bytes there are not one; and where the first such place in s is, or len. */
 size_t mf_utf8_seq(const unsigned char *s, size_t n);
 size_t mf_utf8_invalid_at(const unsigned char *s, size_t len);
+/* Write code point cp (at most U+10FFFF, no surrogate) to out as UTF-8;
+ * return how many bytes (1 to 4). */
+size_t mf_utf8_put(uint32_t cp, char *out);
 /* The index of the tensor of that name, or -1. */
 long mf_index(const struct devcache_model_file *mf, const char *name);
 

@@ -178,23 +178,8 @@ static int scan_string(struct st_scan *sc, size_t i, size_t *end, char **out, bo
 		}
 		if (cp == 0)
 			*nul = true;
-		if (d) {
-			if (cp < 0x80) {
-				d[n++] = (char)cp;
-			} else if (cp < 0x800) {
-				d[n++] = (char)(0xc0 | cp >> 6);
-				d[n++] = (char)(0x80 | (cp & 0x3f));
-			} else if (cp < 0x10000) {
-				d[n++] = (char)(0xe0 | cp >> 12);
-				d[n++] = (char)(0x80 | (cp >> 6 & 0x3f));
-				d[n++] = (char)(0x80 | (cp & 0x3f));
-			} else {
-				d[n++] = (char)(0xf0 | cp >> 18);
-				d[n++] = (char)(0x80 | (cp >> 12 & 0x3f));
-				d[n++] = (char)(0x80 | (cp >> 6 & 0x3f));
-				d[n++] = (char)(0x80 | (cp & 0x3f));
-			}
-		}
+		if (d)
+			n += mf_utf8_put(cp, d + n);
 	}
 	free(d);
 	return mf_error(sc->mf, _("the header is not JSON: a bad string at byte %llu"),
