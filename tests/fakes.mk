@@ -48,13 +48,13 @@ endif
 
 # The vendor backends' own behaviour, on the fakes: skipped where not built.
 if HAVE_CMOCKA
-check_PROGRAMS += tests/test-cuda tests/test-visible-devices
-TESTS += tests/test-cuda tests/test-visible-devices
+check_PROGRAMS += tests/test-cuda tests/test-fakes-visible-devices
+TESTS += tests/test-cuda tests/test-fakes-visible-devices
 tests_test_cuda_SOURCES = tests/test-cuda.c tests/tap.h tests/spawn.c tests/spawn.h
 tests_test_cuda_CFLAGS = $(test_cflags)
 tests_test_cuda_LDADD = $(test_ldadd) -ldl
-tests_test_visible_devices_SOURCES = tests/test-visible-devices.c tests/tap.h tests/spawn.c \
+tests_test_fakes_visible_devices_SOURCES = tests/test-fakes-visible-devices.c tests/tap.h tests/spawn.c \
 	tests/spawn.h
-tests_test_visible_devices_CFLAGS = $(test_cflags)
-tests_test_visible_devices_LDADD = $(test_ldadd)
+tests_test_fakes_visible_devices_CFLAGS = $(test_cflags)
+tests_test_fakes_visible_devices_LDADD = $(test_ldadd)
 endif

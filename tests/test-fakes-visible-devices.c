@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* test-visible-devices.c - CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and ZE_AFFINITY_MASK choose and order the devices of each vendor backend (on the fake runtimes), as the vendors document. */
+/* test-fakes-visible-devices.c - the fake runtimes apply CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and ZE_AFFINITY_MASK as the vendors document; the backends number what a runtime shows from 0, in its order. */
 #include "tap.h"
 
 #include <stdio.h>
@@ -18,6 +18,14 @@ static const struct vendor hip = {"hip", "libfake-hip.so", "FAKE_HIP_DEVICES", "
 static const struct vendor ze = {"ze", "libfake-ze.so", "FAKE_ZE_DEVICES", "Fake Level Zero device"};
 
 static struct result r;
+
+/*
+ * The choosing is the vendor runtime's: the library reads none of these
+ * variables, so what is checked here is first that the fakes choose as the
+ * real runtimes do (the other tests rely on them), and then the library's
+ * own part, that each backend lists the devices its runtime shows as
+ * NAME:0, NAME:1, ... in the runtime's order, and none more.
+ */
 
 /* Runs `devcache info` on the vendor's fake with three physical devices and
  * the given variable setting ("NAME=VALUE", or "-NAME" for unset), and
@@ -67,7 +75,7 @@ static void check(const struct vendor *v, const char *setting, const int *want)
 #define LIST(...) ((const int[]){__VA_ARGS__, -1})
 #define NONE ((const int[]){-1})
 
-static void cuda_visible_devices(void **state)
+static void fake_cuda_reads_cuda_visible_devices(void **state)
 {
 	(void)state;
 	check(&cuda, "-CUDA_VISIBLE_DEVICES", LIST(0, 1, 2));
@@ -80,7 +88,6 @@ static void cuda_visible_devices(void **state)
 	/* Set and empty: no device at all. */
 	check(&cuda, "CUDA_VISIBLE_DEVICES=", NONE);
 	assert_contains(r.out, "CUDA_ERROR_NO_DEVICE");
-	/* A UUID, or enough of one to name a single device. */
 	/* A UUID, or enough of one to name a single device; the fake's are
 	 * facec0da-0P..., P the physical ordinal. */
 	check(&cuda, "CUDA_VISIBLE_DEVICES=GPU-facec0da-02", LIST(2));
@@ -91,7 +98,7 @@ static void cuda_visible_devices(void **state)
 	check(&cuda, "CUDA_VISIBLE_DEVICES=0,1,0", NONE);
 }
 
-static void hip_visible_devices(void **state)
+static void fake_hip_reads_hip_visible_devices(void **state)
 {
 	(void)state;
 	check(&hip, "-HIP_VISIBLE_DEVICES", LIST(0, 1, 2));
@@ -101,7 +108,7 @@ static void hip_visible_devices(void **state)
 	check(&hip, "CUDA_VISIBLE_DEVICES=1", LIST(1));
 }
 
-static void ze_affinity_mask(void **state)
+static void fake_ze_reads_ze_affinity_mask(void **state)
 {
 	(void)state;
 	check(&ze, "-ZE_AFFINITY_MASK", LIST(0, 1, 2));
@@ -116,9 +123,9 @@ static void ze_affinity_mask(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(cuda_visible_devices),
-		cmocka_unit_test(hip_visible_devices),
-		cmocka_unit_test(ze_affinity_mask),
+		cmocka_unit_test(fake_cuda_reads_cuda_visible_devices),
+		cmocka_unit_test(fake_hip_reads_hip_visible_devices),
+		cmocka_unit_test(fake_ze_reads_ze_affinity_mask),
 	};
 
 	return RUN_TAP(tests);
