@@ -3,12 +3,42 @@
 #ifndef DEVCACHE_BACKENDS_RUNTIME_H
 #define DEVCACHE_BACKENDS_RUNTIME_H
 
+#include "config.h"
+
 #include <devcache-backend.h>
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if ENABLE_NLS
+#include <libintl.h>
+
+/* A module's messages are in the library's catalogue (po/POTFILES.in lists
+ * the modules).  The module binds the domain itself, as lib/i18n.c does and
+ * to the same directory: it cannot know whether the core has translated
+ * anything yet, and binding twice to one place is harmless. */
+static inline void module_bind_domain(void)
+{
+	const char *dir = secure_getenv("DEVCACHE_LOCALEDIR");
+
+	bindtextdomain(PACKAGE, dir && *dir ? dir : LOCALEDIR);
+	bind_textdomain_codeset(PACKAGE, "UTF-8");
+}
+
+__attribute__((format_arg(1))) static inline const char *module_gettext(const char *msgid)
+{
+	static pthread_once_t bound = PTHREAD_ONCE_INIT;
+
+	pthread_once(&bound, module_bind_domain);
+	return dgettext(PACKAGE, msgid);
+}
+#define _(s) module_gettext(s)
+#else
+#define _(s) (s)
+#endif
 
 /* A module's tunables.def turned into its table, with TUNABLE defined as
  * MODULE_TUNABLE around the #include (see cuda.c). */
@@ -35,9 +65,9 @@ static inline void *runtime_open(const struct devcache_backend_host *host, const
 	char *copy = strdup(list ? list : ""), *save = NULL;
 	void *lib = NULL;
 
-	snprintf(why, why_size, "%s is empty", tunable);
+	snprintf(why, why_size, _("%s is empty"), tunable);
 	if (!copy) {
-		snprintf(why, why_size, "out of memory");
+		snprintf(why, why_size, "%s", _("out of memory"));
 		return NULL;
 	}
 	for (char *name = strtok_r(copy, ",", &save); name && !lib;
@@ -46,7 +76,7 @@ static inline void *runtime_open(const struct devcache_backend_host *host, const
 		if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
 			snprintf(name_buf, name_size, "%s", name);
 		else
-			snprintf(why, why_size, "%s could not be loaded: %s", what, dlerror());
+			snprintf(why, why_size, _("%s could not be loaded: %s"), what, dlerror());
 	}
 	free(copy);
 	return lib;

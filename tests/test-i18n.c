@@ -3,6 +3,7 @@
 #include "tap.h"
 
 #include <locale.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -59,7 +60,7 @@ static void every_file_with_messages_is_listed(void **state)
 	listed = test_slurp_must(cmd);
 	snprintf(cmd, sizeof cmd,
 		 "cd '%s/..' && grep -l -E '(^|[^A-Za-z0-9_])N?_\\(\"' lib/*.c lib/*.def tools/*.c "
-		 "backends/*/*.c",
+		 "backends/*/*.c backends/*.h",
 		 po);
 	assert_non_null(p = popen(cmd, "r"));
 	int n = 0;
@@ -91,6 +92,41 @@ static void library_messages_are_german(void **state)
 	assert_int_equal(devcache_open_ex(&ctx, &args), DEVCACHE_ECONFIG);
 	assert_contains(devcache_last_error(),
 			"devcache_open: max_split_size_mb: ungültiger size-Wert „abc“ (erwartet:");
+}
+
+/* The backend modules are shared objects of their own: their messages must
+ * come from the library's catalogue too (the cuda module, its driver
+ * missing, says why it has no device). */
+static void backend_messages_are_german(void **state)
+{
+	char opts[8192], module[4096];
+	devcache_ctx_t *ctx;
+	devcache_backend_info_t b;
+	devcache_open_args_t args = {.struct_size = sizeof args,
+				     .options = opts,
+				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV};
+	bool found = false;
+
+	(void)state;
+	need_locale();
+	snprintf(module, sizeof module, "%s", test_env("TEST_BACKENDS"));
+	module[strcspn(module, ":")] = '\0';
+	strncat(module, "/cuda.so", sizeof module - strlen(module) - 1);
+	if (access(module, R_OK) != 0)
+		skip_because("the cuda backend is not built (configure found no cuda.h)");
+	snprintf(opts, sizeof opts,
+		 "log_level:error,backend_path:%s,backends:cuda,cuda_library:/nonexistent/libcuda.so.1",
+		 test_env("TEST_BACKENDS"));
+	if (devcache_open_ex(&ctx, &args))
+		fail_msg("devcache_open_ex(%s): %s", opts, devcache_last_error());
+	for (size_t i = 0; i < devcache_backend_count(ctx); i++)
+		if (devcache_backend_info(ctx, i, &b) == 0 && strcmp(b.name, "cuda") == 0) {
+			found = true;
+			assert_int_equal(b.device_count, 0);
+			assert_contains(b.reason, "der CUDA-Treiber konnte nicht geladen werden: ");
+		}
+	assert_true(found);
+	devcache_close(ctx);
 }
 
 static void tool_speaks_german(void **state)
@@ -130,6 +166,7 @@ int main(void)
 		cmocka_unit_test(catalogue_is_complete),
 		cmocka_unit_test(every_file_with_messages_is_listed),
 		cmocka_unit_test(library_messages_are_german),
+		cmocka_unit_test(backend_messages_are_german),
 		cmocka_unit_test(tool_speaks_german),
 	};
 

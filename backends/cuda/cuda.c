@@ -103,7 +103,7 @@ static void describe(struct cuda_state *s, CUresult e, char *buf, size_t size)
 	if (text && name)
 		snprintf(buf, size, "%s (%s)", text, name);
 	else
-		snprintf(buf, size, "CUDA error %d", (int)e);
+		snprintf(buf, size, _("CUDA error %d"), (int)e);
 }
 
 /* The driver's own words for an error, and the matching libdevcache code. */
@@ -199,8 +199,8 @@ static void leave(struct cuda_state *s, int dev, bool pushed)
 		return;
 	describe(s, e, text, sizeof text);
 	s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR,
-		     "cuda:%d: cuCtxPopCurrent: %s: the program's own context, under the "
-		     "device's primary context, is no longer current on this thread",
+		     _("cuda:%d: cuCtxPopCurrent: %s: the program's own context, under the "
+		       "device's primary context, is no longer current on this thread"),
 		     dev, text);
 }
 
@@ -226,7 +226,7 @@ static bool resolve(struct cuda_state *s, char *why, size_t why_size)
 {
 #define RESOLVE(name)                                                                              \
 	if (!(*(void **)&s->name = dlsym(s->lib, SYMBOL(name)))) {                                 \
-		snprintf(why, why_size, "%s has no %s: not a CUDA driver this backend can use",     \
+		snprintf(why, why_size, _("%s has no %s: not a CUDA driver this backend can use"),  \
 			 s->lib_name, SYMBOL(name));                                               \
 		return false;                                                                      \
 	}
@@ -286,11 +286,11 @@ static int find_devices(struct cuda_state *s, char *why, size_t why_size)
 		return 0;
 	}
 	if (n == 0) {
-		snprintf(why, why_size, "%s: no device", s->lib_name);
+		snprintf(why, why_size, _("%s: no device"), s->lib_name);
 		return 0;
 	}
 	if (!(s->devices = calloc((size_t)n, sizeof *s->devices)))
-		return s->host->error(DEVCACHE_ENOMEM, "cuda: out of memory");
+		return s->host->error(DEVCACHE_ENOMEM, _("cuda: out of memory"));
 	for (int i = 0; i < n; i++) {
 		if ((e = s->cuDeviceGet(&s->devices[i].handle, i)) != CUDA_SUCCESS) {
 			char call[32];
@@ -318,12 +318,12 @@ static int cuda_init(const struct devcache_backend_host *host, void **state_p, i
 	int version = 0, rc;
 
 	if (!s)
-		return host->error(DEVCACHE_ENOMEM, "cuda: out of memory");
+		return host->error(DEVCACHE_ENOMEM, _("cuda: out of memory"));
 	s->host = host;
 	pthread_mutex_init(&s->lock, NULL);
 	*state_p = s;
 	*n_devices_p = 0;
-	if (!(s->lib = runtime_open(host, "cuda_library", "the CUDA driver", s->lib_name,
+	if (!(s->lib = runtime_open(host, "cuda_library", _("the CUDA driver"), s->lib_name,
 				     sizeof s->lib_name, why, why_size)))
 		return 0;
 	if (!resolve(s, why, why_size)) {
@@ -338,7 +338,7 @@ static int cuda_init(const struct devcache_backend_host *host, void **state_p, i
 		return rc;
 	}
 	s->cuDriverGetVersion(&version);
-	host->log(host->cookie, DEVCACHE_LOG_DEBUG, "cuda: %s, driver version %d.%d, %d device(s)",
+	host->log(host->cookie, DEVCACHE_LOG_DEBUG, _("cuda: %s, driver version %d.%d, devices: %d"),
 		  s->lib_name, version / 1000, version % 1000 / 10, s->n_devices);
 	*n_devices_p = s->n_devices;
 	return 0;
@@ -420,7 +420,7 @@ static int cuda_host_alloc(void *state, size_t size, void **ptr_p)
 	struct cuda_state *s = state;
 
 	if (s->n_devices == 0)
-		return s->host->error(DEVCACHE_ENODEV, "cuda: no device to pin host memory for");
+		return s->host->error(DEVCACHE_ENODEV, _("cuda: no device to pin host memory for"));
 	ON_DEVICE(s, HOST_DEVICE, s->cuMemHostAlloc(ptr_p, size, CU_MEMHOSTALLOC_PORTABLE),
 		  "cuMemHostAlloc");
 	return 0;

@@ -44,7 +44,7 @@ static void describe(struct hip_state *s, hipError_t e, char *buf, size_t size)
 	const char *text = s->hipGetErrorString(e), *name = s->hipGetErrorName(e);
 
 	if (!text || !name || strcmp(text, name) == 0)
-		snprintf(buf, size, "%s", text ? text : name ? name : "unknown HIP error");
+		snprintf(buf, size, "%s", text ? text : name ? name : _("unknown HIP error"));
 	else
 		snprintf(buf, size, "%s (%s)", text, name);
 }
@@ -80,7 +80,7 @@ static bool resolve(struct hip_state *s, char *why, size_t why_size)
 {
 #define RESOLVE(name)                                                                      \
 	if (!(*(void **)&s->name = dlsym(s->lib, #name))) {                                \
-		snprintf(why, why_size, "%s has no %s: not a HIP runtime this backend can use", \
+		snprintf(why, why_size, _("%s has no %s: not a HIP runtime this backend can use"), \
 			 s->lib_name, #name);                                              \
 		return false;                                                              \
 	}
@@ -102,11 +102,11 @@ static int hip_init(const struct devcache_backend_host *host, void **state_p, in
 	int version = 0;
 
 	if (!s)
-		return host->error(DEVCACHE_ENOMEM, "hip: out of memory");
+		return host->error(DEVCACHE_ENOMEM, _("hip: out of memory"));
 	s->host = host;
 	*state_p = s;
 	*n_devices_p = 0;
-	if (!(s->lib = runtime_open(host, "hip_library", "the HIP runtime", s->lib_name,
+	if (!(s->lib = runtime_open(host, "hip_library", _("the HIP runtime"), s->lib_name,
 				     sizeof s->lib_name, why, why_size)))
 		return 0;
 	if (!resolve(s, why, why_size)) {
@@ -124,10 +124,10 @@ static int hip_init(const struct devcache_backend_host *host, void **state_p, in
 		return 0;
 	}
 	s->hipRuntimeGetVersion(&version);
-	host->log(host->cookie, DEVCACHE_LOG_DEBUG, "hip: %s, runtime version %d, %d device(s)",
+	host->log(host->cookie, DEVCACHE_LOG_DEBUG, _("hip: %s, runtime version %d, devices: %d"),
 		  s->lib_name, version, s->n_devices);
 	if (s->n_devices == 0)
-		snprintf(why, why_size, "%s: no device", s->lib_name);
+		snprintf(why, why_size, _("%s: no device"), s->lib_name);
 	*n_devices_p = s->n_devices;
 	return 0;
 }
@@ -211,7 +211,7 @@ static int hip_memcpy_htod(void *state, int dev, void *dst, const void *src, siz
 
 	ON_DEVICE(s, dev);
 	CHECK(s, s->hipMemcpyAsync(dst, src, size, hipMemcpyHostToDevice, (hipStream_t)stream),
-	      "hipMemcpyAsync (host to device)", dev);
+	      _("hipMemcpyAsync (host to device)"), dev);
 	return 0;
 }
 
@@ -224,7 +224,7 @@ static int hip_memcpy_dtoh(void *state, int dev, void *dst, const void *src, siz
 	/* The vendor's signature takes a non-const source for every kind. */
 	CHECK(s, s->hipMemcpyAsync(dst, (void *)(uintptr_t)src, size, hipMemcpyDeviceToHost,
 				   (hipStream_t)stream),
-	      "hipMemcpyAsync (device to host)", dev);
+	      _("hipMemcpyAsync (device to host)"), dev);
 	return 0;
 }
 

@@ -51,7 +51,7 @@ static int host_init(const struct devcache_backend_host *host, void **state_p, i
 	(void)why;
 	(void)why_size;
 	if (!s)
-		return host->error(DEVCACHE_ENOMEM, "host: out of memory");
+		return host->error(DEVCACHE_ENOMEM, _("host: out of memory"));
 	s->host = host;
 	s->page = sysconf(_SC_PAGESIZE);
 	s->total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)s->page;
@@ -109,11 +109,11 @@ static int map_alloc(struct host_state *s, size_t size, void **ptr_p)
 	if (size == 0)
 		size = 1;
 	if (size > SIZE_MAX - 2 * (size_t)s->page)
-		return s->host->error(DEVCACHE_ENOMEM, "host: cannot allocate %zu bytes", size);
+		return s->host->error(DEVCACHE_ENOMEM, _("host: cannot allocate %zu bytes"), size);
 	len = (size + 2 * (size_t)s->page - 1) & ~((size_t)s->page - 1);
 	void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (base == MAP_FAILED)
-		return s->host->error(DEVCACHE_ENOMEM, "host: cannot allocate %zu bytes: %s", size,
+		return s->host->error(DEVCACHE_ENOMEM, _("host: cannot allocate %zu bytes: %s"), size,
 				      strerror(errno));
 	*(size_t *)base = len;
 	*ptr_p = (char *)base + s->page;
@@ -126,7 +126,7 @@ static int map_free(struct host_state *s, void *ptr)
 		return 0;
 	char *base = (char *)ptr - s->page;
 	if (munmap(base, *(size_t *)base) != 0)
-		return s->host->error(DEVCACHE_EINVAL, "host: cannot free %p: %s", ptr,
+		return s->host->error(DEVCACHE_EINVAL, _("host: cannot free %p: %s"), ptr,
 				      strerror(errno));
 	return 0;
 }
@@ -166,7 +166,7 @@ static int token_create(struct host_state *s, void **token_p)
 	struct host_token *t = malloc(sizeof *t);
 
 	if (!t)
-		return s->host->error(DEVCACHE_ENOMEM, "host: out of memory");
+		return s->host->error(DEVCACHE_ENOMEM, _("host: out of memory"));
 	t->magic = 0x486f7374;
 	*token_p = t;
 	return 0;
@@ -230,7 +230,7 @@ static int host_vm_reserve(void *state, int dev, size_t size, void **va_p)
 	(void)dev;
 	va = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (va == MAP_FAILED)
-		return s->host->error(DEVCACHE_ENOMEM, "host: cannot reserve %zu bytes of address space: %s",
+		return s->host->error(DEVCACHE_ENOMEM, _("host: cannot reserve %zu bytes of address space: %s"),
 				      size, strerror(errno));
 	*va_p = va;
 	return 0;
@@ -242,7 +242,7 @@ static int host_vm_release(void *state, int dev, void *va, size_t size)
 
 	(void)dev;
 	if (munmap(va, size) != 0)
-		return s->host->error(DEVCACHE_EINVAL, "host: cannot release %p: %s", va,
+		return s->host->error(DEVCACHE_EINVAL, _("host: cannot release %p: %s"), va,
 				      strerror(errno));
 	return 0;
 }
@@ -254,7 +254,7 @@ static int host_vm_create(void *state, int dev, size_t size, void **handle_p)
 
 	(void)dev;
 	if (!h)
-		return s->host->error(DEVCACHE_ENOMEM, "host: out of memory");
+		return s->host->error(DEVCACHE_ENOMEM, _("host: out of memory"));
 	h->size = size;
 	*handle_p = h;
 	return 0;
@@ -274,11 +274,11 @@ static int host_vm_map(void *state, int dev, void *va, size_t size, void *handle
 
 	(void)dev;
 	if (size > h->size)
-		return s->host->error(DEVCACHE_EINVAL, "host: cannot map %zu bytes of a %zu-byte handle",
+		return s->host->error(DEVCACHE_EINVAL, _("host: cannot map %zu bytes of a %zu-byte handle"),
 				      size, h->size);
 	if (mmap(va, size, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) ==
 	    MAP_FAILED)
-		return s->host->error(DEVCACHE_ENOMEM, "host: cannot map %zu bytes at %p: %s", size,
+		return s->host->error(DEVCACHE_ENOMEM, _("host: cannot map %zu bytes at %p: %s"), size,
 				      va, strerror(errno));
 	return 0;
 }
@@ -290,7 +290,7 @@ static int host_vm_unmap(void *state, int dev, void *va, size_t size)
 	(void)dev;
 	if (mmap(va, size, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
 		 0) == MAP_FAILED)
-		return s->host->error(DEVCACHE_EINVAL, "host: cannot unmap %zu bytes at %p: %s", size,
+		return s->host->error(DEVCACHE_EINVAL, _("host: cannot unmap %zu bytes at %p: %s"), size,
 				      va, strerror(errno));
 	return 0;
 }

@@ -107,7 +107,7 @@ static const char *result_name(ze_result_t r)
 		NAME(ZE_RESULT_ERROR_OVERLAPPING_REGIONS) NAME(ZE_RESULT_ERROR_UNKNOWN)
 #undef NAME
 	default:
-		return "an unknown Level Zero result";
+		return _("an unknown Level Zero result");
 	}
 }
 
@@ -119,10 +119,10 @@ static int fail(struct ze_state *s, ze_result_t r, const char *what, int dev)
 		   : r == ZE_RESULT_ERROR_UNSUPPORTED_FEATURE ? DEVCACHE_ENOTSUP
 							    : DEVCACHE_EBACKEND;
 
-	const char *text = r == ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY ? "out of device memory"
-			 : r == ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY ? "out of host memory"
-			 : r == ZE_RESULT_ERROR_DEVICE_LOST      ? "device lost"
-			 : r == ZE_RESULT_ERROR_UNINITIALIZED    ? "not initialised"
+	const char *text = r == ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY ? _("out of device memory")
+			 : r == ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY ? _("out of host memory")
+			 : r == ZE_RESULT_ERROR_DEVICE_LOST      ? _("device lost")
+			 : r == ZE_RESULT_ERROR_UNINITIALIZED    ? _("not initialised")
 								 : NULL;
 
 	char where[16] = "ze";
@@ -135,11 +135,12 @@ static int fail(struct ze_state *s, ze_result_t r, const char *what, int dev)
 }
 
 /* The loader would not give an object back: nothing else can be done than
- * to say so; what holds it (a pool, the context) is then left too. */
-static void left(struct ze_state *s, int dev, const char *what, ze_result_t r)
+ * to say so; what holds it (a pool, the context) is then left too.  what is
+ * the whole sentence ("the loader refused to ..."), translated. */
+static void left(struct ze_state *s, int dev, const char *what, const char *call, ze_result_t r)
 {
-	s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR, "ze:%d: the loader refused to %s: %s (0x%x)",
-		     dev, what, result_name(r), (unsigned)r);
+	s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR, "ze:%d: %s: %s: %s (0x%x)", dev, what,
+		     call, result_name(r), (unsigned)r);
 }
 
 #define CHECK(s, call, what, dev)                                                          \
@@ -155,7 +156,7 @@ static bool resolve(struct ze_state *s, char *why, size_t why_size)
 {
 #define RESOLVE(name)                                                                      \
 	if (!(*(void **)&s->name = dlsym(s->lib, #name))) {                                \
-		snprintf(why, why_size, "%s has no %s: not a Level Zero loader this backend can use", \
+		snprintf(why, why_size, _("%s has no %s: not a Level Zero loader this backend can use"), \
 			 s->lib_name, #name);                                              \
 		return false;                                                              \
 	}
@@ -227,7 +228,8 @@ static void teardown(struct ze_state *s)
 
 		if (d->dflt.list) {
 			if ((r = s->zeCommandListDestroy(d->dflt.list)) != ZE_RESULT_SUCCESS) {
-				left(s, i, "destroy the default command list: zeCommandListDestroy", r);
+				left(s, i, _("the loader refused to destroy the default command list"),
+				     "zeCommandListDestroy", r);
 				d->lost++;
 			}
 			pthread_mutex_destroy(&d->dflt.lock);
@@ -239,12 +241,13 @@ static void teardown(struct ze_state *s)
 			/* A pool must outlive its events. */
 			if (p->lost) {
 				s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR,
-					     "ze:%d: an event pool is left: the loader refused to destroy "
-					     "%d of its events",
+					     _("ze:%d: an event pool is left: the loader refused to destroy "
+					       "some of its events (%d)"),
 					     i, __builtin_popcountll(p->lost));
 				d->lost++;
 			} else if ((r = s->zeEventPoolDestroy(p->pool)) != ZE_RESULT_SUCCESS) {
-				left(s, i, "destroy an event pool: zeEventPoolDestroy", r);
+				left(s, i, _("the loader refused to destroy an event pool"),
+				     "zeEventPoolDestroy", r);
 				d->lost++;
 			}
 			free(p);
@@ -267,12 +270,12 @@ static void teardown(struct ze_state *s)
 		 * said it could not. */
 		if (lost)
 			s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR,
-				     "a context is left: the loader refused to free %u object(s) in it, or "
-				     "to say how large",
+				     _("a context is left: the loader refused to free objects in it (%u), "
+				       "or to say how large"),
 				     lost);
 		else if ((r = s->zeContextDestroy(s->contexts[i])) != ZE_RESULT_SUCCESS)
 			s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR,
-				     "the loader refused to destroy a context: zeContextDestroy: %s (0x%x)",
+				     _("the loader refused to destroy a context: zeContextDestroy: %s (0x%x)"),
 				     result_name(r), (unsigned)r);
 	}
 	free(s->devs);
@@ -289,9 +292,9 @@ static void teardown(struct ze_state *s)
 static void skipped(struct ze_state *s, const char *what, const char *call, ze_result_t r,
 		    char *passed, size_t size)
 {
-	s->host->log(s->host->cookie, DEVCACHE_LOG_WARNING, "%s is passed over: %s: %s (0x%x)",
+	s->host->log(s->host->cookie, DEVCACHE_LOG_WARNING, _("%s is passed over: %s: %s (0x%x)"),
 		     what, call, result_name(r), (unsigned)r);
-	snprintf(passed, size, " (%s passed over: %s: %s)", what, call, result_name(r));
+	snprintf(passed, size, _(" (%s passed over: %s: %s)"), what, call, result_name(r));
 }
 
 /* Every GPU of every driver, in the loader's order (ZE_AFFINITY_MASK,
@@ -305,7 +308,7 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 
 	if ((r = s->zeDriverGet(&n_drivers, NULL)) != ZE_RESULT_SUCCESS || n_drivers == 0) {
 		snprintf(why, why_size, "%s: zeDriverGet: %s", s->lib_name,
-			 r ? result_name(r) : "no driver");
+			 r ? result_name(r) : _("no driver"));
 		return 0;
 	}
 	n_drivers = n_drivers > 16 ? 16 : n_drivers;
@@ -314,14 +317,14 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 		return 0;
 	}
 	if (!(s->contexts = calloc(n_drivers, sizeof *s->contexts)))
-		return s->host->error(DEVCACHE_ENOMEM, "ze: out of memory");
+		return s->host->error(DEVCACHE_ENOMEM, _("ze: out of memory"));
 	s->n_contexts = n_drivers;
 	for (uint32_t i = 0; i < n_drivers; i++) {
 		uint32_t n = 0;
 		ze_device_handle_t *devices;
 
 		if ((r = s->zeDeviceGet(drivers[i], &n, NULL)) != ZE_RESULT_SUCCESS) {
-			skipped(s, "a driver", "zeDeviceGet", r, passed, sizeof passed);
+			skipped(s, _("a driver"), "zeDeviceGet", r, passed, sizeof passed);
 			continue;
 		}
 		if (n == 0)
@@ -330,11 +333,11 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 		if ((r = s->zeContextCreate(drivers[i], &cdesc, &s->contexts[i])) != ZE_RESULT_SUCCESS)
 			return fail(s, r, "zeContextCreate", -1);
 		if (!(devices = calloc(n, sizeof *devices)))
-			return s->host->error(DEVCACHE_ENOMEM, "ze: out of memory");
+			return s->host->error(DEVCACHE_ENOMEM, _("ze: out of memory"));
 		struct ze_dev *grown = realloc(s->devs, (s->n_devices + n) * sizeof *grown);
 		if (!grown) {
 			free(devices);
-			return s->host->error(DEVCACHE_ENOMEM, "ze: out of memory");
+			return s->host->error(DEVCACHE_ENOMEM, _("ze: out of memory"));
 		}
 		s->devs = grown;
 		if ((r = s->zeDeviceGet(drivers[i], &n, devices)) != ZE_RESULT_SUCCESS) {
@@ -345,7 +348,7 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 			ze_device_properties_t p = {.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES};
 
 			if ((r = s->zeDeviceGetProperties(devices[k], &p)) != ZE_RESULT_SUCCESS) {
-				skipped(s, "a device", "zeDeviceGetProperties", r, passed,
+				skipped(s, _("a device"), "zeDeviceGetProperties", r, passed,
 					sizeof passed);
 				continue;
 			}
@@ -369,7 +372,7 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 		free(devices);
 	}
 	if (s->n_devices == 0)
-		snprintf(why, why_size, "%s: no GPU%s", s->lib_name, passed);
+		snprintf(why, why_size, _("%s: no GPU%s"), s->lib_name, passed);
 	return 0;
 }
 
@@ -383,11 +386,11 @@ static int ze_init(const struct devcache_backend_host *host, void **state_p, int
 	int rc;
 
 	if (!s)
-		return host->error(DEVCACHE_ENOMEM, "ze: out of memory");
+		return host->error(DEVCACHE_ENOMEM, _("ze: out of memory"));
 	s->host = host;
 	*state_p = s;
 	*n_devices_p = 0;
-	if (!(s->lib = runtime_open(host, "ze_library", "the Level Zero loader", s->lib_name,
+	if (!(s->lib = runtime_open(host, "ze_library", _("the Level Zero loader"), s->lib_name,
 				     sizeof s->lib_name, why, why_size)))
 		return 0;
 	if (!resolve(s, why, why_size)) {
@@ -406,7 +409,7 @@ static int ze_init(const struct devcache_backend_host *host, void **state_p, int
 		*state_p = NULL;
 		return rc;
 	}
-	host->log(host->cookie, DEVCACHE_LOG_DEBUG, "ze: %s, %d GPU(s)", s->lib_name, s->n_devices);
+	host->log(host->cookie, DEVCACHE_LOG_DEBUG, _("ze: %s, GPUs: %d"), s->lib_name, s->n_devices);
 	*n_devices_p = s->n_devices;
 	return 0;
 }
@@ -502,8 +505,8 @@ static int ze_mem_free(void *state, int dev, void *ptr)
 	/* Only ze_mem_get_info's figure needs the size. */
 	if ((r = s->zeMemGetAddressRange(d->context, ptr, &base, &size)) != ZE_RESULT_SUCCESS) {
 		s->host->log(s->host->cookie, DEVCACHE_LOG_WARNING,
-			     "ze:%d: zeMemGetAddressRange: %s (0x%x): the memory freed at %p is "
-			     "still counted as in use",
+			     _("ze:%d: zeMemGetAddressRange: %s (0x%x): the memory freed at %p is "
+			       "still counted as in use"),
 			     dev, result_name(r), (unsigned)r, ptr);
 		size = 0;
 	}
@@ -578,13 +581,13 @@ static int copy(struct ze_state *s, int dev, void *dst, const void *src, size_t 
 static int ze_memcpy_htod(void *state, int dev, void *dst, const void *src, size_t size,
 			  devcache_stream_t stream)
 {
-	return copy(state, dev, dst, src, size, stream, "a copy to the device");
+	return copy(state, dev, dst, src, size, stream, _("a copy to the device"));
 }
 
 static int ze_memcpy_dtoh(void *state, int dev, void *dst, const void *src, size_t size,
 			  devcache_stream_t stream)
 {
-	return copy(state, dev, dst, src, size, stream, "a copy to the host");
+	return copy(state, dev, dst, src, size, stream, _("a copy to the host"));
 }
 
 static int ze_stream_create(void *state, int dev, devcache_stream_t *stream_p)
@@ -594,7 +597,7 @@ static int ze_stream_create(void *state, int dev, devcache_stream_t *stream_p)
 	int rc;
 
 	if (!st)
-		return s->host->error(DEVCACHE_ENOMEM, "ze: out of memory");
+		return s->host->error(DEVCACHE_ENOMEM, _("ze: out of memory"));
 	if ((rc = stream_open(s, dev, st))) {
 		free(st);
 		return rc;
@@ -653,7 +656,7 @@ static int event_take(struct ze_state *s, int dev, struct ze_event *e)
 	pthread_mutex_unlock(&d->pool_lock);
 	if (!p)
 		return r ? fail(s, r, "zeEventPoolCreate", dev)
-			 : s->host->error(DEVCACHE_ENOMEM, "ze: out of memory");
+			 : s->host->error(DEVCACHE_ENOMEM, _("ze: out of memory"));
 	ze_event_desc_t desc = {.stype = ZE_STRUCTURE_TYPE_EVENT_DESC,
 				.index = e->index,
 				.signal = ZE_EVENT_SCOPE_FLAG_HOST,
@@ -676,7 +679,7 @@ static void event_give(struct ze_state *s, int dev, struct ze_event *e)
 	ze_result_t r = s->zeEventDestroy(e->event);
 
 	if (r != ZE_RESULT_SUCCESS)
-		left(s, dev, "destroy an event: zeEventDestroy", r);
+		left(s, dev, _("the loader refused to destroy an event"), "zeEventDestroy", r);
 	pthread_mutex_lock(&d->pool_lock);
 	if (r == ZE_RESULT_SUCCESS)
 		e->pool->used &= ~(1ull << e->index);
@@ -724,7 +727,7 @@ static int ze_event_create(void *state, int dev, devcache_event_t *event_p)
 	int rc;
 
 	if (!e)
-		return s->host->error(DEVCACHE_ENOMEM, "ze: out of memory");
+		return s->host->error(DEVCACHE_ENOMEM, _("ze: out of memory"));
 	if ((rc = event_take(s, dev, e))) {
 		free(e);
 		return rc;
