@@ -574,6 +574,30 @@ static int parse_bool(const char *text, bool *out)
 	return -1;
 }
 
+/* One message for each type, not "invalid %s" with the type's English name
+ * put in: a translation words each as its language needs. */
+static void say_invalid(enum tunable_type type, const char *text, const char *expected, char *why,
+			size_t why_size)
+{
+	switch (type) {
+	case TT_BOOL:
+		snprintf(why, why_size, _("invalid bool '%s' (expected %s)"), text, expected);
+		break;
+	case TT_INT:
+		snprintf(why, why_size, _("invalid int '%s' (expected %s)"), text, expected);
+		break;
+	case TT_FLOAT:
+		snprintf(why, why_size, _("invalid float '%s' (expected %s)"), text, expected);
+		break;
+	case TT_SIZE:
+		snprintf(why, why_size, _("invalid size '%s' (expected %s)"), text, expected);
+		break;
+	default:
+		snprintf(why, why_size, _("invalid enum '%s' (expected %s)"), text, expected);
+		break;
+	}
+}
+
 int tunable_parse(enum tunable_id id, const char *raw, struct tunable_value *out, char *why,
 		  size_t why_size)
 {
@@ -640,8 +664,7 @@ int tunable_parse_def(const struct tunable_def *def, const char *raw, struct tun
 		goto out;
 	}
 	if (rc) {
-		snprintf(why, why_size, _("invalid %s '%s' (expected %s)"),
-			 tunable_type_name(def->type), text, expected);
+		say_invalid(def->type, text, expected, why, why_size);
 		rc = DEVCACHE_ECONFIG;
 	} else if (def->type != TT_BOOL && def->type != TT_ENUM && !in_range(&range, num)) {
 		char accepted[192];

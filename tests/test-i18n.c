@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-i18n.c - the German catalogue: complete, used by the library and by the devcache tool. */
+#include "config.h"
+
 #include "tap.h"
 
 #include <locale.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <unistd.h>
+#include <wchar.h>
 
 #include <devcache.h>
 
@@ -91,7 +94,7 @@ static void library_messages_are_german(void **state)
 				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV};
 	assert_int_equal(devcache_open_ex(&ctx, &args), DEVCACHE_ECONFIG);
 	assert_contains(devcache_last_error(),
-			"devcache_open: max_split_size_mb: ungültiger size-Wert „abc“ (erwartet:");
+			"devcache_open: max_split_size_mb: ungültige Größe „abc“ (erwartet:");
 }
 
 /* The backend modules are shared objects of their own: their messages must
@@ -129,6 +132,90 @@ static void backend_messages_are_german(void **state)
 	devcache_close(ctx);
 }
 
+/* Lines of text wider than cols, in display columns, each as a problem. */
+static int too_wide(const char *what, const char *text, int cols)
+{
+	int bad = 0;
+
+	for (const char *line = text; *line;) {
+		size_t len = strcspn(line, "\n");
+		char buf[1024];
+		wchar_t wide[1024];
+		int width;
+
+		snprintf(buf, sizeof buf, "%.*s", (int)len, line);
+		if (mbstowcs(wide, buf, sizeof wide / sizeof *wide) == (size_t)-1)
+			fail_msg("%s: not valid in the locale: %s", what, buf);
+		width = wcswidth(wide, wcslen(wide));
+		if (width > cols) {
+			printf("# %s: %d columns: %s\n", what, width, buf);
+			bad++;
+		}
+		line += len + (line[len] == '\n');
+	}
+	return bad;
+}
+
+/* The German --help of the tool and of each of its commands fits an
+ * 80-column terminal.  The commands are those `devcache --help` lists,
+ * so a command added later is covered without a change here. */
+static void german_help_fits_80_columns(void **state)
+{
+	char lc_all[64], cmds[32][16];
+	const char *env[] = {"LANGUAGE=de", lc_all, NULL};
+	struct result *r = malloc(sizeof *r);
+	int n = 0, bad = 0, checked = 0;
+	bool listing = false;
+
+	(void)state;
+	need_locale();
+	assert_non_null(r);
+	snprintf(lc_all, sizeof lc_all, "LC_ALL=%s", locale_name);
+	spawn_tool(r, env, (const char *const[]){"--help", NULL});
+	assert_int_equal(r->status, 0);
+	assert_contains(r->out, "Aufruf:");
+	bad += too_wide("devcache --help", r->out, 80);
+	/* The list of commands: the first heading ("Befehle:"), then lines
+	 * "  NAME  what it does" up to a blank line. */
+	for (char *line = r->out, *end; *line && n < 32; line = end + (*end != '\0')) {
+		end = line + strcspn(line, "\n");
+		if (!listing && line[0] != ' ' && end > line && end[-1] == ':' &&
+		    !strncmp(line, "Befehle", 7))
+			listing = true;
+		else if (listing && end == line)
+			break;
+		else if (listing && line[0] == ' ' && line[1] == ' ' && line[2] != ' ') {
+			size_t len = strcspn(line + 2, " \n");
+			bool seen = false;
+
+			for (int k = 0; k < n; k++)
+				seen = seen || (strlen(cmds[k]) == len && !strncmp(cmds[k], line + 2, len));
+			if (!seen && len < sizeof cmds[0])
+				snprintf(cmds[n++], sizeof cmds[0], "%.*s", (int)len, line + 2);
+		}
+	}
+	assert_true(n >= 5);
+	for (int k = 0; k < n; k++) {
+		char what[48];
+
+		spawn_tool(r, env, (const char *const[]){cmds[k], "--help", NULL});
+		if (r->status != 0) {
+			/* Not every command has --help yet; say which. */
+			printf("# devcache %s --help: exit status %d, not checked\n", cmds[k],
+			       r->status);
+			continue;
+		}
+		snprintf(what, sizeof what, "devcache %.15s --help", cmds[k]);
+		bad += too_wide(what, r->out, 80);
+		checked++;
+	}
+	printf("# %d of %d commands' --help checked\n", checked, n);
+	assert_true(checked >= 5);
+	free(r);
+	if (bad)
+		fail_msg("%d line(s) of the German --help pass 80 columns", bad);
+}
+
 static void tool_speaks_german(void **state)
 {
 	char lc_all[64];
@@ -149,7 +236,7 @@ static void tool_speaks_german(void **state)
 	const char *bad[] = {"LANGUAGE=de", lc_all, "DEVCACHE_OPTIONS=max_split_size_mb:abc", NULL};
 	spawn_tool(r, bad, (const char *const[]){"config", NULL});
 	assert_int_equal(r->status, 2);
-	assert_contains(r->err, "DEVCACHE_OPTIONS: max_split_size_mb: ungültiger size-Wert „abc“");
+	assert_contains(r->err, "DEVCACHE_OPTIONS: max_split_size_mb: ungültige Größe „abc“");
 	/* A decimal comma in the locale changes neither how a float is read
 	 * nor how it is written back. */
 	const char *fraction[] = {"LANGUAGE=de", lc_all, "DEVCACHE_OPTIONS=memory_fraction:0.25", NULL};
@@ -168,6 +255,7 @@ int main(void)
 		cmocka_unit_test(library_messages_are_german),
 		cmocka_unit_test(backend_messages_are_german),
 		cmocka_unit_test(tool_speaks_german),
+		cmocka_unit_test(german_help_fits_80_columns),
 	};
 
 	if (setlocale(LC_ALL, "de_DE.UTF-8")) {
