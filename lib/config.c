@@ -447,6 +447,9 @@ void config_warn_unknown_env(struct log_state *log)
 		if (known)
 			continue;
 		const char *tunable = tunable_suggest(name + 9);
+		/* PyTorch's options are not to be set through DEVCACHE_OPTIONS. */
+		if (tunable && tunable_find(tunable) < 0)
+			tunable = NULL;
 		if (tunable && strcasecmp(tunable, name + 9) == 0) {
 			log_msg(log, DEVCACHE_LOG_WARNING,
 				_("environment variable %s is ignored: set tunables with "
@@ -463,6 +466,11 @@ void config_warn_unknown_env(struct log_state *log)
 			log_msg(log, DEVCACHE_LOG_WARNING,
 				_("unknown environment variable %s is ignored (did you mean %s?)"),
 				name, best);
+		else if (tunable)
+			log_msg(log, DEVCACHE_LOG_WARNING,
+				_("unknown environment variable %s is ignored (did you mean "
+				  "DEVCACHE_OPTIONS=%s:VALUE?)"),
+				name, tunable);
 		else
 			log_msg(log, DEVCACHE_LOG_WARNING,
 				_("unknown environment variable %s is ignored (libdevcache reads "

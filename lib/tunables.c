@@ -71,13 +71,18 @@ const char *tunable_suggest(const char *name)
 	const char *best = NULL;
 	size_t best_d = SIZE_MAX;
 
-	for (int i = 0; i < TUN_COUNT; i++) {
-		const char *cand = tunable_defs[i].name;
+	/* PyTorch's options that are accepted and ignored are names a user
+	 * writes too: a slip in one is an unknown tunable like any other. */
+	for (size_t i = 0; i < TUN_COUNT + compat_count; i++) {
+		const char *cand = i < TUN_COUNT ? tunable_defs[i].name : compat_defs[i - TUN_COUNT].name;
 		size_t d = name_distance(name, cand);
 
 		/* A prefix (max_split_size for max_split_size_mb) is a likely slip too. */
 		if (strlen(name) >= 4 && strncasecmp(cand, name, strlen(name)) == 0)
 			d = d < 3 ? d : 3;
+		/* A PyTorch option's own name is no slip: suggest a tunable. */
+		if (i >= TUN_COUNT && d == 0)
+			continue;
 		if (d < best_d) {
 			best_d = d;
 			best = cand;

@@ -1038,6 +1038,52 @@ static void open_bad_values(void **state)
 	assert_string_equal(devcache_last_error(), expect);
 }
 
+/* A slip in a name gets its "did you mean" wherever the name is written:
+ * the open string, DEVCACHE_OPTIONS, a configuration file, and the name
+ * of an environment variable.  PyTorch's options, which are accepted and
+ * ignored, are names a user writes too. */
+static void unknown_names_get_a_hint_everywhere(void **state)
+{
+	struct fixture *fx = *state;
+	char conf[4096], expect[4608];
+
+	assert_int_equal(open_ex(fx, "pinned_use_cuda_host_registr:True", DEVCACHE_OPEN_NO_FILES),
+			 DEVCACHE_ECONFIG);
+	assert_string_equal(devcache_last_error(),
+			    "devcache_open: unknown tunable 'pinned_use_cuda_host_registr' (did you "
+			    "mean 'pinned_use_cuda_host_register'?)");
+
+	setenv("DEVCACHE_OPTIONS", "pinned_use_cuda_host_registr:True", 1);
+	assert_int_equal(open_ex(fx, NULL, DEVCACHE_OPEN_NO_FILES), DEVCACHE_ECONFIG);
+	assert_string_equal(devcache_last_error(),
+			    "DEVCACHE_OPTIONS: unknown tunable 'pinned_use_cuda_host_registr' (did you "
+			    "mean 'pinned_use_cuda_host_register'?)");
+	unsetenv("DEVCACHE_OPTIONS");
+
+	write_file(fx, "slip.conf", "pinned_use_cuda_host_registr = True\n", conf, sizeof conf);
+	setenv("DEVCACHE_CONF", conf, 1);
+	assert_int_equal(open_ex(fx, NULL, 0), DEVCACHE_ECONFIG);
+	xsnprintf(expect, sizeof expect,
+		  "%s:1: unknown tunable 'pinned_use_cuda_host_registr' (did you mean "
+		  "'pinned_use_cuda_host_register'?)",
+		  conf);
+	assert_string_equal(devcache_last_error(), expect);
+	unsetenv("DEVCACHE_CONF");
+
+	setenv("DEVCACHE_MAX_SPLT_SIZE_MB", "512", 1);
+	assert_int_equal(open_ex(fx, NULL, DEVCACHE_OPEN_NO_FILES), 0);
+	unsetenv("DEVCACHE_MAX_SPLT_SIZE_MB");
+	assert_int_equal(capture_count(&fx->cap, DEVCACHE_LOG_WARNING,
+				       "unknown environment variable DEVCACHE_MAX_SPLT_SIZE_MB is ignored "
+				       "(did you mean DEVCACHE_OPTIONS=max_split_size_mb:VALUE?)"),
+			 1);
+	/* PyTorch's options are not set through DEVCACHE_OPTIONS either. */
+	setenv("DEVCACHE_BACKEND", "native", 1);
+	assert_int_equal(open_ex(fx, NULL, DEVCACHE_OPEN_NO_FILES), 0);
+	unsetenv("DEVCACHE_BACKEND");
+	assert_int_equal(capture_count(&fx->cap, DEVCACHE_LOG_WARNING, "DEVCACHE_OPTIONS=backend:"), 0);
+}
+
 static void open_warns_unknown_env(void **state)
 {
 	struct fixture *fx = *state;
@@ -1291,6 +1337,7 @@ int main(void)
 		T(open_no_files),
 		T(open_bad_values),
 		T(open_warns_unknown_env),
+		T(unknown_names_get_a_hint_everywhere),
 		T(open_log_level_filters),
 		T(check_file_reports_every_error),
 		T(check_file_good),
