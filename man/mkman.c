@@ -923,14 +923,20 @@ static void write_tunable_page(const char *outdir, const struct tunable_def *t, 
 		module_of(t) ? "backends/" : "", module_of(t) ? module_of(t) : "lib");
 	fputs(".TH DEVCACHE.", f);
 	put_upper(f, t->name);
-	/* On an 80-column terminal (78 columns of text) the header holds the
-	 * title twice with the manual's name between them, and the footer the
-	 * title after the centred date: leave out what would overlap. */
+	/* The header and footer of every page: the date written as the
+	 * hand-written pages have it (put_substituted), the centre header
+	 * that of section 5, as devcache.conf(5) has it.  On an 80-column
+	 * terminal (78 columns of text) the header holds the title twice with
+	 * the centre header between them, and the footer the title after the
+	 * centred date: leave out what would overlap. */
+	static const char centre[] = "File Formats Manual";
 	size_t title = strlen("DEVCACHE.(5)") + strlen(t->name);
-	int centre_fits = 2 * title + strlen("libdevcache") + 4 <= 78;
+	int centre_fits = 2 * title + strlen(centre) + 4 <= 78;
 	int date_fits = title + (78 + strlen(param("MAN_DATE"))) / 2 + 1 <= 78;
-	fprintf(f, " 5 \"%s\" \"libdevcache %s\" \"%s\"\n", date_fits ? param("MAN_DATE") : "",
-		param("VERSION"), centre_fits ? "libdevcache" : "");
+	fputs(" 5 \"", f);
+	if (date_fits)
+		put_code(f, param("MAN_DATE"), ESC_ARG | ESC_BREAK);
+	fprintf(f, "\" \"libdevcache %s\" \"%s\"\n", param("VERSION"), centre_fits ? centre : "");
 	/* as in the hand-written pages: no hyphenated names, ragged right */
 	fputs(".nr HY 0\n.nh\n.ad l\n", f);
 

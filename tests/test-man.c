@@ -498,6 +498,142 @@ static void test_groff_clean(void **state)
 	check_problems(&p);
 }
 
+/* The centre header of each section, as groff's man macros give it when a
+ * page names none. */
+static const char *section_title(const char *section)
+{
+	switch (section[0]) {
+	case '1':
+		return "User Commands";
+	case '3':
+		return "Library Functions Manual";
+	case '5':
+		return "File Formats Manual";
+	case '7':
+		return "Miscellaneous Information Manual";
+	default:
+		return "?";
+	}
+}
+
+/* The arguments of the page's .TH line, quotes removed; how many. */
+static int th_args(const char *text, char args[6][128])
+{
+	const char *p = find_line(text, ".TH ");
+	int n = 0;
+
+	if (!p)
+		return 0;
+	p += 4;
+	while (*p && *p != '\n' && n < 6) {
+		size_t len;
+
+		if (*p == ' ') {
+			p++;
+			continue;
+		}
+		if (*p == '"') {
+			len = strcspn(p + 1, "\"\n");
+			snprintf(args[n++], 128, "%.*s", (int)len, p + 1);
+			p += len + 1 + (p[len + 1] == '"');
+		} else {
+			len = strcspn(p, " \n");
+			snprintf(args[n++], 128, "%.*s", (int)len, p);
+			p += len;
+		}
+	}
+	return n;
+}
+
+/* Every page has one header and footer: the same date written the same way,
+ * "libdevcache VERSION", and its section's centre header.  A generated
+ * page leaves the date or the centre header out only where it would overlap
+ * the title on an 80-column terminal (mkman). */
+static void test_headers(void **state)
+{
+	struct problems p = {0};
+	char **pages = tunable_pages(&p);
+	char date[128] = "";
+
+	(void)state;
+	for (size_t k = 0; k < N_HANDWRITTEN + DOC_TUNABLE_COUNT; k++) {
+		const char *name = k < N_HANDWRITTEN ? handwritten[k] : pages[k - N_HANDWRITTEN];
+		char args[6][128], *text;
+		int generated = k >= N_HANDWRITTEN;
+
+		if (!name)
+			break;
+		if (!(text = slurp_page(name))) {
+			problem(&p, "%s: %s", name, strerror(errno));
+			continue;
+		}
+		if (th_args(text, args) != 5) {
+			problem(&p, "%s: the .TH line has not 5 arguments", name);
+			free(text);
+			continue;
+		}
+		if (!*date)
+			snprintf(date, sizeof date, "%s", args[2]);
+		if (strcmp(args[2], date) != 0 && (!generated || *args[2]))
+			problem(&p, "%s: the date is \"%s\", %s's is \"%s\"", name, args[2],
+				handwritten[0], date);
+		if (strncmp(args[3], "libdevcache ", 12) != 0)
+			problem(&p, "%s: the footer is \"%s\", not \"libdevcache VERSION\"", name,
+				args[3]);
+		if (strcmp(args[4], section_title(args[1])) != 0 && (!generated || *args[4]))
+			problem(&p, "%s: the centre header is \"%s\", section %s's is \"%s\"", name,
+				args[4], args[1], section_title(args[1]));
+		free(text);
+	}
+	free_pages(pages);
+	check_problems(&p);
+}
+
+/* Whether a line of groff's output passes 80 columns (UTF-8 characters). */
+static size_t columns(const char *line, size_t len)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < len; i++)
+		n += ((unsigned char)line[i] & 0xc0) != 0x80;
+	return n;
+}
+
+/* The SYNOPSIS of every hand-written page fits an 80-column terminal, as
+ * man shows it there. */
+static void test_synopsis_width(void **state)
+{
+	struct problems p = {0};
+	const char *prog = groff();
+
+	(void)state;
+	if (!prog)
+		skip_because("groff not found (configure set GROFF empty): the pages cannot be "
+			     "rendered");
+	for (size_t k = 0; k < N_HANDWRITTEN; k++) {
+		char *path = path_in(builddir(), handwritten[k]), cmd[8192], line[1024];
+		int in_synopsis = 0;
+		FILE *f;
+
+		snprintf(cmd, sizeof cmd, "'%s' -man -Tutf8 -rLL=78n -P-cbu '%s' 2>/dev/null", prog,
+			 path);
+		assert_non_null(f = popen(cmd, "r"));
+		while (fgets(line, sizeof line, f)) {
+			size_t len = strcspn(line, "\n");
+
+			if (line[0] != ' ' && len > 0)
+				in_synopsis = strncmp(line, "SYNOPSIS", 8) == 0;
+			else if (in_synopsis && columns(line, len) > 80)
+				problem(&p, "%s: a SYNOPSIS line of %zu columns: %.*s", handwritten[k],
+					columns(line, len), (int)len, line);
+		}
+		if (pclose(f) != 0)
+			problem(&p, "%s failed", cmd);
+		free(path);
+	}
+	check_problems(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -507,6 +643,8 @@ int main(void)
 		cmocka_unit_test(test_substituted),
 		cmocka_unit_test(test_api_documented),
 		cmocka_unit_test(test_groff_clean),
+		cmocka_unit_test(test_headers),
+		cmocka_unit_test(test_synopsis_width),
 	};
 
 	return RUN_TAP(tests);
