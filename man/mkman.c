@@ -47,41 +47,44 @@ static const char *param(const char *name)
 	return v ? v : "";
 }
 
-/* Values for the EXAMPLES sections where the default would teach nothing.
- * Other tunables get their default, or for bool and enum another accepted
- * value (see example_value).  check_table() rejects names that are not
- * tunables, so a renamed tunable cannot leave a stale entry here. */
+/* Values for the EXAMPLES sections where the default would teach nothing,
+ * and the environment variables that set one particular tunable: both are
+ * declared with the tunable, as EXAMPLE and ENVIRONMENT in its
+ * tunables.def.  Other tunables get their default, or for bool and enum
+ * another accepted value (see example_value).  check_table() rejects names
+ * that are not tunables, so a renamed tunable cannot leave a stale entry. */
+#undef TUNABLE
+#undef COMPAT
+#define TUNABLE(name, type, def, range, flags, group, summary, doc)
+#define COMPAT(name, note)
+
 static const struct {
 	const char *name;
 	const char *value;
 } examples[] = {
-	{"max_split_size_mb", "512"},
-	{"roundup_power2_divisions", "[256:1,512:2,>:8]"},
-	{"garbage_collection_threshold", "0.6"},
-	{"memory_fraction", "0.8"},
-	{"trace", "/tmp/devcache-%p.trace"},
-	{"max_cache_ram", "32G"},
-	{"max_cache_vram", "20G"},
-	{"device_working_mem", "2G"},
-	{"malloc_mmap_threshold", "4M"},
-	{"lease_signal", "0"},
-	{"backends", "cuda,hip"},
-	{"backend_path", "/opt/devcache/backends"},
-	{"cuda_library", "/usr/lib/wsl/lib/libcuda.so.1"},
-	{"hip_library", "/opt/rocm/lib/libamdhip64.so"},
-	{"log_level", "debug"},
+#define EXAMPLE(name, value) {#name, value},
+#include "../lib/tunables.def"
+#include "../backends/cuda/tunables.def"
+#include "../backends/hip/tunables.def"
+#include "../backends/ze/tunables.def"
+#undef EXAMPLE
 };
 
-/* Environment variables that set one particular tunable. */
 static const struct {
 	const char *name;
 	const char *variable;
 	const char *text;
 } tunable_env[] = {
-	{"backend_path", "DEVCACHE_BACKEND_PATH",
-	 "Sets this tunable, over the configuration files and under DEVCACHE_OPTIONS. "
-	 "Set-user-ID and set-group-ID programs ignore it."},
+#define ENVIRONMENT(name, variable, text) {#name, variable, text},
+#include "../lib/tunables.def"
+#include "../backends/cuda/tunables.def"
+#include "../backends/hip/tunables.def"
+#include "../backends/ze/tunables.def"
+#undef ENVIRONMENT
 };
+
+#undef TUNABLE
+#undef COMPAT
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
