@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Every entry a backend must provide, checked after its init. */
 #define MANDATORY_ENTRIES(X)                                                                    \
@@ -467,6 +468,32 @@ static int load_selected(devcache_ctx_t *ctx, struct found *f, size_t n)
 	return rc;
 }
 
+/* A folder of backend_path that is not there is said to be missing, so that
+ * a mistyped DEVCACHE_BACKEND_PATH does not read as "no module found": as a
+ * warning where someone set the path, in the debug log for the default (a
+ * library installed without modules has no folder for them). */
+static void report_missing_dirs(devcache_ctx_t *ctx)
+{
+	const struct tunable_value *v = &ctx->tun.v[TUN_backend_path];
+	const char *origin = v->origin ? v->origin : "default";
+	bool set = strcmp(origin, "default") != 0;
+	char *copy = strdup(ctx->tun_text[TUN_backend_path]), *save = NULL;
+
+	if (!copy)
+		return;
+	for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		struct stat st;
+		int r = stat(dir, &st);
+
+		if (r == 0 && S_ISDIR(st.st_mode))
+			continue;
+		if (r == 0 || errno == ENOENT || errno == ENOTDIR)
+			log_msg(&ctx->log, set ? DEVCACHE_LOG_WARNING : DEVCACHE_LOG_DEBUG,
+				_("backend_path (%s): %s: no such directory"), origin, dir);
+	}
+	free(copy);
+}
+
 int backends_load(devcache_ctx_t *ctx)
 {
 	struct found *f = NULL;
@@ -481,6 +508,7 @@ int backends_load(devcache_ctx_t *ctx)
 	if (host->status != DEVCACHE_BACKEND_LOADED || host->n_devices != 1)
 		return err_set(DEVCACHE_EBACKEND, _("the host backend failed: %s"),
 			       host->reason ? host->reason : "");
+	report_missing_dirs(ctx);
 	rc = scan(ctx->tun_text[TUN_backend_path], &f, &n);
 	if (rc == 0)
 		rc = load_selected(ctx, f, n);
