@@ -125,7 +125,7 @@ static void help_lists_the_commands(void **state)
 			"Usage: devcache load [--device D] [--repeat N] [--writable] [--json] MODEL...");
 	RUN(plain, "dump", "--help");
 	assert_int_equal(r.status, 0);
-	assert_contains(r.out, "devcache -o KEY:VALUE dump FILE TENSOR -o OUT");
+	assert_contains(r.out, "Usage: devcache dump [--device D] [--output OUT] FILE TENSOR");
 	RUN(plain, "demo", "--help");
 	assert_int_equal(r.status, 0);
 	assert_contains(r.out, "Usage: devcache demo [--device D] [--keep]");
@@ -323,7 +323,7 @@ static void load_a_set_partially(void **state)
 		char name[16];
 		snprintf(name, sizeof name, "t%d", i);
 		path_of(out, sizeof out, "t.bin");
-		RUN(tight, "dump", "--device", "good:0", index, name, "-o", out);
+		RUN(tight, "dump", "--device", "good:0", index, name, "-O", out);
 		assert_int_equal(r.status, 0);
 		unsigned char *bytes = (unsigned char *)test_slurp_must(out);
 		mw_check(name, bytes, 100000, 1);
@@ -343,7 +343,7 @@ static void dump_to_a_file(void **state)
 
 	(void)state;
 	path_of(out, sizeof out, "host.bin");
-	RUN(plain, "dump", model, TENSOR, "-o", out);
+	RUN(plain, "dump", model, TENSOR, "--output", out);
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.err, "");
 	assert_string_equal(r.out, "");
@@ -355,7 +355,7 @@ static void dump_to_a_file(void **state)
 
 	/* The global -o sets tunables, the command's names the output. */
 	path_of(out, sizeof out, "good.bin");
-	RUN(plain, "-o", good_options, "dump", "--device", "good:0", model, TENSOR, "-o", out);
+	RUN(plain, "-o", good_options, "dump", "--device", "good:0", model, TENSOR, "-O", out);
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.err, "");
 	assert_int_equal(stat(out, &st), 0);
@@ -373,7 +373,7 @@ static void dump_to_standard_output(void **state)
 	assert_string_equal(r.err, "");
 	assert_int_equal(strlen(r.out), TENSOR_SIZE);
 	assert_tensor_bytes((const unsigned char *)r.out);
-	RUN(good, "dump", model, TENSOR, "-d", "good:0", "-o", "-");
+	RUN(good, "dump", model, TENSOR, "-d", "good:0", "-O", "-");
 	assert_int_equal(r.status, 0);
 	assert_int_equal(strlen(r.out), TENSOR_SIZE);
 	assert_tensor_bytes((const unsigned char *)r.out);
@@ -385,7 +385,7 @@ static void dump_errors(void **state)
 
 	(void)state;
 	path_of(out, sizeof out, "none.bin");
-	RUN(plain, "dump", model, "model.no_such.weight", "-o", out);
+	RUN(plain, "dump", model, "model.no_such.weight", "-O", out);
 	assert_int_equal(r.status, 1);
 	assert_contains(r.err, "model.safetensors: no tensor named 'model.no_such.weight'");
 	assert_int_equal(access(out, F_OK), -1);

@@ -44,23 +44,35 @@ static void help_and_version(void **state)
 static void usage_errors_exit_2(void **state)
 {
 	(void)state;
+	/* As GNU tools do: a short usage, where to read more, status 2. */
 	RUN(plain, NULL);
 	assert_int_equal(r.status, 2);
-	assert_contains(r.err, "Usage: devcache");
+	assert_string_equal(r.out, "");
+	assert_string_equal(r.err, "Usage: devcache [OPTION]... COMMAND [ARG]...\n"
+				   "Try 'devcache --help' for more information.\n");
 	RUN(plain, "frobnicate");
 	assert_int_equal(r.status, 2);
 	assert_contains(r.err, "devcache: unknown command 'frobnicate'");
 	RUN(plain, "--no-such-option");
 	assert_int_equal(r.status, 2);
 	assert_contains(r.err, "Try 'devcache --help'");
+	/* A command's errors name it, and point at its own help. */
 	RUN(plain, "info", "extra");
 	assert_int_equal(r.status, 2);
-	assert_contains(r.err, "info takes no arguments");
+	assert_contains(r.err, "devcache info: unexpected argument 'extra'\n"
+			       "Try 'devcache info --help' for more information.\n");
 	RUN(plain, "config", "extra");
 	assert_int_equal(r.status, 2);
-	assert_contains(r.err, "unexpected argument 'extra'");
+	assert_contains(r.err, "devcache config: unexpected argument 'extra'");
 	RUN(plain, "config", "--bogus");
 	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "Try 'devcache config --help'");
+	RUN(plain, "load");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "devcache load: no file given\n");
+	RUN(plain, "help", "frobnicate");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "unknown command 'frobnicate'");
 }
 
 static void info_lists_host(void **state)
@@ -97,20 +109,57 @@ static void info_explains_each_backend(void **state)
 	assert_contains(r.err, "missing mandatory entry mem_alloc");
 }
 
+/* text with each line break and the indent after it made one space: the
+ * descriptions as written, before they were wrapped to the terminal. */
+static void unwrap(char *text)
+{
+	char *out = text;
+
+	for (char *p = text; *p; p++) {
+		if (*p == '\n' && p[1] == ' ') {
+			while (p[1] == ' ')
+				p++;
+			*out++ = ' ';
+		} else {
+			*out++ = *p;
+		}
+	}
+	*out = '\0';
+}
+
+/* A folder of DEVCACHE_BACKEND_PATH that is not there is said to be
+ * missing, by the library and by info, not taken for one without modules. */
+static void info_says_a_missing_backend_folder_is_missing(void **state)
+{
+	const char *env[] = {"DEVCACHE_BACKEND_PATH=/nonexistent/devcache-backends", "LANGUAGE=C",
+			     "LC_ALL=C", NULL};
+
+	(void)state;
+	RUN(env, "info");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "  (/nonexistent/devcache-backends: no such directory)\n");
+	assert_not_contains(r.out, "no backend module found");
+	assert_contains(r.err, "libdevcache: warning: backend_path (DEVCACHE_BACKEND_PATH): "
+			       "/nonexistent/devcache-backends: no such directory");
+	/* The default folder missing (no module installed) is no warning. */
+	RUN(plain, "info");
+	assert_not_contains(r.err, "no such directory");
+}
+
 static void config_prints_every_tunable(void **state)
 {
 	(void)state;
 	RUN(plain, "config");
 	assert_int_equal(r.status, 0);
-	assert_contains(r.out, "NAME");
-	assert_contains(r.out, "ORIGIN");
+	assert_contains(r.out, "NAME = VALUE (ORIGIN)\n    DESCRIPTION\n");
+	unwrap(r.out);
 	size_t pending = 0;
 	for (size_t i = 0; i < devcache_tunable_count(); i++) {
 		devcache_tunable_desc_t d;
 		char line[512];
 
 		assert_int_equal(devcache_tunable_describe(i, &d), 0);
-		snprintf(line, sizeof line, "\n%s ", d.name);
+		snprintf(line, sizeof line, "\n%s = ", d.name);
 		assert_contains(r.out, line);
 		assert_contains(r.out, d.summary);
 		pending += !d.effective;
@@ -133,8 +182,10 @@ static void config_shows_values_and_origins(void **state)
 	assert_int_equal(r.status, 0);
 	assert_contains(r.out, "512M");
 	assert_contains(r.out, "DEVCACHE_OPTIONS");
-	assert_contains(r.out, "info ");
-	assert_contains(r.out, "devcache_open");
+	/* -o is the command line's, whichever side of the command. */
+	assert_contains(r.out, "log_level = info (command line)\n");
+	RUN(env, "config", "--options", "log_level:warning");
+	assert_contains(r.out, "log_level = warning (command line)\n");
 }
 
 static void config_errors_exit_2_naming_tunable_and_value(void **state)
@@ -145,13 +196,20 @@ static void config_errors_exit_2_naming_tunable_and_value(void **state)
 	RUN(env, "config");
 	assert_int_equal(r.status, 2);
 	assert_string_equal(r.out, "");
-	assert_contains(r.err, "devcache: DEVCACHE_OPTIONS: max_split_size_mb: invalid size 'abc'");
+	assert_contains(r.err, "devcache config: DEVCACHE_OPTIONS: max_split_size_mb: invalid size 'abc'");
+	/* A tunable of the command line is blamed on it, not on the function
+	 * the tool calls. */
 	RUN(plain, "-o", "no_such_tunable:1", "info");
 	assert_int_equal(r.status, 2);
-	assert_contains(r.err, "devcache_open: unknown tunable 'no_such_tunable'");
+	assert_contains(r.err, "devcache info: command line (-o): unknown tunable 'no_such_tunable'");
+	assert_not_contains(r.err, "devcache_open");
 	RUN(plain, "-o", "max_split_size:512", "config");
 	assert_int_equal(r.status, 2);
 	assert_contains(r.err, "did you mean 'max_split_size_mb'?");
+	RUN(plain, "inspect", "-o", "max_split_size:512", "no-such.safetensors");
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "devcache inspect: command line (-o): unknown tunable "
+			       "'max_split_size' (did you mean 'max_split_size_mb'?)");
 }
 
 /* The sample devcache.conf lists every tunable, and uncommented it is valid. */
@@ -244,6 +302,7 @@ int main(void)
 		cmocka_unit_test(usage_errors_exit_2),
 		cmocka_unit_test(info_lists_host),
 		cmocka_unit_test(info_explains_each_backend),
+		cmocka_unit_test(info_says_a_missing_backend_folder_is_missing),
 		cmocka_unit_test(config_prints_every_tunable),
 		cmocka_unit_test(config_shows_values_and_origins),
 		cmocka_unit_test(config_errors_exit_2_naming_tunable_and_value),

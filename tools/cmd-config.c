@@ -3,16 +3,32 @@
 #include "tool.h"
 
 #include <getopt.h>
+#include <json-c/json.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* The description under its tunable's name, indented so. */
+#define DESC_INDENT 4
+
+static void help(void)
+{
+	printf(_("Usage: devcache config [--json] [--check FILE]\n"));
+	fputs(_("Print every tunable with its value, where that value came from and what\n"
+		"the tunable does, or check a configuration file.\n"),
+	      stdout);
+	fputs("\n", stdout);
+	fputs(_("  -c, --check=FILE             check FILE and print its errors\n"
+		"  -j, --json                   print a JSON array of the tunables\n"),
+	      stdout);
+	tool_print_common_options();
+}
 
 static void print_error(void *user, enum devcache_log_level level, const char *message)
 {
 	(void)user;
-	if (level <= DEVCACHE_LOG_ERROR)
-		tool_error("%s", message);
-	else
-		fprintf(stderr, "devcache: %s\n", message);
+	(void)level;
+	tool_error("%s", message);
 }
 
 static int check_file(const char *path)
@@ -25,30 +41,71 @@ static int check_file(const char *path)
 	return EXIT_OK;
 }
 
-static int print_table(const struct tool *t)
+/* "name = value  (origin)", then the description under it. */
+static void print_tunable(const devcache_tunable_desc_t *d, const char *value, const char *origin)
 {
-	size_t n, wname = 4, wvalue = 5;
+	char *line, *desc;
+	size_t w = tool_width(d->name) + 3;
+
+	printf("%s = ", d->name);
+	if (asprintf(&line, "%s  (%s)", value, tool_origin(origin)) >= 0) {
+		tool_wrap(stdout, w, DESC_INDENT, line);
+		free(line);
+	}
+	if ((desc = strdup(d->summary))) {
+		char *full = NULL;
+
+		/* TRANSLATORS: a tunable's summary, then the module that declares it. */
+		if (d->module && asprintf(&full, _("%s (%s module)"), desc, d->module) >= 0)
+			free(desc), desc = full;
+		if (!d->effective && asprintf(&full, "%s%s", desc, _(" (no effect yet)")) >= 0)
+			free(desc), desc = full;
+		printf("%*s", DESC_INDENT, "");
+		tool_wrap(stdout, DESC_INDENT, DESC_INDENT, desc);
+		free(desc);
+	}
+}
+
+static struct json_object *tunable_json(const devcache_tunable_desc_t *d, const char *value,
+					const char *origin)
+{
+	struct json_object *o = json_object_new_object();
+
+	if (!o)
+		return NULL;
+	json_object_object_add(o, "name", json_object_new_string(d->name));
+	json_object_object_add(o, "value", json_object_new_string(value));
+	json_object_object_add(o, "origin", json_object_new_string(tool_origin(origin)));
+	json_object_object_add(o, "type", json_object_new_string(d->type));
+	json_object_object_add(o, "default", json_object_new_string(d->default_value));
+	json_object_object_add(o, "range", json_object_new_string(d->range));
+	json_object_object_add(o, "group", json_object_new_string(d->group));
+	json_object_object_add(o, "summary", json_object_new_string(d->summary));
+	json_object_object_add(o, "module", d->module ? json_object_new_string(d->module) : NULL);
+	json_object_object_add(o, "effective", json_object_new_boolean(d->effective));
+	return o;
+}
+
+static int print_table(const struct tool *t, bool json)
+{
+	struct json_object *all = json ? json_object_new_array() : NULL;
 	devcache_ctx_t *ctx;
-	char value[4096], from[64];
+	char value[4096];
 	const char *origin;
 	int status;
 
-	if ((status = tool_open(t, &ctx)))
-		return status;
-	/* The core's tunables, then those of the loaded backend modules. */
-	n = devcache_config_count(ctx);
-	for (size_t i = 0; i < n; i++) {
-		devcache_tunable_desc_t d;
-
-		if (devcache_config_describe(ctx, i, &d) == 0 &&
-		    devcache_config_get(ctx, d.name, value, sizeof value, NULL) == 0) {
-			wname = strlen(d.name) > wname ? strlen(d.name) : wname;
-			wvalue = strlen(value) > wvalue && strlen(value) <= 24 ? strlen(value) : wvalue;
-		}
+	if (json && !all) {
+		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
+		return EXIT_RUNTIME;
 	}
-	printf("%-*s  %-*s  %-16s %s\n", (int)wname, _("NAME"), (int)wvalue, _("VALUE"),
-	       _("ORIGIN"), _("DESCRIPTION"));
-	for (size_t i = 0; i < n; i++) {
+	if ((status = tool_open(t, &ctx))) {
+		json_object_put(all);
+		return status;
+	}
+	if (!json)
+		printf(_("NAME = VALUE (ORIGIN)\n    DESCRIPTION\n\n"));
+	/* The core's tunables, then those of the loaded backend modules. */
+	for (size_t i = 0; i < devcache_config_count(ctx); i++) {
 		devcache_tunable_desc_t d;
 
 		if (devcache_config_describe(ctx, i, &d) ||
@@ -57,46 +114,62 @@ static int print_table(const struct tool *t)
 			status = EXIT_RUNTIME;
 			continue;
 		}
-		from[0] = '\0';
-		if (d.module)
-			/* TRANSLATORS: after a tunable's summary: the module that declares it. */
-			snprintf(from, sizeof from, _(" (%s module)"), d.module);
-		printf("%-*s  %-*s  %-16s %s%s%s\n", (int)wname, d.name, (int)wvalue, value, origin,
-		       d.summary, from, d.effective ? "" : _(" (no effect yet)"));
+		if (!json) {
+			print_tunable(&d, value, origin);
+			continue;
+		}
+		struct json_object *o = tunable_json(&d, value, origin);
+
+		if (!o) {
+			tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
+			status = EXIT_RUNTIME;
+			break;
+		}
+		json_object_array_add(all, o);
 	}
+	if (json && status == EXIT_OK)
+		puts(json_object_to_json_string_ext(all, JSON_C_TO_STRING_PRETTY |
+							 JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(all);
 	devcache_close(ctx);
 	return status;
 }
 
-int cmd_config(const struct tool *t, int argc, char **argv)
+int cmd_config(struct tool *t, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"check", required_argument, NULL, 'c'},
-		{"help", no_argument, NULL, 'h'},
+		{"json", no_argument, NULL, 'j'},
+		TOOL_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
 	const char *check = NULL;
-	int c;
+	bool json = false;
+	int c, status;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:j" TOOL_SHORTOPTS, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			check = optarg;
 			break;
+		case 'j':
+			json = true;
+			break;
 		case 'h':
-			printf(_("Usage: devcache config [--check FILE]\n"
-				 "Print every tunable with its value, origin and description,\n"
-				 "or check a configuration file.\n"));
+			help();
 			return EXIT_OK;
 		default:
-			fprintf(stderr, _("Try 'devcache --help' for more information.\n"));
-			return EXIT_USAGE;
+			if ((status = tool_common_option(t, c, optarg)) >= 0)
+				return status;
 		}
 	}
 	if (optind < argc) {
-		tool_error(_("config: unexpected argument '%s'"), argv[optind]);
-		return EXIT_USAGE;
+		tool_error(_("unexpected argument '%s'"), argv[optind]);
+		return tool_try_help();
 	}
-	return check ? check_file(check) : print_table(t);
+	if (check && json) {
+		tool_error("%s", _("--check and --json do not go together"));
+		return tool_try_help();
+	}
+	return check ? check_file(check) : print_table(t, json);
 }

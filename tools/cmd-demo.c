@@ -51,25 +51,25 @@ static void help(void)
 		"remove the directory.\n"),
 	      stdout);
 	fputs("\n", stdout);
-	fputs(_("  -d, --device=D   load onto device D (default: host)\n"
-		"  -k, --keep       keep the temporary directory and print its name\n"
-		"  -h, --help       show this help and exit\n"),
+	fputs(_("  -d, --device=D               load onto device D (default: host)\n"
+		"  -k, --keep                   keep the temporary directory and print its\n"
+		"                               name\n"),
 	      stdout);
+	tool_print_common_options();
 }
 
 /* Returns -1 to go on, or the exit status. */
-static int parse_args(struct demo *d, int argc, char **argv)
+static int parse_args(struct tool *t, struct demo *d, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"device", required_argument, NULL, 'd'},
 		{"keep", no_argument, NULL, 'k'},
-		{"help", no_argument, NULL, 'h'},
+		TOOL_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
-	int c;
+	int c, status;
 
-	optind = 0;
-	while ((c = getopt_long(argc, argv, "d:kh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:k" TOOL_SHORTOPTS, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd':
 			d->device = optarg;
@@ -81,14 +81,13 @@ static int parse_args(struct demo *d, int argc, char **argv)
 			help();
 			return EXIT_OK;
 		default:
-			fprintf(stderr, _("Try 'devcache demo --help' for more information.\n"));
-			return EXIT_USAGE;
+			if ((status = tool_common_option(t, c, optarg)) >= 0)
+				return status;
 		}
 	}
 	if (optind < argc) {
-		tool_error(_("demo: unexpected argument '%s'"), argv[optind]);
-		fprintf(stderr, _("Try 'devcache demo --help' for more information.\n"));
-		return EXIT_USAGE;
+		tool_error(_("unexpected argument '%s'"), argv[optind]);
+		return tool_try_help();
 	}
 	return -1;
 }
@@ -229,7 +228,7 @@ static int write_model(struct demo *d)
 	free(header);
 	free(buf);
 	if (!ok) {
-		tool_error(_("demo: cannot write %s: %s"), d->path, strerror(errno));
+		tool_error(_("cannot write %s: %s"), d->path, strerror(errno));
 		return EXIT_RUNTIME;
 	}
 	return EXIT_OK;
@@ -365,17 +364,17 @@ static int check_tensor(const struct demo *d, const devcache_model_t *model)
 		goto out;
 	}
 	if (devcache_copy_to_host(d->dev, mem, data, (size_t)info.size, NULL)) {
-		tool_error(_("demo: %s: cannot copy it from the device: %s"), CHECKED_TENSOR,
+		tool_error(_("%s: cannot copy it from the device: %s"), CHECKED_TENSOR,
 			   devcache_last_error());
 		goto out;
 	}
 	if ((fd = open(d->path, O_RDONLY | O_CLOEXEC)) < 0 ||
 	    read_at(fd, file, (size_t)info.size, info.offset) != 0) {
-		tool_error(_("demo: cannot read %s: %s"), d->path, strerror(errno));
+		tool_error(_("cannot read %s: %s"), d->path, strerror(errno));
 		goto out;
 	}
 	if (memcmp(mem, file, (size_t)info.size) != 0) {
-		tool_error(_("demo: %s on %s differs from the file"), CHECKED_TENSOR, d->info.id);
+		tool_error(_("%s on %s differs from the file"), CHECKED_TENSOR, d->info.id);
 		goto out;
 	}
 	tool_format_bytes(info.size, size, sizeof size);
@@ -420,7 +419,7 @@ static int make_dir(struct demo *d)
 		return EXIT_RUNTIME;
 	}
 	if (!mkdtemp(d->dir)) {
-		tool_error(_("demo: cannot create a directory in %s: %s"), tmp, strerror(errno));
+		tool_error(_("cannot create a directory in %s: %s"), tmp, strerror(errno));
 		free(d->dir);
 		d->dir = NULL;
 		return EXIT_RUNTIME;
@@ -436,7 +435,7 @@ static int make_dir(struct demo *d)
 static int remove_dir(const struct demo *d)
 {
 	if ((unlink(d->path) != 0 && errno != ENOENT) || rmdir(d->dir) != 0) {
-		tool_error(_("demo: cannot remove %s: %s"), d->dir, strerror(errno));
+		tool_error(_("cannot remove %s: %s"), d->dir, strerror(errno));
 		return EXIT_RUNTIME;
 	}
 	return EXIT_OK;
@@ -467,7 +466,7 @@ static int walk(struct demo *d)
 	if (status == EXIT_OK) {
 		putchar('\n');
 		if (devcache_cache_summary(d->ctx, stdout)) {
-			tool_error(_("demo: cannot print the cache summary: %s"),
+			tool_error(_("cannot print the cache summary: %s"),
 				   devcache_last_error());
 			status = EXIT_RUNTIME;
 		}
@@ -477,7 +476,7 @@ static int walk(struct demo *d)
 	return status;
 }
 
-int cmd_demo(const struct tool *t, int argc, char **argv)
+int cmd_demo(struct tool *t, int argc, char **argv)
 {
 	struct demo *d = calloc(1, sizeof *d);
 	int status;
@@ -487,7 +486,7 @@ int cmd_demo(const struct tool *t, int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 	d->device = "host";
-	if ((status = parse_args(d, argc, argv)) >= 0)
+	if ((status = parse_args(t, d, argc, argv)) >= 0)
 		goto out;
 	if ((status = open_device(d, t)) || (status = make_dir(d)))
 		goto out;
@@ -509,7 +508,7 @@ out:
 	if (d->ctx)
 		devcache_close(d->ctx);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		tool_error("%s", _("demo: write error on standard output"));
+		tool_error("%s", _("write error on standard output"));
 		status = EXIT_RUNTIME;
 	}
 	free(d->dir);

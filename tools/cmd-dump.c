@@ -18,63 +18,57 @@ struct dump_opts {
 
 static void help(void)
 {
-	printf(_("Usage: devcache dump [--device D] [-o OUT] FILE TENSOR\n"));
+	printf(_("Usage: devcache dump [--device D] [--output OUT] FILE TENSOR\n"));
 	fputs(_("Load FILE through the model cache onto a device, copy the bytes of\n"
 		"TENSOR back from it and write them, raw, to OUT or standard output\n"
 		"(not a terminal).\n"),
 	      stdout);
 	fputs("\n", stdout);
-	fputs(_("  -d, --device=D       load onto device D (default: host)\n"
-		"  -o, --output=OUT     write to the file OUT (default: standard output)\n"
-		"  -h, --help           show this help and exit\n"),
+	fputs(_("  -d, --device=D               load onto device D (default: host)\n"
+		"  -O, --output=OUT             write to the file OUT (default: standard\n"
+		"                               output)\n"),
 	      stdout);
-	fputs("\n", stdout);
-	fputs(_("The -o after the command is the output file; tunables are set with the\n"
-		"-o before it: devcache -o KEY:VALUE dump FILE TENSOR -o OUT.\n"),
-	      stdout);
+	tool_print_common_options();
 }
 
 /* Returns -1 to go on, or the exit status. */
-static int parse_args(struct dump_opts *o, int argc, char **argv)
+static int parse_args(struct tool *t, struct dump_opts *o, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"device", required_argument, NULL, 'd'},
-		{"output", required_argument, NULL, 'o'},
-		{"help", no_argument, NULL, 'h'},
+		{"output", required_argument, NULL, 'O'},
+		TOOL_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
-	int c;
+	int c, status;
 
-	/* 0: getopt starts afresh, so options may follow FILE and TENSOR. */
-	optind = 0;
-	while ((c = getopt_long(argc, argv, "d:o:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:O:" TOOL_SHORTOPTS, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd':
 			o->device = optarg;
 			break;
-		case 'o':
+		case 'O':
 			o->output = optarg;
 			break;
 		case 'h':
 			help();
 			return EXIT_OK;
 		default:
-			fprintf(stderr, _("Try 'devcache dump --help' for more information.\n"));
-			return EXIT_USAGE;
+			if ((status = tool_common_option(t, c, optarg)) >= 0)
+				return status;
 		}
 	}
 	if (argc - optind != 2) {
-		tool_error("%s", argc - optind < 2 ? _("dump: expected FILE and TENSOR")
-						   : _("dump: too many arguments"));
-		fprintf(stderr, _("Try 'devcache dump --help' for more information.\n"));
-		return EXIT_USAGE;
+		tool_error("%s", argc - optind < 2 ? _("expected FILE and TENSOR")
+						   : _("too many arguments"));
+		return tool_try_help();
 	}
 	if (o->output && strcmp(o->output, "-") == 0)
 		o->output = NULL;
 	/* Raw tensor bytes would garble the terminal, and are no use there. */
 	if (!o->output && isatty(STDOUT_FILENO)) {
-		tool_error("%s", _("dump: refusing to write binary data to a terminal; "
-				   "use -o OUT or redirect standard output"));
+		tool_error("%s", _("refusing to write binary data to a terminal; "
+				   "use --output OUT or redirect standard output"));
 		return EXIT_USAGE;
 	}
 	return -1;
@@ -100,11 +94,11 @@ static int write_out(const char *path, const unsigned char *buf, size_t len)
 	int fd = path ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666) : STDOUT_FILENO;
 
 	if (fd < 0) {
-		tool_error(_("dump: cannot open %s: %s"), path, strerror(errno));
+		tool_error(_("cannot open %s: %s"), path, strerror(errno));
 		return EXIT_RUNTIME;
 	}
 	if (write_all(fd, buf, len) != 0) {
-		tool_error(_("dump: cannot write %s: %s"), path ? path : _("standard output"),
+		tool_error(_("cannot write %s: %s"), path ? path : _("standard output"),
 			   strerror(errno));
 		if (path)
 			close(fd);
@@ -112,7 +106,7 @@ static int write_out(const char *path, const unsigned char *buf, size_t len)
 	}
 	/* close() is where a full disk on NFS is reported. */
 	if (path && close(fd) != 0) {
-		tool_error(_("dump: cannot write %s: %s"), path, strerror(errno));
+		tool_error(_("cannot write %s: %s"), path, strerror(errno));
 		return EXIT_RUNTIME;
 	}
 	return EXIT_OK;
@@ -132,14 +126,14 @@ static int dump_tensor(const devcache_model_t *model, const char *name, const ch
 		return EXIT_RUNTIME;
 	}
 	if ((size_t)info.size != info.size || !(buf = malloc(info.size ? (size_t)info.size : 1))) {
-		tool_error(_("dump: %s: cannot allocate %llu bytes: %s"), name,
+		tool_error(_("%s: cannot allocate %llu bytes: %s"), name,
 			   (unsigned long long)info.size, devcache_strerror(DEVCACHE_ENOMEM));
 		return EXIT_RUNTIME;
 	}
 	/* From the device, or from the file rather than its mapping: a file
 	 * truncated meanwhile is an error, not SIGBUS. */
 	if (devcache_model_tensor_copy(model, name, buf, (size_t)info.size)) {
-		tool_error(_("dump: %s: cannot copy it: %s"), name, devcache_last_error());
+		tool_error(_("%s: cannot copy it: %s"), name, devcache_last_error());
 		free(buf);
 		return EXIT_RUNTIME;
 	}
@@ -148,7 +142,7 @@ static int dump_tensor(const devcache_model_t *model, const char *name, const ch
 	return status;
 }
 
-int cmd_dump(const struct tool *t, int argc, char **argv)
+int cmd_dump(struct tool *t, int argc, char **argv)
 {
 	struct dump_opts o = {.device = "host"};
 	devcache_model_t *model;
@@ -156,7 +150,7 @@ int cmd_dump(const struct tool *t, int argc, char **argv)
 	devcache_ctx_t *ctx;
 	int status;
 
-	if ((status = parse_args(&o, argc, argv)) >= 0)
+	if ((status = parse_args(t, &o, argc, argv)) >= 0)
 		return status;
 	const char *path = argv[optind], *name = argv[optind + 1];
 	if ((status = tool_open(t, &ctx)))

@@ -11,10 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Metadata values longer than this are cut in the table (tokenizer
- * vocabularies run to megabytes); --json and --full print them whole. */
-#define VALUE_WIDTH 120
-
 static void help(void)
 {
 	printf(_("Usage: devcache inspect [--json] [--full] MODEL...\n"));
@@ -25,9 +21,13 @@ static void help(void)
 		"these; for a diffusers pipeline folder, its components are listed.\n"),
 	      stdout);
 	fputs("\n", stdout);
-	fputs(_("      --json   print a JSON object (an array of them for several models)\n"
-		"      --full   print long metadata values whole\n"
-		"  -h, --help   show this help and exit\n"),
+	fputs(_("  -j, --json                   print a JSON object (an array of them for\n"
+		"                               several models)\n"
+		"  -f, --full                   print long metadata values whole\n"),
+	      stdout);
+	tool_print_common_options();
+	fputs("\n", stdout);
+	fputs(_("No tunable changes what inspect prints; those given with -o are checked.\n"),
 	      stdout);
 }
 
@@ -53,79 +53,204 @@ static const char *format_name(const devcache_model_file_t *mf, char *buf, size_
 	return buf;
 }
 
+static bool is_gguf(const devcache_model_file_t *mf)
+{
+	unsigned version;
+
+	return devcache_model_file_format(mf, &version) == DEVCACHE_FORMAT_GGUF;
+}
+
+static int digits(uint64_t n)
+{
+	int d = 1;
+
+	while (n >= 10)
+		n /= 10, d++;
+	return d;
+}
+
+static int max_int(int a, int b)
+{
+	return a > b ? a : b;
+}
+
+/* The columns of the tensor table: text left-aligned, numbers right-aligned
+ * under right-aligned headers. */
+struct columns {
+	int name, dtype, shape, offset, bytes, shard;
+};
+
+static struct columns measure(const devcache_model_file_t *mf, const char *shape_header,
+			      bool sharded)
+{
+	struct columns w = {
+		.name = (int)tool_width(_("name")),
+		.dtype = (int)tool_width(_("dtype")),
+		.shape = (int)tool_width(shape_header),
+		.offset = (int)tool_width(_("offset")),
+		.bytes = (int)tool_width(_("bytes")),
+		.shard = sharded ? (int)tool_width(_("shard")) : 0,
+	};
+	char shape[512];
+
+	for (size_t i = 0; i < devcache_model_file_tensor_count(mf); i++) {
+		devcache_tensor_info_t t;
+
+		devcache_model_file_tensor(mf, i, &t);
+		format_shape(&t, shape, sizeof shape);
+		w.name = max_int(w.name, (int)tool_width(t.name));
+		w.dtype = max_int(w.dtype, (int)tool_width(t.dtype));
+		w.shape = max_int(w.shape, (int)tool_width(shape));
+		w.offset = max_int(w.offset, digits(t.offset));
+		w.bytes = max_int(w.bytes, digits(t.size));
+		if (sharded)
+			w.shard = max_int(w.shard, digits(t.shard));
+	}
+	/* A name too long for the line has one of its own, the row under it. */
+	int rest = 2 + w.dtype + 2 + w.shape + 2 + w.offset + 2 + w.bytes +
+		   (sharded ? 2 + w.shard : 0);
+	if (2 + w.name + rest > TOOL_COLUMNS)
+		w.name = max_int((int)tool_width(_("name")), TOOL_COLUMNS - 2 - rest);
+	return w;
+}
+
+/* printf's %-*s counts bytes; a column counts characters. */
+static void print_left(const char *s, int w)
+{
+	printf("%s%*s", s, max_int(0, w - (int)tool_width(s)), "");
+}
+
+static void print_right(const char *s, int w)
+{
+	printf("%*s%s", max_int(0, w - (int)tool_width(s)), "", s);
+}
+
+static void print_tensors(const devcache_model_file_t *mf, bool sharded)
+{
+	/* GGUF lists a tensor's dimensions innermost first (ne[0], ne[1], ...),
+	 * safetensors outermost first: each is printed in its file's order. */
+	const char *shape_header = is_gguf(mf) ? _("shape (innermost first)")
+					       : _("shape (outermost first)");
+	struct columns w = measure(mf, shape_header, sharded);
+	char shape[512], n[32];
+
+	printf(_("Tensors:\n"));
+	printf("  ");
+	print_left(_("name"), w.name);
+	printf("  ");
+	print_left(_("dtype"), w.dtype);
+	printf("  ");
+	print_left(shape_header, w.shape);
+	printf("  ");
+	print_right(_("offset"), w.offset);
+	printf("  ");
+	print_right(_("bytes"), w.bytes);
+	if (sharded) {
+		printf("  ");
+		print_right(_("shard"), w.shard);
+	}
+	putchar('\n');
+	for (size_t i = 0; i < devcache_model_file_tensor_count(mf); i++) {
+		devcache_tensor_info_t t;
+
+		devcache_model_file_tensor(mf, i, &t);
+		format_shape(&t, shape, sizeof shape);
+		printf("  ");
+		if ((int)tool_width(t.name) > w.name)
+			printf("%s\n  %*s", t.name, w.name, "");
+		else
+			print_left(t.name, w.name);
+		printf("  ");
+		print_left(t.dtype, w.dtype);
+		printf("  ");
+		print_left(shape, w.shape);
+		printf("  %*llu  %*llu", w.offset, (unsigned long long)t.offset, w.bytes,
+		       (unsigned long long)t.size);
+		if (sharded) {
+			snprintf(n, sizeof n, "%u", t.shard);
+			printf("  ");
+			print_right(n, w.shard);
+		}
+		putchar('\n');
+	}
+}
+
+/* "  key = value", the value cut where the line ends unless full. */
+static bool print_metadata(const devcache_model_file_t *mf, bool full)
+{
+	bool cut = false;
+
+	printf(_("Metadata:\n"));
+	for (size_t i = 0; i < devcache_model_file_metadata_count(mf); i++) {
+		const char *key, *value;
+		int room;
+
+		devcache_model_file_metadata(mf, i, &key, &value);
+		room = TOOL_COLUMNS - 2 - (int)tool_width(key) - 3;
+		if (full || (int)tool_width(value) <= room) {
+			printf("  %s = %s\n", key, value);
+			continue;
+		}
+		/* Whole characters, three columns left for "...". */
+		int end = 0;
+		for (int cols = 0; value[end] && cols < max_int(room - 3, 0); cols++)
+			for (end++; (value[end] & 0xc0) == 0x80; end++)
+				;
+		printf("  %s = %.*s...\n", key, end, value);
+		cut = true;
+	}
+	return cut;
+}
+
 static void print_table(const char *path, const devcache_model_file_t *mf, bool full)
 {
 	size_t nt = devcache_model_file_tensor_count(mf), nm = devcache_model_file_metadata_count(mf);
-	char fmt[32], size[32], shape[512];
-	int name_w = 4, dtype_w = 5, shape_w = 5;
+	size_t ns = devcache_model_file_shard_count(mf);
+	char fmt[32], size[32];
 	uint64_t bytes = 0;
 
 	for (size_t i = 0; i < nt; i++) {
 		devcache_tensor_info_t t;
 
 		devcache_model_file_tensor(mf, i, &t);
-		format_shape(&t, shape, sizeof shape);
-		if ((int)strlen(t.name) > name_w)
-			name_w = (int)strlen(t.name);
-		if ((int)strlen(t.dtype) > dtype_w)
-			dtype_w = (int)strlen(t.dtype);
-		if ((int)strlen(shape) > shape_w)
-			shape_w = (int)strlen(shape);
 		bytes += t.size;
 	}
-	if (name_w > 60)
-		name_w = 60;
-	size_t ns = devcache_model_file_shard_count(mf);
-
 	tool_format_bytes(devcache_model_file_size(mf), size, sizeof size);
 	printf("%s: %s, %s\n", path, format_name(mf, fmt, sizeof fmt), size);
-	printf(_("  %zu metadata entries, %zu tensors, data from byte %llu\n"), nm, nt,
-	       (unsigned long long)devcache_model_file_data_offset(mf));
+	printf("  ");
+	printf(P_("%zu metadata entry", "%zu metadata entries", nm), nm);
+	printf(", ");
+	printf(P_("%zu tensor", "%zu tensors", nt), nt);
+	printf(", ");
+	printf(_("data from byte %llu\n"), (unsigned long long)devcache_model_file_data_offset(mf));
 	if (ns > 1) {
+		int w = digits(ns - 1), sw = 0;
+
 		printf(_("Shards:\n"));
+		for (size_t i = 0; i < ns; i++) {
+			uint64_t n;
+			const char *shard;
+
+			devcache_model_file_shard(mf, i, &shard, &n);
+			tool_format_bytes(n, size, sizeof size);
+			sw = max_int(sw, (int)strlen(size));
+		}
 		for (size_t i = 0; i < ns; i++) {
 			const char *shard;
 			uint64_t n;
 
 			devcache_model_file_shard(mf, i, &shard, &n);
 			tool_format_bytes(n, size, sizeof size);
-			printf("  %2zu  %10s  %s\n", i, size, shard);
+			printf("  %*zu  %*s  %s\n", w, i, sw, size, shard);
 		}
 	}
-	if (nm) {
-		printf(_("Metadata:\n"));
-		for (size_t i = 0; i < nm; i++) {
-			const char *key, *value;
-			int len;
-
-			devcache_model_file_metadata(mf, i, &key, &value);
-			len = (int)strlen(value);
-			if (!full && len > VALUE_WIDTH)
-				printf("  %s = %.*s... (%s)\n", key, VALUE_WIDTH, value,
-				       _("cut; --full prints it whole"));
-			else
-				printf("  %s = %s\n", key, value);
-		}
-	}
-	if (nt) {
-		printf(_("Tensors:\n"));
-		printf("  %-*s  %-*s  %-*s  %12s  %12s%s\n", name_w, _("name"), dtype_w, _("dtype"),
-		       shape_w, _("shape"), _("offset"), _("bytes"), ns > 1 ? _("  shard") : "");
-		for (size_t i = 0; i < nt; i++) {
-			devcache_tensor_info_t t;
-			char shard[16] = "";
-
-			devcache_model_file_tensor(mf, i, &t);
-			format_shape(&t, shape, sizeof shape);
-			if (ns > 1)
-				snprintf(shard, sizeof shard, "  %5u", t.shard);
-			printf("  %-*s  %-*s  %-*s  %12llu  %12llu%s\n", name_w, t.name, dtype_w,
-			       t.dtype, shape_w, shape, (unsigned long long)t.offset,
-			       (unsigned long long)t.size, shard);
-		}
-	}
+	if (nm && print_metadata(mf, full))
+		printf("  %s\n", _("(long values cut; --full prints them whole)"));
+	if (nt)
+		print_tensors(mf, ns > 1);
 	tool_format_bytes(bytes, size, sizeof size);
-	printf(_("  %zu tensors, %s of data\n"), nt, size);
+	printf("  ");
+	printf(P_("%zu tensor, %s of data\n", "%zu tensors, %s of data\n", nt), nt, size);
 }
 
 /* The model as a JSON object, built with json-c (metadata values are
@@ -143,6 +268,10 @@ static struct json_object *model_json(const char *path, const devcache_model_fil
 		json_object_object_add(root, "format", json_object_new_string(
 				       format == DEVCACHE_FORMAT_GGUF ? "gguf" : "safetensors"));
 		json_object_object_add(root, "version", json_object_new_int((int)version));
+		/* As the file has it: GGUF's ne[0] first, safetensors' outermost. */
+		json_object_object_add(root, "shape_order", json_object_new_string(
+				       format == DEVCACHE_FORMAT_GGUF ? "innermost_first"
+								      : "outermost_first"));
 		json_object_object_add(root, "size",
 				       json_object_new_uint64(devcache_model_file_size(mf)));
 		json_object_object_add(root, "data_offset",
@@ -211,22 +340,33 @@ static struct json_object *model_json(const char *path, const devcache_model_fil
 static void print_pipeline(const char *path, const devcache_pipeline_t *pl)
 {
 	size_t n = devcache_pipeline_component_count(pl);
-	int name_w = 9, class_w = 5;
-	char size[32];
+	int name_w = (int)tool_width(_("component")), class_w = (int)tool_width(_("class")),
+	    size_w = (int)tool_width(_("size")), files_w = (int)tool_width(_("files"));
+	char size[32], files[32];
 
 	for (size_t i = 0; i < n; i++) {
 		devcache_component_t c;
 
 		devcache_pipeline_component(pl, i, &c);
-		if ((int)strlen(c.name) > name_w)
-			name_w = (int)strlen(c.name);
-		if ((int)strlen(c.class_name) > class_w)
-			class_w = (int)strlen(c.class_name);
+		tool_format_bytes(c.size, size, sizeof size);
+		name_w = max_int(name_w, (int)tool_width(c.name));
+		class_w = max_int(class_w, (int)tool_width(c.class_name));
+		size_w = max_int(size_w, (int)strlen(size));
+		files_w = max_int(files_w, digits(c.shards));
 	}
-	printf(_("%s: a diffusers pipeline of %zu components; load one of those with weights\n"),
+	printf(P_("%s: a diffusers pipeline of %zu component; load one with weights\n",
+		  "%s: a diffusers pipeline of %zu components; load one of those with weights\n",
+		  n),
 	       path, n);
-	printf("  %-*s  %-*s  %10s  %6s\n", name_w, _("component"), class_w, _("class"), _("size"),
-	       _("files"));
+	printf("  ");
+	print_left(_("component"), name_w);
+	printf("  ");
+	print_left(_("class"), class_w);
+	printf("  ");
+	print_right(_("size"), size_w);
+	printf("  ");
+	print_right(_("files"), files_w);
+	putchar('\n');
 	for (size_t i = 0; i < n; i++) {
 		devcache_component_t c;
 
@@ -235,8 +375,16 @@ static void print_pipeline(const char *path, const devcache_pipeline_t *pl)
 			tool_format_bytes(c.size, size, sizeof size);
 		else
 			snprintf(size, sizeof size, "-");
-		printf("  %-*s  %-*s  %10s  %6zu\n", name_w, c.name, class_w, c.class_name, size,
-		       c.shards);
+		snprintf(files, sizeof files, "%zu", c.shards);
+		printf("  ");
+		print_left(c.name, name_w);
+		printf("  ");
+		print_left(c.class_name, class_w);
+		printf("  ");
+		print_right(size, size_w);
+		printf("  ");
+		print_right(files, files_w);
+		putchar('\n');
 	}
 }
 
@@ -325,20 +473,18 @@ fail:
 	return EXIT_RUNTIME;
 }
 
-int cmd_inspect(const struct tool *t, int argc, char **argv)
+int cmd_inspect(struct tool *t, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"json", no_argument, NULL, 'j'},
 		{"full", no_argument, NULL, 'f'},
-		{"help", no_argument, NULL, 'h'},
+		TOOL_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
 	bool json = false, full = false;
 	int c, status = EXIT_OK;
 
-	(void)t;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "jf" TOOL_SHORTOPTS, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
 			json = true;
@@ -350,18 +496,26 @@ int cmd_inspect(const struct tool *t, int argc, char **argv)
 			help();
 			return EXIT_OK;
 		default:
-			fprintf(stderr, _("Try 'devcache inspect --help' for more information.\n"));
-			return EXIT_USAGE;
+			if ((status = tool_common_option(t, c, optarg)) >= 0)
+				return status;
 		}
 	}
 	if (optind == argc) {
-		tool_error("%s", _("inspect: no file given"));
-		return EXIT_USAGE;
+		tool_error("%s", _("no file given"));
+		return tool_try_help();
+	}
+	/* One meaning for -o everywhere: tunables, checked here as elsewhere. */
+	if (t->options) {
+		devcache_ctx_t *ctx;
+
+		if ((status = tool_open(t, &ctx)))
+			return status;
+		devcache_close(ctx);
 	}
 	struct json_object *all = json ? json_object_new_array() : NULL;
 
 	if (json && !all) {
-		tool_error("inspect: %s", devcache_strerror(DEVCACHE_ENOMEM));
+		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
 		return EXIT_RUNTIME;
 	}
 	for (int i = optind; i < argc; i++)
@@ -376,7 +530,7 @@ int cmd_inspect(const struct tool *t, int argc, char **argv)
 	}
 	json_object_put(all);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		tool_error("%s", _("inspect: write error"));
+		tool_error("%s", _("write error"));
 		status = EXIT_RUNTIME;
 	}
 	return status;

@@ -15,7 +15,7 @@
 
 /* A terminal redrawn more often than this only flickers. */
 #define PROGRESS_INTERVAL_NS 100000000ll
-#define BAR_WIDTH 30
+#define BAR_WIDTH 20
 
 struct load_opts {
 	const char *device;
@@ -28,7 +28,8 @@ struct load_opts {
 
 struct progress {
 	const char *label;
-	int64_t last_ns; /* the last redraw, or the start of the load */
+	int64_t start_ns; /* the start of the load */
+	int64_t last_ns;  /* the last redraw, or the start of the load */
 	bool shown;
 };
 
@@ -43,13 +44,14 @@ static void help(void)
 		"memory summary.\n"),
 	      stdout);
 	fputs("\n", stdout);
-	fputs(_("  -d, --device=D   load onto device D (default: host)\n"
-		"  -n, --repeat=N   load each file N times, releasing it in between\n"
-		"                   (default: 1; every load after the first is a hit)\n"
-		"  -w, --writable   map host placements copy-on-write\n"
-		"  -j, --json       print one JSON document instead\n"
-		"  -h, --help       show this help and exit\n"),
+	fputs(_("  -d, --device=D               load onto device D (default: host)\n"
+		"  -n, --repeat=N               load each file N times, releasing it in\n"
+		"                               between (default: 1; every load after the\n"
+		"                               first is a hit)\n"
+		"  -w, --writable               map host placements copy-on-write\n"
+		"  -j, --json                   print one JSON document instead\n"),
 	      stdout);
+	tool_print_common_options();
 }
 
 static int64_t now_ns(void)
@@ -60,10 +62,30 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
-static void draw_bar(struct progress *p, uint64_t done, uint64_t total)
+/* A time left as a clock shows it: "1:05", "2:01:05"; "--:--" unknown. */
+static void format_left(double secs, char *buf, size_t size)
+{
+	if (secs < 0 || secs > 360000) {
+		snprintf(buf, size, "--:--");
+		return;
+	}
+	unsigned long s = (unsigned long)(secs + 0.5);
+
+	if (s >= 3600)
+		snprintf(buf, size, "%lu:%02lu:%02lu", s / 3600, s / 60 % 60, s % 60);
+	else
+		snprintf(buf, size, "%lu:%02lu", s / 60, s % 60);
+}
+
+/* "label [####......]  42% 1.2 GiB / 3.0 GiB, 350.0 MiB/s, 0:05 left",
+ * the label cut from the left so that the line fits the terminal. */
+static void draw_bar(struct progress *p, uint64_t done, uint64_t total, int64_t now)
 {
 	int filled = total ? (int)((double)done / (double)total * BAR_WIDTH) : BAR_WIDTH;
-	char bar[BAR_WIDTH + 1], a[32], b[32];
+	double secs = (double)(now - p->start_ns) / 1e9,
+	       rate = secs > 0 ? (double)done / secs : 0;
+	char bar[BAR_WIDTH + 1], a[32], b[32], r[32], left[32], tail[160];
+	size_t label_w = tool_width(p->label), room;
 
 	if (filled > BAR_WIDTH)
 		filled = BAR_WIDTH;
@@ -72,9 +94,23 @@ static void draw_bar(struct progress *p, uint64_t done, uint64_t total)
 	bar[BAR_WIDTH] = '\0';
 	tool_format_bytes(done, a, sizeof a);
 	tool_format_bytes(total, b, sizeof b);
+	tool_format_bytes((uint64_t)rate, r, sizeof r);
+	format_left(rate > 0 && total >= done ? (double)(total - done) / rate : -1, left,
+		    sizeof left);
+	/* TRANSLATORS: the progress of a load: done / total, rate, time left. */
+	snprintf(tail, sizeof tail, _("%s / %s, %s/s, %s left"), a, b, r, left);
+	room = TOOL_COLUMNS - 1 - (BAR_WIDTH + 3) - 5 - tool_width(tail);
+	if ((int)room < 4)
+		room = 4;
+	const char *label = p->label;
+	for (; label_w > room; label_w--) { /* whole characters off the front */
+		label++;
+		while ((*label & 0xc0) == 0x80)
+			label++;
+	}
 	/* \033[K: a shorter line leaves nothing of the longer one before it. */
-	fprintf(stderr, "\r%.40s [%s] %3d%% %s / %s\033[K", p->label, bar,
-		total ? (int)((double)done * 100 / (double)total) : 100, a, b);
+	fprintf(stderr, "\r%s [%s] %3d%% %s\033[K", label, bar,
+		total ? (int)((double)done * 100 / (double)total) : 100, tail);
 	fflush(stderr);
 	p->shown = true;
 }
@@ -87,7 +123,7 @@ static int on_progress(void *user, uint64_t done, uint64_t total)
 
 	if (t - p->last_ns >= PROGRESS_INTERVAL_NS) {
 		p->last_ns = t;
-		draw_bar(p, done, total);
+		draw_bar(p, done, total, t);
 	}
 	return 0;
 }
@@ -103,22 +139,20 @@ static void erase_bar(struct progress *p)
 }
 
 /* Returns -1 to go on, or the exit status. */
-static int parse_args(struct load_opts *o, int argc, char **argv)
+static int parse_args(struct tool *t, struct load_opts *o, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"device", required_argument, NULL, 'd'},
 		{"repeat", required_argument, NULL, 'n'},
 		{"writable", no_argument, NULL, 'w'},
 		{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
+		TOOL_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
 	char *end;
-	int c;
+	int c, status;
 
-	/* 0: getopt starts afresh, so options may follow the files. */
-	optind = 0;
-	while ((c = getopt_long(argc, argv, "d:n:wjh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:n:wj" TOOL_SHORTOPTS, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd':
 			o->device = optarg;
@@ -129,10 +163,10 @@ static int parse_args(struct load_opts *o, int argc, char **argv)
 			/* strtoul takes "-1" as a huge number: refuse any sign. */
 			if (errno || end == optarg || *end || o->repeat == 0 || o->repeat > INT_MAX ||
 			    strchr(optarg, '-')) {
-				tool_error(_("load: invalid repeat count '%s' (expected a whole number "
+				tool_error(_("invalid repeat count '%s' (expected a whole number "
 					     "from 1)"),
 					   optarg);
-				return EXIT_USAGE;
+				return tool_try_help();
 			}
 			break;
 		case 'w':
@@ -145,14 +179,13 @@ static int parse_args(struct load_opts *o, int argc, char **argv)
 			help();
 			return EXIT_OK;
 		default:
-			fprintf(stderr, _("Try 'devcache load --help' for more information.\n"));
-			return EXIT_USAGE;
+			if ((status = tool_common_option(t, c, optarg)) >= 0)
+				return status;
 		}
 	}
 	if (optind >= argc) {
-		tool_error("%s", _("load: no file given"));
-		fprintf(stderr, _("Try 'devcache load --help' for more information.\n"));
-		return EXIT_USAGE;
+		tool_error("%s", _("no file given"));
+		return tool_try_help();
 	}
 	return -1;
 }
@@ -235,7 +268,7 @@ static int load_once(devcache_ctx_t *ctx, devcache_device_t *dev, const char *de
 	devcache_model_t *model;
 	int rc;
 
-	p.last_ns = now_ns();
+	p.start_ns = p.last_ns = now_ns();
 	rc = devcache_model_load(ctx, path, dev, &args, &model);
 	erase_bar(&p);
 	if (rc) {
@@ -258,7 +291,7 @@ static int load_once(devcache_ctx_t *ctx, devcache_device_t *dev, const char *de
 		struct json_object *l = load_json(path, &r);
 
 		if (!l) {
-			tool_error("load: %s", devcache_strerror(DEVCACHE_ENOMEM));
+			tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
 			return EXIT_RUNTIME;
 		}
 		json_object_array_add(o->loads, l);
@@ -293,7 +326,7 @@ static int report_json(devcache_ctx_t *ctx, const char *dev_id, struct load_opts
 	if (!doc || !cache || devcache_cache_stats(ctx, &s)) {
 		json_object_put(doc);
 		json_object_put(cache);
-		tool_error("load: %s", doc && cache ? devcache_last_error()
+		tool_error("%s", doc && cache ? devcache_last_error()
 						   : devcache_strerror(DEVCACHE_ENOMEM));
 		return EXIT_RUNTIME;
 	}
@@ -328,14 +361,14 @@ static int report(devcache_ctx_t *ctx, devcache_device_t *dev, bool host)
 	printf(_("Peak RSS: %s\n"), size);
 	putchar('\n');
 	if (devcache_cache_summary(ctx, stdout)) {
-		tool_error(_("load: cannot print the cache summary: %s"), devcache_last_error());
+		tool_error(_("cannot print the cache summary: %s"), devcache_last_error());
 		return EXIT_RUNTIME;
 	}
 	/* The host's allocator is not what loads use there: the file is mapped. */
 	if (!host) {
 		putchar('\n');
 		if (devcache_summary(dev, stdout)) {
-			tool_error(_("load: cannot print the memory summary: %s"),
+			tool_error(_("cannot print the memory summary: %s"),
 				   devcache_last_error());
 			return EXIT_RUNTIME;
 		}
@@ -343,7 +376,7 @@ static int report(devcache_ctx_t *ctx, devcache_device_t *dev, bool host)
 	return EXIT_OK;
 }
 
-int cmd_load(const struct tool *t, int argc, char **argv)
+int cmd_load(struct tool *t, int argc, char **argv)
 {
 	struct load_opts o = {.device = "host", .repeat = 1};
 	devcache_device_info_t info;
@@ -351,7 +384,7 @@ int cmd_load(const struct tool *t, int argc, char **argv)
 	devcache_ctx_t *ctx;
 	int status, rc;
 
-	if ((status = parse_args(&o, argc, argv)) >= 0)
+	if ((status = parse_args(t, &o, argc, argv)) >= 0)
 		return status;
 	if ((status = tool_open(t, &ctx)))
 		return status;
@@ -368,7 +401,7 @@ int cmd_load(const struct tool *t, int argc, char **argv)
 
 	if (o.json && (!(o.loads = json_object_new_array()) ||
 		       !(o.failures = json_object_new_array()))) {
-		tool_error("load: %s", devcache_strerror(DEVCACHE_ENOMEM));
+		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
 		status = EXIT_RUNTIME;
 		goto out;
 	}
@@ -394,7 +427,7 @@ out:
 	json_object_put(o.failures);
 	devcache_close(ctx);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		tool_error("%s", _("load: write error on standard output"));
+		tool_error("%s", _("write error on standard output"));
 		status = EXIT_RUNTIME;
 	}
 	return status;

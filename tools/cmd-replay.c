@@ -3,6 +3,7 @@
 #include "tool.h"
 
 #include <getopt.h>
+#include <json-c/json.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,6 @@ struct replay {
 	const char *device;
 	char device_id[32];
 	bool json, summary;
-	char *options;  /* the command's own -o, joined */
 	struct trace_set set;
 	/* the run */
 	devcache_device_t *dev;
@@ -27,8 +27,7 @@ struct replay {
 
 static void help(void)
 {
-	printf(_("Usage: devcache replay [--device D] [--json] [--summary] [-o KEY:VALUE,...] "
-		 "TRACE...\n"));
+	printf(_("Usage: devcache replay [--device D] [--json] [--summary] TRACE...\n"));
 	fputs(_("Replay allocation traces (devcache-trace(5)) through the caching allocator,\n"
 		"one file after another, and print the events, the time per operation,\n"
 		"peak allocated and reserved memory, device allocations and frees,\n"
@@ -36,44 +35,25 @@ static void help(void)
 	      stdout);
 	fputs("\n", stdout);
 	fputs(_("  -d, --device=D               replay on device D (default: host)\n"
-		"      --json                   print the results as one JSON object\n"
-		"      --summary                add the memory summary table\n"
-		"  -o, --options=KEY:VALUE,...  set tunables (over the global -o)\n"
-		"  -h, --help                   show this help and exit\n"),
+		"  -j, --json                   print the results as one JSON object\n"
+		"  -s, --summary                add the memory summary table\n"),
 	      stdout);
-}
-
-/* Append the command's -o to what it had, comma-separated. */
-static bool add_options(char **options, const char *more)
-{
-	char *joined;
-
-	if (!*more)
-		return true;
-	if (asprintf(&joined, "%s%s%s", *options ? *options : "", *options ? "," : "", more) < 0)
-		return false;
-	free(*options);
-	*options = joined;
-	return true;
+	tool_print_common_options();
 }
 
 /* Returns -1 to go on, or the exit status. */
-static int parse_args(struct replay *rp, int argc, char **argv)
+static int parse_args(struct tool *t, struct replay *rp, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"device", required_argument, NULL, 'd'},
 		{"json", no_argument, NULL, 'j'},
 		{"summary", no_argument, NULL, 's'},
-		{"options", required_argument, NULL, 'o'},
-		{"help", no_argument, NULL, 'h'},
+		TOOL_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
-	int c;
+	int c, status;
 
-	/* 0, not 1: getopt starts afresh, so options may follow the files
-	 * (main's parse stopped at the command). */
-	optind = 0;
-	while ((c = getopt_long(argc, argv, "d:o:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:js" TOOL_SHORTOPTS, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd':
 			rp->device = optarg;
@@ -84,24 +64,17 @@ static int parse_args(struct replay *rp, int argc, char **argv)
 		case 's':
 			rp->summary = true;
 			break;
-		case 'o':
-			if (!add_options(&rp->options, optarg)) {
-				tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
-				return EXIT_RUNTIME;
-			}
-			break;
 		case 'h':
 			help();
 			return EXIT_OK;
 		default:
-			fprintf(stderr, _("Try 'devcache replay --help' for more information.\n"));
-			return EXIT_USAGE;
+			if ((status = tool_common_option(t, c, optarg)) >= 0)
+				return status;
 		}
 	}
 	if (optind >= argc) {
-		tool_error(_("replay: no trace file given"));
-		fprintf(stderr, _("Try 'devcache replay --help' for more information.\n"));
-		return EXIT_USAGE;
+		tool_error(_("no trace file given"));
+		return tool_try_help();
 	}
 	return -1;
 }
@@ -134,7 +107,7 @@ static int create_streams(struct replay *rp)
 	}
 	for (unsigned s = 1; s <= rp->set.max_stream; s++)
 		if (trace_stream_used(&rp->set, s) && devcache_stream_create(rp->dev, &rp->streams[s])) {
-			tool_error(_("replay: cannot create stream %u: %s"), s, devcache_last_error());
+			tool_error(_("cannot create stream %u: %s"), s, devcache_last_error());
 			return EXIT_RUNTIME;
 		}
 	return EXIT_OK;
@@ -148,10 +121,10 @@ static void report_failure(const struct replay *rp, size_t i, const struct trace
 	while (f + 1 < rp->set.files + rp->set.n_files && i >= f->first + f->count)
 		f++;
 	if (ev->op == TRACE_OP_ALLOC)
-		tool_error(_("replay: %s: event %zu: allocating %llu bytes failed: %s"), f->path,
+		tool_error(_("%s: event %zu: allocating %llu bytes failed: %s"), f->path,
 			   i - f->first + 1, (unsigned long long)ev->size, devcache_last_error());
 	else
-		tool_error(_("replay: %s: event %zu: freeing failed: %s"), f->path, i - f->first + 1,
+		tool_error(_("%s: event %zu: freeing failed: %s"), f->path, i - f->first + 1,
 			   devcache_last_error());
 }
 
@@ -201,7 +174,7 @@ static int run(struct replay *rp)
 		return EXIT_RUNTIME;
 	}
 	if ((rc = devcache_stats(dev, &rp->stats))) {
-		tool_error(_("replay: cannot read the statistics: %s"), devcache_last_error());
+		tool_error(_("cannot read the statistics: %s"), devcache_last_error());
 		return EXIT_RUNTIME;
 	}
 	return EXIT_OK;
@@ -209,65 +182,23 @@ static int run(struct replay *rp)
 
 /* ---- printing ------------------------------------------------------------ */
 
-/* Fixed-point numbers without the locale's decimal separator, for JSON. */
-static void print_fixed(FILE *out, double v, unsigned decimals)
+/* A fixed-point number as JSON writes it, whatever the locale's decimal
+ * separator; null when there is none to write (v < 0). */
+static struct json_object *json_fixed(double v, unsigned decimals)
 {
 	unsigned scale = decimals == 3 ? 1000 : 10;
+	char text[64];
 
+	if (v < 0)
+		return NULL;
 	if (v * scale >= 1e18) { /* no fraction left to print; no separator either */
-		fprintf(out, "%.0f", v);
-		return;
+		snprintf(text, sizeof text, "%.0f", v);
+	} else {
+		unsigned long long n = (unsigned long long)(v * scale + 0.5);
+
+		snprintf(text, sizeof text, "%llu.%0*llu", n / scale, (int)decimals, n % scale);
 	}
-	unsigned long long n = (unsigned long long)(v * scale + 0.5);
-	fprintf(out, "%llu.%0*llu", n / scale, (int)decimals, n % scale);
-}
-
-/* One UTF-8 character at s: its length, or 0 if it is not valid. */
-static size_t utf8_char(const unsigned char *s)
-{
-	unsigned c = s[0];
-	size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
-
-	if (c >= 0xf5 || n == 0)
-		return 0;
-	for (size_t i = 1; i < n; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	/* overlong forms, surrogates, beyond U+10FFFF */
-	if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) ||
-	    (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f))
-		return 0;
-	return n;
-}
-
-/* A JSON string; bytes that are not UTF-8 become U+FFFD. */
-static void json_string(FILE *out, const char *str)
-{
-	const unsigned char *s = (const unsigned char *)str;
-
-	putc('"', out);
-	while (*s) {
-		if (*s == '"' || *s == '\\') {
-			fprintf(out, "\\%c", *s++);
-		} else if (*s == '\n') {
-			fputs("\\n", out), s++;
-		} else if (*s < 0x20 || *s == 0x7f) {
-			fprintf(out, "\\u%04x", *s++);
-		} else if (*s < 0x80) {
-			putc(*s++, out);
-		} else {
-			size_t n = utf8_char(s);
-
-			if (n) {
-				fwrite(s, 1, n, out);
-				s += n;
-			} else {
-				fputs("\\ufffd", out);
-				s++;
-			}
-		}
-	}
-	putc('"', out);
+	return json_object_new_double_s(v, text);
 }
 
 static double ratio(const struct replay *rp)
@@ -283,51 +214,52 @@ static double ns_per_op(const struct replay *rp)
 	return rp->operations ? (double)rp->ns / (double)rp->operations : -1;
 }
 
-static void print_json(const struct replay *rp, int n_paths, char **paths, const char *summary)
+/* A string for JSON: valid UTF-8, whatever the bytes of the file name. */
+static struct json_object *json_text(const char *s)
 {
-	const devcache_stats_t *st = &rp->stats;
-	FILE *out = stdout;
+	char *clean = tool_utf8_clean(s);
+	struct json_object *o = clean ? json_object_new_string(clean) : NULL;
 
-	fputs("{\"device\":", out);
-	json_string(out, rp->device_id);
-	fputs(",\"traces\":[", out);
-	for (int i = 0; i < n_paths; i++) {
-		if (i)
-			putc(',', out);
-		json_string(out, paths[i]);
-	}
-	fprintf(out, "],\"events\":%zu,\"operations\":%llu,\"nanoseconds\":%llu,\"ns_per_op\":",
-		rp->set.n_read, (unsigned long long)rp->operations, (unsigned long long)rp->ns);
-	if (ns_per_op(rp) >= 0)
-		print_fixed(out, ns_per_op(rp), 1);
-	else
-		fputs("null", out);
-	fprintf(out, ",\"peak_allocated_bytes\":%lld,\"peak_reserved_bytes\":%lld,"
-		     "\"reserved_per_allocated\":",
-		(long long)st->allocated_bytes[DEVCACHE_POOL_ALL].peak,
-		(long long)st->reserved_bytes[DEVCACHE_POOL_ALL].peak);
-	if (ratio(rp) >= 0)
-		print_fixed(out, ratio(rp), 3);
-	else
-		fputs("null", out);
-	fprintf(out, ",\"device_allocations\":%llu,\"device_frees\":%llu,\"ooms\":%llu,"
-		     "\"retries\":%llu,\"stitched\":%llu",
-		(unsigned long long)st->num_device_alloc, (unsigned long long)st->num_device_free,
-		(unsigned long long)rp->ooms, (unsigned long long)st->num_alloc_retries,
-		(unsigned long long)st->num_stitches);
-	if (summary) {
-		fputs(",\"summary\":", out);
-		json_string(out, summary);
-	}
-	fputs("}\n", out);
+	free(clean);
+	return o;
 }
 
-/* The width a label takes on the terminal, near enough: its characters. */
-static size_t width(const char *s)
+static int print_json(const struct replay *rp, int n_paths, char **paths, const char *summary)
 {
-	size_t n = mbstowcs(NULL, s, 0);
+	const devcache_stats_t *st = &rp->stats;
+	struct json_object *o = json_object_new_object(), *traces = json_object_new_array();
 
-	return n == (size_t)-1 ? strlen(s) : n;
+	if (!o || !traces) {
+		json_object_put(o);
+		json_object_put(traces);
+		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
+		return EXIT_RUNTIME;
+	}
+	for (int i = 0; i < n_paths; i++)
+		json_object_array_add(traces, json_text(paths[i]));
+	json_object_object_add(o, "device", json_text(rp->device_id));
+	json_object_object_add(o, "traces", traces);
+	json_object_object_add(o, "events", json_object_new_uint64(rp->set.n_read));
+	json_object_object_add(o, "operations", json_object_new_uint64(rp->operations));
+	json_object_object_add(o, "nanoseconds", json_object_new_uint64(rp->ns));
+	json_object_object_add(o, "ns_per_op", json_fixed(ns_per_op(rp), 1));
+	json_object_object_add(o, "peak_allocated_bytes",
+			       json_object_new_int64(st->allocated_bytes[DEVCACHE_POOL_ALL].peak));
+	json_object_object_add(o, "peak_reserved_bytes",
+			       json_object_new_int64(st->reserved_bytes[DEVCACHE_POOL_ALL].peak));
+	json_object_object_add(o, "reserved_per_allocated", json_fixed(ratio(rp), 3));
+	json_object_object_add(o, "device_allocations",
+			       json_object_new_uint64(st->num_device_alloc));
+	json_object_object_add(o, "device_frees", json_object_new_uint64(st->num_device_free));
+	json_object_object_add(o, "ooms", json_object_new_uint64(rp->ooms));
+	json_object_object_add(o, "retries", json_object_new_uint64(st->num_alloc_retries));
+	json_object_object_add(o, "stitched", json_object_new_uint64(st->num_stitches));
+	if (summary)
+		json_object_object_add(o, "summary", json_text(summary));
+	puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+					       JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(o);
+	return EXIT_OK;
 }
 
 static void print_text(const struct replay *rp)
@@ -365,10 +297,10 @@ static void print_text(const struct replay *rp)
 	snprintf(v[8], sizeof v[8], "%llu", (unsigned long long)st->num_alloc_retries);
 	snprintf(v[9], sizeof v[9], "%llu", (unsigned long long)st->num_stitches);
 	for (size_t i = 0; i < n; i++)
-		w = width(label[i]) > w ? width(label[i]) : w;
+		w = tool_width(label[i]) > w ? tool_width(label[i]) : w;
 	printf(_("Replay on %s:\n"), rp->device_id);
 	for (size_t i = 0; i < n; i++)
-		printf("  %s:%*s %s\n", label[i], (int)(w - width(label[i])), "", v[i]);
+		printf("  %s:%*s %s\n", label[i], (int)(w - tool_width(label[i])), "", v[i]);
 }
 
 /* The summary table, into a string for JSON. */
@@ -388,7 +320,7 @@ static int summary_text(const struct replay *rp, char **text_p)
 		return EXIT_RUNTIME;
 	}
 	if (rc) {
-		tool_error(_("replay: cannot print the summary: %s"), devcache_last_error());
+		tool_error(_("cannot print the summary: %s"), devcache_last_error());
 		return EXIT_RUNTIME;
 	}
 	return EXIT_OK;
@@ -402,14 +334,14 @@ static int report(const struct replay *rp, int n_paths, char **paths)
 	if (rp->json) {
 		if (rp->summary && (status = summary_text(rp, &summary)))
 			goto out;
-		print_json(rp, n_paths, paths, summary);
+		status = print_json(rp, n_paths, paths, summary);
 	} else {
 		print_text(rp);
 		if (rp->summary) {
 			putchar('\n');
 			fflush(stdout);
 			if (devcache_summary(rp->dev, stdout)) {
-				tool_error(_("replay: cannot print the summary: %s"),
+				tool_error(_("cannot print the summary: %s"),
 					   devcache_last_error());
 				status = EXIT_RUNTIME;
 			}
@@ -418,7 +350,7 @@ static int report(const struct replay *rp, int n_paths, char **paths)
 out:
 	free(summary);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		tool_error(_("replay: write error on standard output"));
+		tool_error(_("write error on standard output"));
 		status = EXIT_RUNTIME;
 	}
 	return status;
@@ -440,16 +372,13 @@ static void finish(struct replay *rp, devcache_ctx_t *ctx)
 		devcache_close(ctx);
 	free(rp->ptrs);
 	free(rp->streams);
-	free(rp->options);
 	trace_set_destroy(&rp->set);
 }
 
-int cmd_replay(const struct tool *t, int argc, char **argv)
+int cmd_replay(struct tool *t, int argc, char **argv)
 {
 	struct replay *rp = calloc(1, sizeof *rp);
 	devcache_ctx_t *ctx = NULL;
-	struct tool local = *t;
-	char *options = NULL;
 	int status;
 
 	if (!rp) {
@@ -458,21 +387,11 @@ int cmd_replay(const struct tool *t, int argc, char **argv)
 	}
 	trace_set_init(&rp->set);
 	rp->device = "host";
-	if ((status = parse_args(rp, argc, argv)) >= 0)
+	if ((status = parse_args(t, rp, argc, argv)) >= 0)
 		goto out;
 	if ((status = read_traces(rp, argc - optind, argv + optind)))
 		goto out;
-	/* The command's -o comes after the global one, so it wins. */
-	if (rp->options) {
-		if (!add_options(&options, t->options ? t->options : "") ||
-		    !add_options(&options, rp->options)) {
-			tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
-			status = EXIT_RUNTIME;
-			goto out;
-		}
-		local.options = options;
-	}
-	if ((status = tool_open(&local, &ctx)))
+	if ((status = tool_open(t, &ctx)))
 		goto out;
 	if ((status = tool_device(ctx, rp->device, &rp->dev)))
 		goto out;
@@ -487,7 +406,6 @@ int cmd_replay(const struct tool *t, int argc, char **argv)
 	status = report(rp, argc - optind, argv + optind);
 out:
 	finish(rp, ctx);
-	free(options);
 	free(rp);
 	return status;
 }

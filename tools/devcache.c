@@ -9,15 +9,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The command running, for the prefix of its messages; set once by main. */
+static const char *command_name;
+
 void tool_error(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("devcache: ", stderr);
+	if (command_name)
+		fprintf(stderr, "devcache %s: ", command_name);
+	else
+		fputs("devcache: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+}
+
+int tool_try_help(void)
+{
+	if (command_name)
+		fprintf(stderr, _("Try 'devcache %s --help' for more information.\n"), command_name);
+	else
+		fputs(_("Try 'devcache --help' for more information.\n"), stderr);
+	return EXIT_USAGE;
 }
 
 int tool_status(int err)
@@ -36,6 +51,48 @@ int tool_device(devcache_ctx_t *ctx, const char *name, devcache_device_t **dev_p
 	return EXIT_OK;
 }
 
+bool tool_add_options(struct tool *t, const char *more)
+{
+	char *joined;
+
+	if (!*more)
+		return true;
+	if (asprintf(&joined, "%s%s%s", t->options ? t->options : "", t->options ? "," : "",
+		     more) < 0) {
+		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
+		return false;
+	}
+	free(t->options);
+	t->options = joined;
+	return true;
+}
+
+int tool_common_option(struct tool *t, int c, const char *arg)
+{
+	switch (c) {
+	case 'o':
+		return tool_add_options(t, arg) ? -1 : EXIT_RUNTIME;
+	case 'v':
+		t->verbose++;
+		return -1;
+	default:
+		return tool_try_help();
+	}
+}
+
+/* The library names the options of devcache_open() after the function; here
+ * they are the command line's. */
+static void open_error(const char *message)
+{
+	static const char prefix[] = "devcache_open: ";
+
+	if (strncmp(message, prefix, sizeof prefix - 1) == 0)
+		/* TRANSLATORS: where a tunable given with -o came from. */
+		tool_error("%s: %s", _("command line (-o)"), message + sizeof prefix - 1);
+	else
+		tool_error("%s", message);
+}
+
 int tool_open(const struct tool *t, devcache_ctx_t **ctx_p)
 {
 	static const char *const levels[] = {"", ",log_level:info", ",log_level:debug"};
@@ -51,24 +108,24 @@ int tool_open(const struct tool *t, devcache_ctx_t **ctx_p)
 	rc = devcache_open(ctx_p, options[0] == ',' ? options + 1 : options);
 	free(options);
 	if (rc) {
-		tool_error("%s", devcache_last_error());
+		open_error(devcache_last_error());
 		return tool_status(rc);
 	}
 	return EXIT_OK;
 }
 
-void tool_format_bytes(uint64_t bytes, char *buf, size_t size)
+const char *tool_origin(const char *origin)
 {
-	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	double v = (double)bytes;
-	int u = 0;
+	return strcmp(origin, "devcache_open") == 0 ? _("command line") : origin;
+}
 
-	while (v >= 1024 && u < 4)
-		v /= 1024, u++;
-	if (u == 0)
-		snprintf(buf, size, "%llu B", (unsigned long long)bytes);
-	else
-		snprintf(buf, size, "%.1f %s", v, units[u]);
+void tool_print_common_options(void)
+{
+	fputs(_("  -o, --options=KEY:VALUE,...  set tunables (over those given before the\n"
+		"                               command)\n"
+		"  -v, --verbose                log more (twice: debug)\n"
+		"  -h, --help                   show this help and exit\n"),
+	      stdout);
 }
 
 static void usage(FILE *out)
@@ -81,35 +138,31 @@ static void usage(FILE *out)
 		"  config                print every tunable with its value and origin\n"
 		"  config --check FILE   check a configuration file\n"
 		"  replay TRACE...       replay allocation traces through the allocator\n"
-		"  inspect FILE...       list a safetensors or GGUF file's metadata and tensors\n"
+		"  inspect FILE...       list a model file's metadata and tensors\n"
 		"  load FILE...          load model files through the cache; time and memory\n"
 		"  dump FILE TENSOR      write a tensor's bytes as a device holds them\n"
 		"  demo                  walk a small model through the cache, step by step\n"
-		"  help                  show this help\n"),
+		"  help [COMMAND]        show this help, or a command's\n"),
 	      out);
 	fputs("\n", out);
-	fputs(_("Options:\n"
+	fputs(_("Options (before the command, or after it):\n"
 		"  -o, --options=KEY:VALUE,...  set tunables (highest precedence)\n"
 		"  -v, --verbose                log more (twice: debug)\n"
 		"  -h, --help                   show this help and exit\n"
 		"  -V, --version                show the version and exit\n"),
 	      out);
 	fputs("\n", out);
-	fputs(_("Exit status: 0 success, 1 runtime failure, 2 usage or configuration error.\n"
+	fputs(_("'devcache COMMAND --help' shows a command's own options.\n"
+		"Exit status: 0 success, 1 runtime failure, 2 usage or configuration error.\n"
 		"See devcache(1) and devcache.conf(5).\n"),
 	      out);
 }
 
-static int cmd_help(const struct tool *t, int argc, char **argv)
-{
-	(void)t, (void)argc, (void)argv;
-	usage(stdout);
-	return EXIT_OK;
-}
+static int cmd_help(struct tool *t, int argc, char **argv);
 
 static const struct command {
 	const char *name;
-	int (*run)(const struct tool *t, int argc, char **argv);
+	int (*run)(struct tool *t, int argc, char **argv);
 } commands[] = {
 	{"info", cmd_info},
 	{"config", cmd_config},
@@ -121,17 +174,84 @@ static const struct command {
 	{"help", cmd_help},
 };
 
+static const struct command *find_command(const char *name)
+{
+	for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+		if (strcmp(name, commands[i].name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+static void help_help(void)
+{
+	printf(_("Usage: devcache help [COMMAND]\n"));
+	fputs(_("Show the help of the devcache command, or that of COMMAND (the same as\n"
+		"'devcache COMMAND --help').\n"),
+	      stdout);
+}
+
+/* `devcache help [COMMAND]`: COMMAND's own --help. */
+static int cmd_help(struct tool *t, int argc, char **argv)
+{
+	const struct command *cmd;
+	char help_opt[] = "--help";
+
+	if (argc > 1 && strcmp(argv[1], "--help") && strcmp(argv[1], "-h")) {
+		if (argc > 2) {
+			tool_error(_("unexpected argument '%s'"), argv[2]);
+			return tool_try_help();
+		}
+		if (!(cmd = find_command(argv[1]))) {
+			tool_error(_("unknown command '%s'"), argv[1]);
+			command_name = NULL;
+			return tool_try_help();
+		}
+		char *args[] = {argv[1], help_opt, NULL};
+
+		command_name = cmd->name;
+		optind = 0;
+		return cmd->run(t, 2, args);
+	}
+	if (argc > 1)
+		help_help();
+	else
+		usage(stdout);
+	return EXIT_OK;
+}
+
+/* The hidden listings the bash completion reads: commands, tunables. */
+static int list_for_completion(const char *what)
+{
+	if (strcmp(what, "commands") == 0) {
+		for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+			puts(commands[i].name);
+		return EXIT_OK;
+	}
+	if (strcmp(what, "tunables") == 0) {
+		devcache_tunable_desc_t d;
+
+		for (size_t i = 0; devcache_tunable_describe(i, &d) == 0; i++)
+			puts(d.name);
+		return EXIT_OK;
+	}
+	tool_error(_("unknown listing '%s'"), what);
+	return EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
+	enum { OPT_LIST = 0x100 };
 	static const struct option longopts[] = {
 		{"options", required_argument, NULL, 'o'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
+		{"list", required_argument, NULL, OPT_LIST}, /* for the bash completion */
 		{NULL, 0, NULL, 0},
 	};
 	struct tool t = {0};
-	int c;
+	const struct command *cmd;
+	int c, status;
 
 	setlocale(LC_ALL, "");
 #if ENABLE_NLS
@@ -139,34 +259,37 @@ int main(int argc, char **argv)
 	bindtextdomain(PACKAGE, dir && *dir ? dir : LOCALEDIR);
 	textdomain(PACKAGE);
 #endif
-	/* '+': options after the command belong to the command. */
+	/* '+': the command's own options come after it. */
 	while ((c = getopt_long(argc, argv, "+o:vhV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'o':
-			t.options = optarg;
-			break;
-		case 'v':
-			t.verbose++;
-			break;
 		case 'h':
 			usage(stdout);
 			return EXIT_OK;
 		case 'V':
 			printf("devcache (%s) %s\n", PACKAGE_NAME, devcache_version_string());
 			return EXIT_OK;
+		case OPT_LIST:
+			return list_for_completion(optarg);
 		default:
-			fprintf(stderr, _("Try 'devcache --help' for more information.\n"));
-			return EXIT_USAGE;
+			if ((status = tool_common_option(&t, c, optarg)) >= 0)
+				return status;
 		}
 	}
 	if (optind >= argc) {
-		usage(stderr);
-		return EXIT_USAGE;
+		fprintf(stderr, _("Usage: devcache [OPTION]... COMMAND [ARG]...\n"));
+		status = tool_try_help();
+	} else if (!(cmd = find_command(argv[optind]))) {
+		tool_error(_("unknown command '%s'"), argv[optind]);
+		status = tool_try_help();
+	} else {
+		int first = optind;
+
+		command_name = cmd->name;
+		/* 0: getopt starts afresh on the command's arguments, so its
+		 * options may also follow its operands. */
+		optind = 0;
+		status = cmd->run(&t, argc - first, argv + first);
 	}
-	for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-		if (strcmp(argv[optind], commands[i].name) == 0)
-			return commands[i].run(&t, argc - optind, argv + optind);
-	tool_error(_("unknown command '%s'"), argv[optind]);
-	fprintf(stderr, _("Try 'devcache --help' for more information.\n"));
-	return EXIT_USAGE;
+	free(t.options);
+	return status;
 }
