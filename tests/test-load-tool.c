@@ -140,10 +140,11 @@ static void load_on_the_host(void **state)
 	assert_int_equal(r.status, 0);
 	/* Standard error is not a terminal here: no progress bar. */
 	assert_string_equal(r.err, "");
-	snprintf(line, sizeof line, "%s on host: ", model);
+	/* What follows the path goes under it where the line would not fit. */
+	snprintf(line, sizeof line, "%s on host:", model);
 	assert_contains(r.out, line);
 	/* Mapped in place: nothing read, so no throughput to speak of. */
-	assert_contains(r.out, ": miss in ");
+	assert_contains(r.out, "miss in ");
 	assert_contains(r.out, " ms: mapped in place, nothing read\n");
 	assert_null(strstr(r.out, "/s"));
 	assert_contains(r.out, "Peak RSS: ");
@@ -155,8 +156,8 @@ static void load_on_the_host(void **state)
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.err, "");
 	assert_int_equal(count(r.out, line), 3);
-	assert_int_equal(count(r.out, ": miss in "), 1);
-	assert_int_equal(count(r.out, ": hit in "), 2);
+	assert_int_equal(count(r.out, "miss in "), 1);
+	assert_int_equal(count(r.out, " hit in "), 2);
 	assert_contains(r.out, "2 hit(s)");
 }
 
@@ -168,12 +169,12 @@ static void load_on_a_device(void **state)
 	RUN(good, "load", "--device", "good:0", model, "-n", "2");
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.err, "");
-	snprintf(line, sizeof line, "%s on good:0: ", model);
+	snprintf(line, sizeof line, "%s on good:0:", model);
 	assert_int_equal(count(r.out, line), 2);
-	assert_int_equal(count(r.out, ": miss in "), 1);
+	assert_int_equal(count(r.out, "miss in "), 1);
 	/* 272 bytes read and uploaded, in B: sizes are given in units that fit. */
 	assert_contains(r.out, ": read 272 B, uploaded 272 B (");
-	assert_int_equal(count(r.out, ": hit in "), 1);
+	assert_int_equal(count(r.out, " hit in "), 1);
 	assert_contains(r.out, "Peak RSS: ");
 	assert_contains(r.out, "good:0     ");
 	assert_contains(r.out, "libdevcache memory summary, device ID good:0");
@@ -186,7 +187,7 @@ static void load_writable(void **state)
 	RUN(plain, "load", "--writable", model);
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.err, "");
-	assert_contains(r.out, ": miss in ");
+	assert_contains(r.out, "miss in ");
 	assert_contains(r.out, " (writable)");
 }
 
@@ -209,7 +210,7 @@ static void load_failures_exit_1(void **state)
 	/* The good file is still loaded; the status says one failed. */
 	RUN(plain, "load", missing, model);
 	assert_int_equal(r.status, 1);
-	assert_contains(r.out, ": miss in ");
+	assert_contains(r.out, "miss in ");
 }
 
 static void load_usage_errors_exit_2(void **state)
@@ -314,7 +315,7 @@ static void load_a_set_partially(void **state)
 		 good_options);
 	RUN(tight, "load", "--device", "good:0", index);
 	assert_int_equal(r.status, 0);
-	snprintf(line, sizeof line, "%s on good:0: miss in ", index);
+	snprintf(line, sizeof line, "%s on good:0:", index);
 	assert_contains(r.out, line);
 	assert_contains(r.out, "\n  293.0 KiB of 390.6 KiB on good:0, the rest on the host\n");
 	assert_contains(r.out, "(partial: 293.0 KiB of 390.6 KiB on good:0)");

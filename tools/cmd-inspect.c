@@ -127,14 +127,16 @@ static void print_right(const char *s, int w)
 
 static void print_tensors(const devcache_model_file_t *mf, bool sharded)
 {
-	/* GGUF lists a tensor's dimensions innermost first (ne[0], ne[1], ...),
-	 * safetensors outermost first: each is printed in its file's order. */
-	const char *shape_header = is_gguf(mf) ? _("shape (innermost first)")
-					       : _("shape (outermost first)");
+	const char *shape_header = _("shape");
 	struct columns w = measure(mf, shape_header, sharded);
 	char shape[512], n[32];
 
-	printf(_("Tensors:\n"));
+	/* GGUF lists a tensor's dimensions innermost first (ne[0], ne[1], ...),
+	 * safetensors outermost first: each is printed in its file's order. */
+	if (is_gguf(mf))
+		printf(_("Tensors (shapes innermost dimension first, as in GGUF):\n"));
+	else
+		printf(_("Tensors (shapes outermost dimension first):\n"));
 	printf("  ");
 	print_left(_("name"), w.name);
 	printf("  ");
@@ -216,7 +218,11 @@ static void print_table(const char *path, const devcache_model_file_t *mf, bool 
 		bytes += t.size;
 	}
 	tool_format_bytes(devcache_model_file_size(mf), size, sizeof size);
-	printf("%s: %s, %s\n", path, format_name(mf, fmt, sizeof fmt), size);
+	format_name(mf, fmt, sizeof fmt);
+	/* A long path, and what it is on the line under it. */
+	printf("%s:%s%s, %s\n", path,
+	       tool_width(path) + 3 + strlen(fmt) + strlen(size) > TOOL_COLUMNS ? "\n  " : " ",
+	       fmt, size);
 	printf("  ");
 	printf(P_("%zu metadata entry", "%zu metadata entries", nm), nm);
 	printf(", ");
@@ -241,7 +247,8 @@ static void print_table(const char *path, const devcache_model_file_t *mf, bool 
 
 			devcache_model_file_shard(mf, i, &shard, &n);
 			tool_format_bytes(n, size, sizeof size);
-			printf("  %*zu  %*s  %s\n", w, i, sw, size, shard);
+			printf("  %*zu  %*s  ", w, i, sw, size);
+			tool_wrap(stdout, (size_t)(2 + w + 2 + sw + 2), 4, shard);
 		}
 	}
 	if (nm && print_metadata(mf, full))

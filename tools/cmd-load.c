@@ -202,30 +202,44 @@ static void format_time(double secs, char *buf, size_t size)
 }
 
 /* The line of one load: hit or miss, its time and, when it moved bytes,
- * how many and how fast. */
+ * how many and how fast; what follows the path goes under it where the
+ * line would not fit. */
 static void print_load(const char *path, const char *dev_id, bool host,
 		       const devcache_load_result_t *r)
 {
 	uint64_t moved = r->bytes_read > r->bytes_uploaded ? r->bytes_read : r->bytes_uploaded;
-	char t[32], a[32], b[32], rate[32];
+	char t[32], a[32], b[32], rate[32], rest[256], *where;
+	size_t n;
 
 	format_time(r->seconds, t, sizeof t);
-	printf(_("%s on %s: %s in %s"), path, dev_id,
-	       !r->hit ? _("miss") : r->from_ram ? _("hit from RAM") : _("hit"), t);
+	n = (size_t)snprintf(rest, sizeof rest, _("%s in %s"),
+			     !r->hit ? _("miss") : r->from_ram ? _("hit from RAM") : _("hit"), t);
+	if (n >= sizeof rest)
+		n = sizeof rest - 1;
 	if (moved && r->seconds > 0) {
 		tool_format_bytes((uint64_t)((double)moved / r->seconds), rate, sizeof rate);
 		tool_format_bytes(r->bytes_read, a, sizeof a);
 		tool_format_bytes(r->bytes_uploaded, b, sizeof b);
 		if (r->bytes_read && r->bytes_uploaded)
-			printf(_(": read %s, uploaded %s (%s/s)"), a, b, rate);
+			snprintf(rest + n, sizeof rest - n, _(": read %s, uploaded %s (%s/s)"), a, b,
+				 rate);
 		else if (r->bytes_read)
-			printf(_(": read %s (%s/s)"), a, rate);
+			snprintf(rest + n, sizeof rest - n, _(": read %s (%s/s)"), a, rate);
 		else
-			printf(_(": uploaded %s (%s/s)"), b, rate);
+			snprintf(rest + n, sizeof rest - n, _(": uploaded %s (%s/s)"), b, rate);
 	} else if (!r->hit && host) {
-		printf("%s", _(": mapped in place, nothing read"));
+		snprintf(rest + n, sizeof rest - n, "%s", _(": mapped in place, nothing read"));
 	}
-	putchar('\n');
+	/* TRANSLATORS: a model file and the device it was loaded onto. */
+	if (asprintf(&where, _("%s on %s:"), path, dev_id) < 0)
+		return;
+	if (tool_width(where) + 1 + tool_width(rest) <= TOOL_COLUMNS) {
+		printf("%s %s\n", where, rest);
+	} else {
+		printf("%s\n  ", where);
+		tool_wrap(stdout, 2, 4, rest);
+	}
+	free(where);
 	if (r->device_bytes && r->host_bytes) {
 		tool_format_bytes(r->device_bytes, a, sizeof a);
 		tool_format_bytes(r->device_bytes + r->host_bytes, b, sizeof b);
