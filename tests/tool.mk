@@ -1,0 +1,10 @@
+## SPDX-License-Identifier: LGPL-2.1-or-later
+## tests/tool.mk - the devcache tool as a person meets it: widths, help, JSON, bash completion.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/test-tool-output
+TESTS += tests/test-tool-output
+tests_test_tool_output_SOURCES = tests/test-tool-output.c tests/tap.h tests/spawn.c \
+	tests/spawn.h tests/model-writer.c tests/model-writer.h
+tests_test_tool_output_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_tool_output_LDADD = $(test_ldadd) $(JSONC_LIBS)
+endif
