@@ -8,3 +8,8 @@ tests_test_tool_output_SOURCES = tests/test-tool-output.c tests/tap.h tests/spaw
 tests_test_tool_output_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_tool_output_LDADD = $(test_ldadd) $(JSONC_LIBS)
 endif
+
+# Sourced in bash, which completes a few words through it; skipped,
+# saying so, without bash.  TAP, as the C tests (.sh: tests/local.mk).
+TESTS += tests/test-tool-completion.sh
+EXTRA_DIST += tests/test-tool-completion.sh

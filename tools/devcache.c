@@ -219,23 +219,40 @@ static int cmd_help(struct tool *t, int argc, char **argv)
 	return EXIT_OK;
 }
 
-/* The hidden listings the bash completion reads: commands, tunables. */
-static int list_for_completion(const char *what)
+/* The hidden listings the bash completion reads: commands, tunables (the
+ * modules' too, where a context opens), devices. */
+static int list_for_completion(const struct tool *t, const char *what)
 {
+	devcache_ctx_t *ctx = NULL;
+	devcache_tunable_desc_t d;
+
 	if (strcmp(what, "commands") == 0) {
 		for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
 			puts(commands[i].name);
 		return EXIT_OK;
 	}
-	if (strcmp(what, "tunables") == 0) {
-		devcache_tunable_desc_t d;
-
+	if (strcmp(what, "tunables") != 0 && strcmp(what, "devices") != 0) {
+		tool_error(_("unknown listing '%s'"), what);
+		return EXIT_USAGE;
+	}
+	if (devcache_open(&ctx, t->options) != 0)
+		ctx = NULL;
+	if (strcmp(what, "tunables") == 0 && !ctx)
 		for (size_t i = 0; devcache_tunable_describe(i, &d) == 0; i++)
 			puts(d.name);
-		return EXIT_OK;
+	else if (strcmp(what, "tunables") == 0)
+		for (size_t i = 0; devcache_config_describe(ctx, i, &d) == 0; i++)
+			puts(d.name);
+	for (size_t i = 0; ctx && strcmp(what, "devices") == 0 && i < devcache_device_count(ctx);
+	     i++) {
+		devcache_device_t *dev;
+		devcache_device_info_t info;
+
+		if (devcache_device_at(ctx, i, &dev) == 0 && devcache_device_info(dev, &info) == 0)
+			puts(info.id);
 	}
-	tool_error(_("unknown listing '%s'"), what);
-	return EXIT_USAGE;
+	devcache_close(ctx);
+	return EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -269,7 +286,7 @@ int main(int argc, char **argv)
 			printf("devcache (%s) %s\n", PACKAGE_NAME, devcache_version_string());
 			return EXIT_OK;
 		case OPT_LIST:
-			return list_for_completion(optarg);
+			return list_for_completion(&t, optarg);
 		default:
 			if ((status = tool_common_option(&t, c, optarg)) >= 0)
 				return status;
