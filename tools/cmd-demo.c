@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <json-c/json.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,34 +130,52 @@ static void plan_model(struct demo *d)
 	add_tensor(d, VOCAB, HIDDEN, -1, "lm_head.weight");
 }
 
-/* The JSON header, padded with spaces to 8 bytes as the reference writer does. */
+/* The JSON header, built with json-c (objects keep their keys' order),
+ * padded with spaces to 8 bytes as the reference writer does. */
 static char *make_header(const struct demo *d, size_t *len_p)
 {
+	struct json_object *root = json_object_new_object(), *meta = json_object_new_object();
+	bool ok = root && meta;
 	char *text = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&text, &len);
 
-	if (!f)
-		return NULL;
-	fputs("{\"__metadata__\":{\"format\":\"pt\"}", f);
-	for (size_t i = 0; i < d->n; i++) {
+	if (ok) {
+		json_object_object_add(meta, "format", json_object_new_string("pt"));
+		json_object_object_add(root, "__metadata__", meta);
+		meta = NULL;
+	}
+	for (size_t i = 0; ok && i < d->n; i++) {
 		const struct demo_tensor *t = &d->tensors[i];
+		struct json_object *o = json_object_new_object(), *shape = json_object_new_array(),
+				   *offsets = json_object_new_array();
 
-		fprintf(f, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%llu", t->name,
-			(unsigned long long)t->rows);
+		if (!(ok = o && shape && offsets)) {
+			json_object_put(o), json_object_put(shape), json_object_put(offsets);
+			break;
+		}
+		json_object_array_add(shape, json_object_new_uint64(t->rows));
 		if (t->cols)
-			fprintf(f, ",%llu", (unsigned long long)t->cols);
-		fprintf(f, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)t->begin,
-			(unsigned long long)t->end);
+			json_object_array_add(shape, json_object_new_uint64(t->cols));
+		json_object_array_add(offsets, json_object_new_uint64(t->begin));
+		json_object_array_add(offsets, json_object_new_uint64(t->end));
+		json_object_object_add(o, "dtype", json_object_new_string("BF16"));
+		json_object_object_add(o, "shape", shape);
+		json_object_object_add(o, "data_offsets", offsets);
+		json_object_object_add(root, t->name, o);
 	}
-	putc('}', f);
-	while (ftell(f) % 8)
-		putc(' ', f);
-	if (ferror(f) | fclose(f)) {
-		free(text);
-		return NULL;
+	if (ok) {
+		const char *json = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
+							     JSON_C_TO_STRING_NOSLASHESCAPE);
+		size_t len = strlen(json), padded = (len + 7) / 8 * 8;
+
+		if ((text = malloc(padded + 1))) {
+			memcpy(text, json, len);
+			memset(text + len, ' ', padded - len);
+			text[padded] = '\0';
+			*len_p = padded;
+		}
 	}
-	*len_p = len;
+	json_object_put(meta);
+	json_object_put(root);
 	return text;
 }
 
