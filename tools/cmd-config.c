@@ -75,7 +75,8 @@ static struct json_object *tunable_json(const devcache_tunable_desc_t *d, const 
 		return NULL;
 	json_object_object_add(o, "name", json_object_new_string(d->name));
 	json_object_object_add(o, "value", json_object_new_string(value));
-	json_object_object_add(o, "origin", json_object_new_string(tool_origin(origin)));
+	/* As the library names it (devcache_config_get): scripts compare. */
+	json_object_object_add(o, "origin", json_object_new_string(origin));
 	json_object_object_add(o, "type", json_object_new_string(d->type));
 	json_object_object_add(o, "default", json_object_new_string(d->default_value));
 	json_object_object_add(o, "range", json_object_new_string(d->range));

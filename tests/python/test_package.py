@@ -7,9 +7,9 @@ PYTHONPATH naming the folder that holds the devcache package.  TEST_TOOL
 table are checked against; TEST_FAKES and TEST_BACKENDS lead to the fake
 CUDA driver.  Without them those tests skip, saying why.
 """
+import json
 import os
 import pickle
-import re
 import subprocess
 import sys
 import tempfile
@@ -118,15 +118,9 @@ def run_tool(*args):
 
 
 def tool_config(*options):
-    """`devcache config`: name -> (value, origin)."""
-    args = ["-o", ",".join(("log_level:error",) + options), "config"]
-    out = {}
-    for line in run_tool(*args).splitlines()[1:]:
-        fields = re.split(r" {2,}", line.strip())
-        if len(fields) == 3:  # an empty value
-            fields.insert(1, "")
-        out[fields[0]] = (fields[1], fields[2])
-    return out
+    """`devcache config --json`: name -> (value, origin)."""
+    args = ["-o", ",".join(("log_level:error",) + options), "config", "--json"]
+    return {t["name"]: (t["value"], t["origin"]) for t in json.loads(run_tool(*args))}
 
 
 class Module(unittest.TestCase):
