@@ -16,7 +16,7 @@ extern "C" {
 /* The minor version: bumped when a reserved slot of either structure becomes
  * an entry.  Each side uses an entry only when the other side's abi_minor
  * says it has it, so a module built for an older or a newer minor loads. */
-#define DEVCACHE_BACKEND_ABI_MINOR 0
+#define DEVCACHE_BACKEND_ABI_MINOR 1
 
 /* A module exports one symbol with this name: a function returning its ops. */
 #define DEVCACHE_BACKEND_ENTRY "devcache_backend_module"
@@ -57,7 +57,10 @@ typedef struct devcache_backend_device {
 	char pci_bus_id[32];
 	uint64_t total_memory;
 	uint64_t caps; /* DEVCACHE_CAP_* */
-	uint64_t reserved[8];
+	/* Since ABI minor 1: the largest single mem_alloc the device takes;
+	 * 0 where its driver sets no limit below total_memory. */
+	uint64_t max_alloc_size;
+	uint64_t reserved[7];
 } devcache_backend_device_t;
 
 /* Streams (devcache_stream_t, in devcache.h) and events are the backend's own

@@ -164,7 +164,10 @@ typedef struct devcache_device_info {
 	uint64_t total_memory;
 	uint64_t free_memory;
 	uint64_t caps;        /* DEVCACHE_CAP_* */
-	uint64_t reserved[8];
+	/* The largest single allocation the device makes: total_memory where
+	 * its driver sets no lower limit (Level Zero's maxMemAllocSize). */
+	uint64_t max_alloc_size;
+	uint64_t reserved[7];
 } devcache_device_info_t;
 
 DEVCACHE_API size_t devcache_device_count(devcache_ctx_t *ctx);

@@ -94,6 +94,13 @@ int devcache_device_get(devcache_ctx_t *ctx, const char *name, devcache_device_t
 		       be->name, be->n_devices);
 }
 
+uint64_t device_max_alloc(const devcache_device_t *dev)
+{
+	uint64_t limit = dev->backend->ops->abi_minor >= 1 ? dev->info.max_alloc_size : 0;
+
+	return limit && limit < dev->info.total_memory ? limit : dev->info.total_memory;
+}
+
 int devcache_device_info(devcache_device_t *dev, devcache_device_info_t *info)
 {
 	uint64_t free_mem = 0, total = 0;
@@ -113,6 +120,9 @@ int devcache_device_info(devcache_device_t *dev, devcache_device_info_t *info)
 	info->total_memory = total ? total : dev->info.total_memory;
 	info->free_memory = free_mem;
 	info->caps = dev->info.caps;
+	info->max_alloc_size = device_max_alloc(dev);
+	if (info->max_alloc_size > info->total_memory)
+		info->max_alloc_size = info->total_memory;
 	return 0;
 }
 

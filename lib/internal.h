@@ -173,6 +173,10 @@ struct devcache_ctx {
 /* model-cache.c: drop every cached model (before the allocators stop). */
 void model_cache_destroy(devcache_ctx_t *ctx);
 
+/* The largest single allocation the device's driver makes: its
+ * max_alloc_size, or total_memory where it sets no limit below that (a
+ * module of backend ABI minor 0 could not say). */
+uint64_t device_max_alloc(const devcache_device_t *dev);
 /* Create and destroy the allocators of every device. */
 int devices_start_allocators(devcache_ctx_t *ctx);
 void devices_stop_allocators(devcache_ctx_t *ctx);
