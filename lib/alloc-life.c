@@ -103,6 +103,11 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 			a->vm_space = (size_t)(total + total / 8);
 		}
 	}
+	/* Expandable segments map pages: the driver's limit on one allocation
+	 * does not apply to them. */
+	a->max_alloc = kind == ALLOC_PINNED || a->expandable || device_max_alloc(dev) >= total
+			       ? SIZE_MAX
+			       : (size_t)device_max_alloc(dev);
 	if ((rc = open_trace(a))) {
 		allocator_destroy(a);
 		return rc;

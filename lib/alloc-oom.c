@@ -102,6 +102,21 @@ int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool c
 		       a->dev->id, req, requested, tot, fr, held, cap, alloc, un, hint, said);
 }
 
+int above_limit(struct allocator *a, size_t requested)
+{
+	char limit[32];
+
+	format_mem(a->max_alloc, limit, sizeof limit);
+	return err_set(DEVCACHE_ENOTSUP,
+		       _("%s: cannot allocate %zu bytes: the device's largest single allocation is "
+			 "%s (%llu bytes)%s"),
+		       a->dev->id, requested, limit, (unsigned long long)a->max_alloc,
+		       a->dev->info.caps & DEVCACHE_CAP_VMM
+			       ? _("; expandable_segments:true (devcache.conf(5)) maps larger "
+				   "requests in pages")
+			       : "");
+}
+
 /* ---- the context's pressure callbacks -------------------------------------- */
 
 size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need)

@@ -244,13 +244,15 @@ size_t alloc_round_size(const struct allocator *a, size_t size)
 
 static size_t segment_size(const struct allocator *a, size_t rsize)
 {
-	if (!a->caching)
-		return rsize;
-	if (rsize <= ALLOC_SMALL_SIZE)
-		return ALLOC_SMALL_BUFFER;
-	if (rsize < ALLOC_MIN_LARGE)
-		return a->large_segment_size;
-	return round_up(rsize, ALLOC_ROUND_LARGE);
+	size_t seg = !a->caching ? rsize
+		     : rsize <= ALLOC_SMALL_SIZE ? ALLOC_SMALL_BUFFER
+		     : rsize < ALLOC_MIN_LARGE ? a->large_segment_size
+					       : round_up(rsize, ALLOC_ROUND_LARGE);
+	size_t limit = a->max_alloc & ~(size_t)(ALLOC_ROUND - 1);
+
+	/* Never larger than the driver makes: allocate() has seen that the
+	 * request itself is not. */
+	return seg > a->max_alloc && rsize <= limit ? limit : seg;
 }
 
 static struct stream_pool *pool_find(struct allocator *a, devcache_stream_t stream)
@@ -746,6 +748,12 @@ static int allocate(struct allocator *a, size_t size, devcache_stream_t stream, 
 
 	if (!pool)
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
+	/* Rounding does not take a request past the driver's limit; beyond
+	 * it, no memory freed would help. */
+	if (rsize > a->max_alloc && a->caching && round_up(size, ALLOC_ROUND) <= a->max_alloc)
+		rsize = round_up(size, ALLOC_ROUND);
+	if (rsize > a->max_alloc)
+		return above_limit(a, size);
 	if (a->events_head)
 		process_events(a, false);
 	size_t seg = segment_size(a, rsize);

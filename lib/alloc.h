@@ -189,6 +189,9 @@ struct allocator {
 	bool plain_rounding;  /* caching, and no roundup_power2_divisions: multiples of 512 */
 	double gc_threshold;
 	uint64_t cap; /* memory_fraction of the device's memory */
+	/* The largest segment the driver makes (device_max_alloc), SIZE_MAX
+	 * where none is below the device's memory or pages are mapped. */
+	size_t max_alloc;
 	bool fraction_set;    /* memory_fraction was set: PyTorch's set_fraction */
 	bool gc_active;       /* garbage collection: a threshold and fraction_set */
 	bool expandable;      /* expandable_segments, on a device that can map */
@@ -329,9 +332,19 @@ void process_events(struct allocator *a, bool wait);
 /* Free b now, or once the streams named by devcache_record_stream are done. */
 int defer_free(struct allocator *a, struct block *b);
 
+/* The largest request the device's allocator serves: segments are no
+ * larger than the driver makes, unless expandable segments map pages. */
+static inline size_t alloc_max_request(const devcache_device_t *dev)
+{
+	return dev->alloc->max_alloc;
+}
+
 /* alloc-oom.c */
 /* DEVCACHE_ENOMEM with PyTorch's message for a request that failed. */
 int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool capped);
+/* DEVCACHE_ENOTSUP for a request above the device's largest single
+ * allocation: not out of memory, nothing to retry. */
+int above_limit(struct allocator *a, size_t requested);
 /* Ask the context's pressure callbacks for need bytes; what they freed. */
 size_t call_pressure(devcache_ctx_t *ctx, devcache_device_t *dev, size_t need);
 
