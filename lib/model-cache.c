@@ -194,10 +194,8 @@ static void entry_free(struct devcache_model *m)
 	free(m->maps);
 	if (m->ram_copy)
 		munmap(m->ram_copy, m->bytes);
-	if (m->dev_base && devcache_free(m->dev, m->dev_base))
-		log_msg(&m->dev->ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
+	chunks_free(m);
 	partial_free(m);
-	free(m->dev_offsets);
 	devcache_model_file_close(m->mf);
 	free(m);
 }
@@ -216,16 +214,14 @@ static bool keep_in_ram(struct model_cache *c, struct devcache_model *m)
 	copy = mmap(NULL, (size_t)m->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (copy == MAP_FAILED)
 		return false;
-	if (devcache_copy_to_host(m->dev, copy, m->dev_base, (size_t)m->bytes, NULL)) {
+	if (chunks_copy_out(m, copy)) {
 		log_msg(&c->ctx->log, DEVCACHE_LOG_WARNING,
 			_("model cache: cannot keep a RAM copy of %s: %s"), m->mf->path,
 			devcache_last_error());
 		munmap(copy, (size_t)m->bytes);
 		return false;
 	}
-	if (devcache_free(m->dev, m->dev_base))
-		log_msg(&c->ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
-	m->dev_base = NULL;
+	chunks_release(m);
 	c->vram_used[mc_dev_index(c, m->dev)] -= m->bytes;
 	m->ram_copy = copy;
 	c->ram_used += m->bytes;
@@ -385,21 +381,6 @@ int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
 
 /* ---- device placement: the staging ring ------------------------------------------ */
 
-/* The device layout rule: tensors packed at TENSOR_ALIGN in file order.
- * Fills offsets (when not NULL) and returns the bytes the layout takes. */
-static uint64_t device_layout(const devcache_model_file_t *mf, uint64_t *offsets)
-{
-	uint64_t cur = 0;
-
-	for (size_t i = 0; i < mf->n_tensors; i++) {
-		cur = (cur + TENSOR_ALIGN - 1) & ~(TENSOR_ALIGN - 1);
-		if (offsets)
-			offsets[i] = cur;
-		cur += mf->tensors[i].size;
-	}
-	return cur;
-}
-
 struct stage_file *mc_stage_files(const devcache_model_file_t *mf)
 {
 	struct stage_file *files = calloc(mf_part_count(mf), sizeof *files);
@@ -420,24 +401,21 @@ static int place_on_device(struct devcache_model *m, const devcache_load_args_t 
 				.n_items = mf->n_tensors, .stream = args->stream,
 				.progress = args->progress, .progress_user = args->progress_user,
 				.name = mf->path};
-	uint64_t dev_size;
 	int rc;
 
-	m->dev_offsets = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *m->dev_offsets);
 	items = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *items);
-	if (!files || !m->dev_offsets || !items) {
+	if (!files || !items) {
 		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
 		goto out;
 	}
-	dev_size = device_layout(mf, m->dev_offsets);
-	if ((rc = devcache_alloc(m->dev, (size_t)(dev_size ? dev_size : 1), args->stream,
-				 &m->dev_base)))
+	if ((rc = chunks_plan(m, alloc_max_request(m->dev))) ||
+	    (rc = chunks_alloc(m, args->stream)))
 		goto out;
 	for (size_t i = 0; i < mf->n_tensors; i++)
 		items[i] = (struct stage_item){.file = mf->tensors[i].part,
 					       .offset = mf->tensors[i].offset,
 					       .size = mf->tensors[i].size,
-					       .dst = (char *)m->dev_base + m->dev_offsets[i]};
+					       .dst = chunks_tensor(m, i)};
 	job.items = items;
 	if ((rc = stage_upload(&job)) == 0) {
 		m->read = job.bytes_read;
@@ -505,7 +483,6 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 {
 	devcache_device_t *dev = m->dev;
 	uint64_t *vram = &c->vram_used[mc_dev_index(c, dev)];
-	void *base = NULL;
 	int rc;
 
 	if ((rc = make_room(c, dev, m->bytes, m->mf->path)))
@@ -515,13 +492,12 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 	m->loader = pthread_self();
 	m->locks = 1;
 	pthread_mutex_unlock(&c->lock);
-	rc = devcache_alloc(dev, (size_t)m->bytes, args->stream, &base);
-	if (rc == 0)
-		rc = devcache_copy_to_device(dev, base, m->ram_copy, (size_t)m->bytes, args->stream);
-	if (rc == 0 && args->progress && args->progress(args->progress_user, m->bytes, m->bytes))
+	rc = chunks_alloc(m, args->stream);
+	if (rc == 0 && (rc = chunks_copy_in(m, m->ram_copy, args->stream)) == 0 && args->progress &&
+	    args->progress(args->progress_user, m->bytes, m->bytes))
 		rc = err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), m->mf->path);
-	if (rc && base)
-		devcache_free(dev, base);
+	if (rc)
+		chunks_release(m);
 	pthread_mutex_lock(&c->lock);
 	if (rc) {
 		char why[1024];
@@ -536,7 +512,6 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 		munmap(m->ram_copy, (size_t)m->bytes);
 		m->ram_copy = NULL;
 		c->ram_used -= m->bytes;
-		m->dev_base = base;
 		c->stats.hits++;
 		c->stats.ram_copy_reloads++;
 		c->stats.ram_copies--;
@@ -932,7 +907,7 @@ int devcache_model_tensor_at(const devcache_model_t *m, size_t index, devcache_t
 		*data_p = (char *)m->maps[info->shard].p + info->offset;
 		info->place = DEVCACHE_PLACE_HOST;
 	} else {
-		*data_p = (char *)m->dev_base + m->dev_offsets[index];
+		*data_p = chunks_tensor(m, index);
 		info->place = DEVCACHE_PLACE_DEVICE;
 	}
 	return 0;

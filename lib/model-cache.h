@@ -29,9 +29,13 @@ struct devcache_model {
 
 	devcache_model_file_t *mf;
 	struct host_map *maps; /* host placement: one per file, NULL otherwise */
-	void *dev_base;        /* device placement: one allocation */
+	/* Device placement (model-chunks.c): the layout, in one allocation or
+	 * in several within the device's largest single allocation. */
+	struct dev_chunk *chunks;
+	size_t n_chunks;
+	uint64_t *dev_offsets; /* each tensor's offset in the layout */
+	uint32_t *dev_chunk;   /* each tensor's chunk */
 	void *ram_copy;        /* evicted from its device, kept in RAM (keep_ram_copy) */
-	uint64_t *dev_offsets; /* each tensor's offset in it */
 	uint64_t bytes;        /* charged against the budget (a partial load: its device's) */
 	/* Partial residency (model-partial.c), only with partial: each tensor
 	 * in an allocation of its own or on the host, where maps has every
@@ -103,6 +107,30 @@ bool lease_moved(const struct devcache_model *m);
 const char *lease_note(const struct devcache_model *m);
 /* Stop the watcher thread: first thing at model_cache_destroy(). */
 void lease_stop(struct model_cache *c);
+
+/* ---- model-chunks.c: a model in one device allocation or several ------------------ */
+
+struct dev_chunk;
+
+/* The device layout rule: tensors packed at TENSOR_ALIGN in file order.
+ * Fills offsets (when not NULL) and returns the bytes the layout takes. */
+uint64_t device_layout(const devcache_model_file_t *mf, uint64_t *offsets);
+/* Lay m's tensors out and cut the layout into chunks of at most limit
+ * bytes, between tensors; DEVCACHE_ENOTSUP, naming it, for a tensor
+ * larger than limit.  Allocates nothing on the device. */
+int chunks_plan(struct devcache_model *m, uint64_t limit);
+/* Allocate every chunk on m's device; on failure none stays allocated. */
+int chunks_alloc(struct devcache_model *m, devcache_stream_t stream);
+/* Free the chunks' device memory, keeping the plan (keep_ram_copy). */
+void chunks_release(struct devcache_model *m);
+/* Free the device memory and the plan. */
+void chunks_free(struct devcache_model *m);
+bool chunks_on_device(const struct devcache_model *m);
+/* Where tensor index lies on the device. */
+void *chunks_tensor(const struct devcache_model *m, size_t index);
+/* Copy the whole layout between the device and ram (m->bytes long). */
+int chunks_copy_out(const struct devcache_model *m, void *ram);
+int chunks_copy_in(const struct devcache_model *m, const void *ram, devcache_stream_t stream);
 
 /* ---- model-partial.c: models larger than the device's budget ------------------------ */
 
