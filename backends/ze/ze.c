@@ -27,7 +27,7 @@
 #define ZE_VMM_FUNCTIONS(X)                                                                \
 	X(zeVirtualMemQueryPageSize) X(zeVirtualMemReserve) X(zeVirtualMemFree)              \
 	X(zePhysicalMemCreate) X(zePhysicalMemDestroy) X(zeVirtualMemMap) X(zeVirtualMemUnmap)
-#define ZE_OPTIONAL_FUNCTIONS(X) X(zeDevicePciGetPropertiesExt)
+#define ZE_OPTIONAL_FUNCTIONS(X) X(zeDevicePciGetPropertiesExt) X(zeDriverGetExtensionProperties)
 
 /* Events come from pools of this many; a pool is made when the last is full. */
 #define POOL_EVENTS 64
@@ -68,6 +68,8 @@ struct ze_dev {
 	struct ze_pool *pools;
 	uint64_t allocated;          /* atomic: bytes of zeMemAllocDevice live */
 	uint64_t total;
+	uint64_t max_alloc;          /* maxMemAllocSize */
+	bool relaxed;                /* its driver relaxes maxMemAllocSize on request */
 	unsigned lost;               /* atomic: objects of its context the loader would not free */
 };
 
@@ -297,6 +299,33 @@ static void skipped(struct ze_state *s, const char *what, const char *call, ze_r
 	snprintf(passed, size, _(" (%s passed over: %s: %s)"), what, call, result_name(r));
 }
 
+/* Whether the driver has ZE_experimental_relaxed_allocation_limits: an
+ * allocation can then pass maxMemAllocSize (4 GiB on Intel's GPUs) when it
+ * asks to, and the device has no limit below its memory. */
+static bool relaxes_limits(struct ze_state *s, ze_driver_handle_t driver)
+{
+	ze_driver_extension_properties_t *ext = NULL;
+	uint32_t n = 0;
+	bool found = false;
+	ze_result_t r;
+
+	if (!s->zeDriverGetExtensionProperties)
+		return false;
+	if ((r = s->zeDriverGetExtensionProperties(driver, &n, NULL)) == ZE_RESULT_SUCCESS && n &&
+	    (ext = calloc(n, sizeof *ext)) &&
+	    (r = s->zeDriverGetExtensionProperties(driver, &n, ext)) == ZE_RESULT_SUCCESS)
+		for (uint32_t i = 0; i < n && !found; i++)
+			found = strncmp(ext[i].name, ZE_RELAXED_ALLOCATION_LIMITS_EXP_NAME,
+					sizeof ext[i].name) == 0;
+	if (r != ZE_RESULT_SUCCESS)
+		s->host->log(s->host->cookie, DEVCACHE_LOG_WARNING,
+			     "ze: zeDriverGetExtensionProperties: %s (0x%x): allocations stay within "
+			     "maxMemAllocSize",
+			     result_name(r), (unsigned)r);
+	free(ext);
+	return found;
+}
+
 /* Every GPU of every driver, in the loader's order (ZE_AFFINITY_MASK,
  * which the loader and drivers apply, has already chosen them). */
 static int enumerate(struct ze_state *s, char *why, size_t why_size)
@@ -322,6 +351,7 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 	for (uint32_t i = 0; i < n_drivers; i++) {
 		uint32_t n = 0;
 		ze_device_handle_t *devices;
+		bool relaxed;
 
 		if ((r = s->zeDeviceGet(drivers[i], &n, NULL)) != ZE_RESULT_SUCCESS) {
 			skipped(s, _("a driver"), "zeDeviceGet", r, passed, sizeof passed);
@@ -329,6 +359,7 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 		}
 		if (n == 0)
 			continue;
+		relaxed = relaxes_limits(s, drivers[i]);
 		ze_context_desc_t cdesc = {.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC};
 		if ((r = s->zeContextCreate(drivers[i], &cdesc, &s->contexts[i])) != ZE_RESULT_SUCCESS)
 			return fail(s, r, "zeContextCreate", -1);
@@ -361,6 +392,8 @@ static int enumerate(struct ze_state *s, char *why, size_t why_size)
 			d->driver = drivers[i];
 			d->device = devices[k];
 			d->context = s->contexts[i];
+			d->max_alloc = p.maxMemAllocSize;
+			d->relaxed = relaxed;
 			d->copy_ordinal = copy_ordinal(s, devices[k]);
 			pthread_mutex_init(&d->pool_lock, NULL);
 			int rc = stream_open(s, idx, &d->dflt);
@@ -435,6 +468,8 @@ static int ze_device_info(void *state, int dev, devcache_backend_device_t *info)
 	memset(info, 0, sizeof *info);
 	CHECK(s, s->zeDeviceGetProperties(d->device, &p), "zeDeviceGetProperties", dev);
 	snprintf(info->name, sizeof info->name, "%s", p.name);
+	d->max_alloc = p.maxMemAllocSize;
+	info->max_alloc_size = d->relaxed ? 0 : p.maxMemAllocSize;
 	CHECK(s, s->zeDeviceGetMemoryProperties(d->device, &n, NULL), "zeDeviceGetMemoryProperties",
 	      dev);
 	n = n > 8 ? 8 : n;
@@ -484,7 +519,13 @@ static int ze_mem_alloc(void *state, int dev, size_t size, void **ptr_p)
 	struct ze_state *s = state;
 	struct ze_dev *d = &s->devs[dev];
 	ze_device_mem_alloc_desc_t desc = {.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC};
+	ze_relaxed_allocation_limits_exp_desc_t relax = {
+		.stype = ZE_STRUCTURE_TYPE_RELAXED_ALLOCATION_LIMITS_EXP_DESC,
+		.flags = ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE};
 
+	/* Only above the limit: the spec leaves what relaxing costs to the driver. */
+	if (d->relaxed && size > d->max_alloc)
+		desc.pNext = &relax;
 	CHECK(s, s->zeMemAllocDevice(d->context, &desc, size, 0, d->device, ptr_p), "zeMemAllocDevice",
 	      dev);
 	__atomic_add_fetch(&d->allocated, size, __ATOMIC_RELAXED);

@@ -30,6 +30,7 @@ const char *fake_ze_function(unsigned i);
 unsigned long fake_ze_misuses(const char *function);
 size_t fake_ze_live(void);
 void fake_ze_hold_events(int hold);
+void fake_ze_limits(size_t max_alloc_bytes, int relaxed);
 
 /* Every function of the API that this fake provides, in one list: the call
  * counters and fault injection are indexed by it. */
@@ -38,6 +39,7 @@ void fake_ze_hold_events(int hold);
 	X(zeDriverGet)                                                                             \
 	X(zeDriverGetApiVersion)                                                                   \
 	X(zeDriverGetProperties)                                                                   \
+	X(zeDriverGetExtensionProperties)                                                          \
 	X(zeDeviceGet)                                                                             \
 	X(zeDeviceGetProperties)                                                                   \
 	X(zeDeviceGetMemoryProperties)                                                             \
@@ -146,6 +148,8 @@ static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
 static int n_physical;
 static int n_visible;
 static size_t capacity;          /* bytes of each device */
+static size_t max_alloc;         /* maxMemAllocSize: FAKE_ZE_MAX_ALLOC_MB, else capacity */
+static int relaxed_limits;       /* ZE_experimental_relaxed_allocation_limits: FAKE_ZE_RELAXED_LIMITS */
 static size_t used[MAX_DEVICES]; /* by physical ordinal; under lock */
 static int initialized;          /* a zeInit succeeded */
 static int hold_events;
@@ -339,6 +343,10 @@ static void devices_init(void)
 	n_physical = (int)fake_controls_env_number(&controls, "FAKE_ZE_DEVICES", 2, 0, MAX_DEVICES);
 	capacity = (size_t)fake_controls_env_number(&controls, "FAKE_ZE_MEMORY_MB", 1024, 0,
 						    (long)(SIZE_MAX >> 21)) << 20;
+	max_alloc = (size_t)fake_controls_env_number(&controls, "FAKE_ZE_MAX_ALLOC_MB",
+						     (long)(capacity >> 20), 1,
+						     (long)(SIZE_MAX >> 21)) << 20;
+	relaxed_limits = (int)fake_controls_env_number(&controls, "FAKE_ZE_RELAXED_LIMITS", 1, 0, 1);
 	if (mask && *mask)
 		parse_affinity(mask, selected);
 	else
@@ -473,6 +481,26 @@ ze_result_t zeDriverGetProperties(ze_driver_handle_t hDriver, ze_driver_properti
 	return ZE_RESULT_SUCCESS;
 }
 
+/* The one extension the fake has, unless FAKE_ZE_RELAXED_LIMITS=0. */
+ze_result_t zeDriverGetExtensionProperties(ze_driver_handle_t hDriver, uint32_t *pCount,
+					   ze_driver_extension_properties_t *pExtensionProperties)
+{
+	ENTER(zeDriverGetExtensionProperties);
+	if (!hDriver)
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
+	if (!driver_known(hDriver))
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
+	if (!pCount)
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+	if (count_idiom(pCount, pExtensionProperties,
+			__atomic_load_n(&relaxed_limits, __ATOMIC_RELAXED) ? 1 : 0)) {
+		snprintf(pExtensionProperties[0].name, sizeof pExtensionProperties[0].name, "%s",
+			 ZE_RELAXED_ALLOCATION_LIMITS_EXP_NAME);
+		pExtensionProperties[0].version = ZE_RELAXED_ALLOCATION_LIMITS_EXP_VERSION_CURRENT;
+	}
+	return ZE_RESULT_SUCCESS;
+}
+
 /* ---- devices ---- */
 
 ze_result_t zeDeviceGet(ze_driver_handle_t hDriver, uint32_t *pCount, ze_device_handle_t *phDevices)
@@ -509,7 +537,7 @@ ze_result_t zeDeviceGetProperties(ze_device_handle_t hDevice, ze_device_properti
 	p->flags = 0;
 	p->subdeviceId = 0;
 	p->coreClockRate = 1600;
-	p->maxMemAllocSize = capacity;
+	p->maxMemAllocSize = __atomic_load_n(&max_alloc, __ATOMIC_RELAXED);
 	p->maxHardwareContexts = 65536;
 	p->maxCommandQueuePriority = 0;
 	p->numThreadsPerEU = 8;
@@ -655,6 +683,27 @@ ze_result_t zeContextDestroy(ze_context_handle_t hContext)
 	(ZE_DEVICE_MEM_ALLOC_FLAG_BIAS_CACHED | ZE_DEVICE_MEM_ALLOC_FLAG_BIAS_UNCACHED |           \
 	 ZE_DEVICE_MEM_ALLOC_FLAG_BIAS_INITIAL_PLACEMENT)
 
+/* The largest size zeMemAllocDevice takes with device_desc's pNext chain:
+ * maxMemAllocSize, unless the chain relaxes it; 0 for a chain the driver
+ * refuses (an unknown structure, the extension off, a flag not defined). */
+static size_t alloc_limit(const ze_device_mem_alloc_desc_t *device_desc)
+{
+	size_t limit = __atomic_load_n(&max_alloc, __ATOMIC_RELAXED);
+	int relaxed_on = __atomic_load_n(&relaxed_limits, __ATOMIC_RELAXED);
+
+	for (const ze_base_desc_t *d = device_desc->pNext; d; d = d->pNext) {
+		const ze_relaxed_allocation_limits_exp_desc_t *relax = (const void *)d;
+
+		if (d->stype != ZE_STRUCTURE_TYPE_RELAXED_ALLOCATION_LIMITS_EXP_DESC || !relaxed_on ||
+		    (relax->flags & ~(ze_relaxed_allocation_limits_exp_flags_t)
+					     ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE))
+			return 0;
+		if (relax->flags & ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE)
+			limit = capacity;
+	}
+	return limit;
+}
+
 /* Takes size bytes of the device's capacity, under lock; 0 if they are not there. */
 static int capacity_take(int phys, size_t size)
 {
@@ -684,9 +733,14 @@ ze_result_t zeMemAllocDevice(ze_context_handle_t hContext, const ze_device_mem_a
 	/* One memory ordinal per device. */
 	if (device_desc->ordinal != 0)
 		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
-	/* Past maxMemAllocSize (the device's capacity) Intel's driver says
-	 * unsupported size; within it, and past what is left, out of memory. */
-	if (size == 0 || size > capacity)
+	size_t limit = alloc_limit(device_desc);
+	if (limit == 0)
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
+	/* Past maxMemAllocSize, unless relaxed, and past the device's capacity
+	 * Intel's driver says unsupported size; within it, and past what is
+	 * left, out of memory.  The backend knows the limit: asking past it is
+	 * its misuse. */
+	if (size == 0 || size > limit || size > capacity)
 		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	if (!power_of_two_or_zero(alignment))
 		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
@@ -1300,6 +1354,18 @@ ze_result_t zeEventHostReset(ze_event_handle_t hEvent)
 }
 
 /* Holding ends with every held event complete; waiters are woken to see it. */
+/* maxMemAllocSize (0: the device's capacity) and whether the driver has
+ * the relaxed-limits extension, from now on, whatever FAKE_ZE_MAX_ALLOC_MB
+ * and FAKE_ZE_RELAXED_LIMITS said; the backend reads them as it enumerates. */
+void fake_ze_limits(size_t max_alloc_bytes, int relaxed)
+{
+	pthread_once(&devices_once, devices_init);
+	pthread_mutex_lock(&lock);
+	__atomic_store_n(&max_alloc, max_alloc_bytes ? max_alloc_bytes : capacity, __ATOMIC_RELAXED);
+	__atomic_store_n(&relaxed_limits, relaxed != 0, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&lock);
+}
+
 void fake_ze_hold_events(int hold)
 {
 	pthread_mutex_lock(&lock);
