@@ -58,3 +58,13 @@ tests_test_fakes_visible_devices_SOURCES = tests/test-fakes-visible-devices.c te
 tests_test_fakes_visible_devices_CFLAGS = $(test_cflags)
 tests_test_fakes_visible_devices_LDADD = $(test_ldadd)
 endif
+
+# A device's largest single allocation, on the fake Level Zero loader.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/test-alloc-limit
+TESTS += tests/test-alloc-limit
+tests_test_alloc_limit_SOURCES = tests/test-alloc-limit.c tests/tap.h \
+	tests/model-writer.c tests/model-writer.h
+tests_test_alloc_limit_CFLAGS = $(test_cflags)
+tests_test_alloc_limit_LDADD = $(test_ldadd) -ldl
+endif
