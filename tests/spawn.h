@@ -13,4 +13,12 @@ struct result {
  * ("NAME=VALUE", or "-NAME" to unset); fails the test if it cannot. */
 void spawn_tool(struct result *r, const char *const *env, const char *const *args);
 
+/* spawn_tool() into the test's own struct result r, the arguments written
+ * out: RUN_TOOL(plain, "config", "--json"). */
+#define RUN_TOOL(env, ...)                                                                         \
+	do {                                                                                       \
+		const char *args_[] = {__VA_ARGS__, NULL};                                         \
+		spawn_tool(&r, env, args_);                                                        \
+	} while (0)
+
 #endif

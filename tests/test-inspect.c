@@ -17,11 +17,7 @@
 static struct result r;
 TEST_TMPDIR_FIXTURE("inspect");
 
-#define RUN(...)                                                                           \
-	do {                                                                               \
-		const char *args_[] = {__VA_ARGS__, NULL};                                 \
-		spawn_tool(&r, plain, args_);                                              \
-	} while (0)
+#define RUN(...) RUN_TOOL(plain, __VA_ARGS__)
 
 static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 

@@ -24,11 +24,7 @@ static char dir[256], model[512];
 /* The test backend, through the environment or the global -o. */
 static char good_options[4200], env_options[4300];
 
-#define RUN(env, ...)                                                                      \
-	do {                                                                               \
-		const char *args_[] = {__VA_ARGS__, NULL};                                 \
-		spawn_tool(&r, env, args_);                                                \
-	} while (0)
+#define RUN(env, ...) RUN_TOOL(env, __VA_ARGS__)
 
 static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 static const char *const good[] = {"LANGUAGE=C", "LC_ALL=C", env_options, NULL};

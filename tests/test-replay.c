@@ -20,11 +20,7 @@ TEST_TMPDIR_FIXTURE("replay");
 
 static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 
-#define RUN(...)                                                                            \
-	do {                                                                                \
-		const char *args_[] = {__VA_ARGS__, NULL};                                  \
-		spawn_tool(&r, plain, args_);                                               \
-	} while (0)
+#define RUN(...) RUN_TOOL(plain, __VA_ARGS__)
 
 static const char *trace_file(const char *name, const char *text)
 {

@@ -15,11 +15,7 @@
 static struct result r;
 static char dir[64], model[256], gguf[256], trace[256], modules[4096];
 
-#define RUN(env, ...)                                                                      \
-	do {                                                                               \
-		const char *args_[] = {__VA_ARGS__, NULL};                                 \
-		spawn_tool(&r, env, args_);                                                \
-	} while (0)
+#define RUN(env, ...) RUN_TOOL(env, __VA_ARGS__)
 
 static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 /* The fake modules, behind a folder that is not there and has a long name. */

@@ -13,11 +13,7 @@
 
 static struct result r;
 
-#define RUN(env, ...)                                                                      \
-	do {                                                                               \
-		const char *args_[] = {__VA_ARGS__, NULL};                                 \
-		spawn_tool(&r, env, args_);                                                       \
-	} while (0)
+#define RUN(env, ...) RUN_TOOL(env, __VA_ARGS__)
 
 static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 
