@@ -63,7 +63,7 @@ endif
 if HAVE_CMOCKA
 check_PROGRAMS += tests/test-alloc-limit
 TESTS += tests/test-alloc-limit
-tests_test_alloc_limit_SOURCES = tests/test-alloc-limit.c tests/tap.h \
+tests_test_alloc_limit_SOURCES = tests/test-alloc-limit.c tests/tap.h tests/spawn.c tests/spawn.h \
 	tests/model-writer.c tests/model-writer.h
 tests_test_alloc_limit_CFLAGS = $(test_cflags)
 tests_test_alloc_limit_LDADD = $(test_ldadd) -ldl

@@ -2,6 +2,7 @@
 /* test-alloc-limit.c - a device's largest single allocation (Level Zero's maxMemAllocSize) on the fake loader: reported, relaxed, models split, requests above it refused. */
 #include "tap.h"
 #include "model-writer.h"
+#include "spawn.h"
 
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -139,6 +140,33 @@ static void device_info_reports_the_limit(void **state)
 	assert_int_equal(devcache_device_info(dev, &info), 0);
 	assert_int_equal(info.max_alloc_size, info.total_memory);
 	devcache_close(ctx);
+}
+
+/* devcache info shows the limit, in words and in its JSON; the fake
+ * loader in the tool's process takes its limit from the environment. */
+static void devcache_info_shows_the_limit(void **state)
+{
+	static struct result r;
+	char opts[8400];
+	const char *env[] = {"FAKE_ZE_MAX_ALLOC_MB=4", "FAKE_ZE_RELAXED_LIMITS=0", "LANGUAGE=C",
+			     "LC_ALL=C", opts, NULL};
+
+	(void)state;
+	if (!ze_limits)
+		skip_because("the Level Zero backend or its fake loader is not built");
+	snprintf(opts, sizeof opts, "DEVCACHE_OPTIONS=backend_path:%s,backends:ze,ze_library:%s",
+		 test_env("TEST_BACKENDS"), fake_path);
+	RUN_TOOL(env, "info");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "largest single allocation: 4.0 MiB"));
+	RUN_TOOL(env, "info", "--json");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "\"max_alloc_size\":4194304"));
+	/* Relaxed, the device has no limit below its memory: no such line. */
+	env[1] = "FAKE_ZE_RELAXED_LIMITS=1";
+	RUN_TOOL(env, "info");
+	assert_int_equal(r.status, 0);
+	assert_null(strstr(r.out, "largest single allocation"));
 }
 
 static void a_model_above_the_limit_is_split(void **state)
@@ -316,6 +344,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(device_info_reports_the_limit),
+		cmocka_unit_test(devcache_info_shows_the_limit),
 		cmocka_unit_test(a_model_above_the_limit_is_split),
 		cmocka_unit_test(a_relaxed_driver_takes_the_model_whole),
 		cmocka_unit_test(a_tensor_above_the_limit_is_named),

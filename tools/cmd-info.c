@@ -168,6 +168,14 @@ static int print_devices(devcache_ctx_t *ctx)
 		if (asprintf(&line, _("memory: %s free of %s; capabilities: %s"), free_mem, total,
 			     caps) >= 0)
 			print_row("", line), free(line);
+		/* Only where the device has a limit below its memory (Level Zero). */
+		if (info.max_alloc_size && info.max_alloc_size < info.total_memory) {
+			char limit[32];
+
+			tool_format_bytes(info.max_alloc_size, limit, sizeof limit);
+			if (asprintf(&line, _("largest single allocation: %s"), limit) >= 0)
+				print_row("", line), free(line);
+		}
 	}
 	return status;
 }
@@ -223,6 +231,8 @@ static struct json_object *devices_json(devcache_ctx_t *ctx)
 		json_object_object_add(o, "pci_bus_id", json_object_new_string(info.pci_bus_id));
 		json_object_object_add(o, "total_memory", json_object_new_uint64(info.total_memory));
 		json_object_object_add(o, "free_memory", json_object_new_uint64(info.free_memory));
+		json_object_object_add(o, "max_alloc_size",
+				       json_object_new_uint64(info.max_alloc_size));
 		json_object_object_add(o, "capabilities", caps);
 		json_object_array_add(all, o);
 	}
