@@ -164,10 +164,8 @@ int cmd_config(struct tool *t, int argc, char **argv)
 				return status;
 		}
 	}
-	if (optind < argc) {
-		tool_error(_("unexpected argument '%s'"), argv[optind]);
-		return tool_try_help();
-	}
+	if ((status = tool_no_operands(argc, argv)))
+		return status;
 	if (check && json) {
 		tool_error("%s", _("--check and --json do not go together"));
 		return tool_try_help();

@@ -86,10 +86,8 @@ static int parse_args(struct tool *t, struct demo *d, int argc, char **argv)
 				return status;
 		}
 	}
-	if (optind < argc) {
-		tool_error(_("unexpected argument '%s'"), argv[optind]);
-		return tool_try_help();
-	}
+	if ((status = tool_no_operands(argc, argv)))
+		return status;
 	return -1;
 }
 

@@ -288,10 +288,8 @@ int cmd_info(struct tool *t, int argc, char **argv)
 				return status;
 		}
 	}
-	if (optind < argc) {
-		tool_error(_("unexpected argument '%s'"), argv[optind]);
-		return tool_try_help();
-	}
+	if ((status = tool_no_operands(argc, argv)))
+		return status;
 	if ((status = tool_open(t, &ctx)))
 		return status;
 	if (json) {

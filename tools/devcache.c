@@ -35,6 +35,14 @@ int tool_try_help(void)
 	return EXIT_USAGE;
 }
 
+int tool_no_operands(int argc, char **argv)
+{
+	if (optind >= argc)
+		return 0;
+	tool_error(_("unexpected argument '%s'"), argv[optind]);
+	return tool_try_help();
+}
+
 int tool_status(int err)
 {
 	return err == DEVCACHE_ECONFIG || err == DEVCACHE_EINVAL ? EXIT_USAGE : EXIT_RUNTIME;

@@ -47,6 +47,9 @@ bool tool_add_options(struct tool *t, const char *more);
 void tool_error(const char *fmt, ...) DEVCACHE_PRINTF(1, 2);
 /* "Try 'devcache COMMAND --help'..." on stderr; returns EXIT_USAGE. */
 int tool_try_help(void);
+/* After a command's options: 0 where no operand is left, else an error
+ * naming the first and EXIT_USAGE. */
+int tool_no_operands(int argc, char **argv);
 /* The exit status a library error code calls for. */
 int tool_status(int err);
 /* Open a context with the tool's options; on failure print why and return
