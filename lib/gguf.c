@@ -2,7 +2,11 @@
 /* gguf.c - the GGUF header reader: metadata as JSON, tensor infos checked against ggml's type table and the file. */
 #include "model-file.h"
 
+#include <json-c/json.h>
+#include <json-c/printbuf.h>
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,18 +294,24 @@ static enum name_fault name_check(const char *name, size_t len)
 /* ---- JSON text, capped ----------------------------------------------------- */
 
 /*
- * A value's JSON text is kept to MF_MAX_JSON_VALUE bytes.  Elements are
- * written while they fit in JSON_ROOM; the first that does not fit marks the
- * text full, and from then on elements are still read and checked but only
- * counted.  Each array that lost elements ends with one string element
- * "…(N more)", so the text stays valid JSON and says what is missing.  A
- * string value on its own (not in an array) that does not fit is cut at a
- * character boundary and ends "…(N more bytes)" inside its quotes.  The
- * markers and closing brackets come out of the reserve below JSON_ROOM: at
- * most a comma, a bracket, a marker and a bracket per level of nesting.
+ * A value's JSON text is kept to MF_MAX_JSON_VALUE bytes.  Each scalar,
+ * string and marker is a json-c object, serialised by json-c and appended;
+ * only the brackets and commas of arrays are written here, because the text
+ * is capped as it is read: elements are written while they fit in
+ * JSON_ROOM; the first that does not fit marks the text full, and from then
+ * on elements are still read and checked but only counted.  (A json-c tree
+ * of the whole value would hold every element of a 256k-entry vocabulary in
+ * memory at once, and could not know where to stop.)  Each array that lost
+ * elements ends with one string element "…(N more)", so the text stays
+ * valid JSON and says what is missing.  A string value on its own (not in an
+ * array) that does not fit is cut at a character boundary and ends
+ * "…(N more bytes)" inside its quotes.  The markers and closing brackets
+ * come out of the reserve below JSON_ROOM: at most a comma, a bracket, a
+ * marker and a bracket per level of nesting.
  */
 #define JSON_RESERVE (64u * (MF_MAX_ARRAY_DEPTH + 1u))
 #define JSON_ROOM (MF_MAX_JSON_VALUE - JSON_RESERVE)
+#define JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
 struct json {
 	char *p;
@@ -336,75 +346,141 @@ static int json_put(struct json *j, const char *s, size_t n)
 	return 0;
 }
 
-/* Escape the string's characters while the text stays within limit; return
- * how many input bytes were written.  Bytes that are not UTF-8 become
- * U+FFFD, one each: the spec says strings are UTF-8, but real vocabularies
- * have been seen with raw bytes in them, and llama.cpp reads such files, so
- * refusing them would refuse working models; the replacement keeps the text
- * valid JSON and shows where the bad bytes were. */
-static size_t json_escape(struct json *j, const unsigned char *s, size_t n, size_t limit)
+/* Append o's text while the whole stays within limit: 1 when it was
+ * appended, 0 when it did not fit, or an error (o NULL: json-c ran out of
+ * memory). */
+static int json_put_value(struct json *j, struct json_object *o, size_t limit)
 {
-	static const char hex[] = "0123456789abcdef";
-	char *out = j->p + j->len;
-	size_t i = 0;
+	const char *text;
+	size_t n;
 
-	while (i < n) {
-		char esc[8];
-		const char *w = esc;
-		size_t wn, in = 1;
-		unsigned char b = s[i];
-
-		if (b == '"' || b == '\\') {
-			esc[0] = '\\', esc[1] = (char)b, wn = 2;
-		} else if (b < 0x20) {
-			static const char short_esc[] = {['\b'] = 'b', ['\f'] = 'f', ['\n'] = 'n',
-							 ['\r'] = 'r', ['\t'] = 't'};
-
-			if (b < sizeof short_esc && short_esc[b])
-				esc[0] = '\\', esc[1] = short_esc[b], wn = 2;
-			else
-				memcpy(esc, "\\u00", 4), esc[4] = hex[b >> 4], esc[5] = hex[b & 15],
-					wn = 6;
-		} else if (b < 0x80) {
-			esc[0] = (char)b, wn = 1;
-		} else if ((in = mf_utf8_seq(s + i, n - i))) {
-			w = (const char *)s + i, wn = in;
-		} else {
-			w = "\\ufffd", wn = 6, in = 1;
-		}
-		if (j->len + wn > limit)
-			break;
-		memcpy(out, w, wn);
-		out += wn;
-		j->len += wn;
-		i += in;
-	}
-	j->p[j->len] = '\0';
-	return i;
+	if (!o || !(text = json_object_to_json_string_length(o, JSON_FLAGS, &n)))
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	if (j->len + n > limit)
+		return 0;
+	return json_put(j, text, n) ? DEVCACHE_ENOMEM : 1;
 }
 
-/* JSON has no NaN or infinities: they become the strings "nan", "inf" and
- * "-inf".  A program may have set LC_NUMERIC, making printf's decimal point
- * a comma (or several bytes): whatever is not a digit, sign or exponent is
- * the decimal point and is written '.'. */
-static size_t format_double(char *out, size_t size, double v, int digits)
+/* As json_put_value, dropping o, which the caller made for this. */
+static int json_put_new(struct json *j, struct json_object *o, size_t limit)
 {
-	char tmp[64];
+	int rc = json_put_value(j, o, limit);
+
+	json_object_put(o);
+	return rc;
+}
+
+/* The json-c objects a header's values are written through, made once and
+ * set to each value in turn, and the string being built: a vocabulary of
+ * 256k tokens costs no allocation per token. */
+struct jreuse {
+	struct json_object *str, *i64, *u64, *boolean, *f32, *f64;
+	char *text;
+	size_t text_cap;
+};
+
+/* A double as json-c writes it, but with the digits this type needs: 9
+ * bring every float back bit for bit, 17 every double.  JSON has no NaN or
+ * infinities: they become the strings "nan", "inf" and "-inf".  A program
+ * may have set LC_NUMERIC, making printf's decimal point a comma (or
+ * several bytes): whatever is not a digit, sign or exponent is the decimal
+ * point and is written '.'. */
+static int json_double_text(struct json_object *o, struct printbuf *pb, int level, int flags)
+{
+	int digits = (int)(intptr_t)json_object_get_userdata(o);
+	double v = json_object_get_double(o);
+	char tmp[64], out[64];
 	size_t n = 0;
 
+	(void)level, (void)flags;
 	if (isnan(v))
-		return (size_t)snprintf(out, size, "\"nan\"");
+		return printbuf_memappend(pb, "\"nan\"", 5);
 	if (isinf(v))
-		return (size_t)snprintf(out, size, v > 0 ? "\"inf\"" : "\"-inf\"");
+		return v > 0 ? printbuf_memappend(pb, "\"inf\"", 5) : printbuf_memappend(pb, "\"-inf\"", 6);
 	snprintf(tmp, sizeof tmp, "%.*g", digits, v);
-	for (const char *s = tmp; *s && n + 1 < size; s++) {
+	for (const char *s = tmp; *s && n + 1 < sizeof out; s++) {
 		if ((*s >= '0' && *s <= '9') || *s == '-' || *s == '+' || *s == 'e')
 			out[n++] = *s;
 		else if (n == 0 || out[n - 1] != '.')
 			out[n++] = '.';
 	}
-	out[n] = '\0';
-	return n;
+	return printbuf_memappend(pb, out, (int)n);
+}
+
+static struct json_object *json_new_double(int digits)
+{
+	struct json_object *o = json_object_new_double(0);
+
+	if (o)
+		json_object_set_serializer(o, json_double_text, (void *)(intptr_t)digits, NULL);
+	return o;
+}
+
+static int jreuse_init(struct jreuse *r)
+{
+	*r = (struct jreuse){
+		.str = json_object_new_string(""), .i64 = json_object_new_int64(0),
+		.u64 = json_object_new_uint64(0), .boolean = json_object_new_boolean(0),
+		.f32 = json_new_double(9), .f64 = json_new_double(17),
+	};
+	if (r->str && r->i64 && r->u64 && r->boolean && r->f32 && r->f64)
+		return 0;
+	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+}
+
+static void jreuse_free(struct jreuse *r)
+{
+	json_object_put(r->str);
+	json_object_put(r->i64);
+	json_object_put(r->u64);
+	json_object_put(r->boolean);
+	json_object_put(r->f32);
+	json_object_put(r->f64);
+	free(r->text);
+}
+
+/* s as the text of a JSON string, in r->str: bytes that are not UTF-8
+ * become U+FFFD, one each.  The spec says strings are UTF-8, but real
+ * vocabularies have been seen with raw bytes in them, and llama.cpp reads
+ * such files, so refusing them would refuse working models; the
+ * replacement keeps the text valid JSON and shows where the bad bytes
+ * were.  tail, when not NULL, is appended as it is.  NULL when memory ran
+ * out. */
+static struct json_object *json_text(struct jreuse *r, const unsigned char *s, size_t n,
+				     const char *tail)
+{
+	size_t tn = tail ? strlen(tail) : 0, len = 0, in;
+
+	if (n > (INT_MAX - tn) / 3)
+		return NULL; /* cannot be: a string is at most MF_MAX_STRING */
+	if (3 * n + tn > r->text_cap) {
+		size_t cap = r->text_cap ? r->text_cap : 256;
+		char *t;
+
+		while (cap < 3 * n + tn)
+			cap *= 2;
+		if (!(t = realloc(r->text, cap)))
+			return NULL;
+		r->text = t;
+		r->text_cap = cap;
+	}
+	for (size_t i = 0; i < n; i += in) {
+		if (s[i] < 0x80) {
+			r->text[len++] = (char)s[i];
+			in = 1;
+		} else if ((in = mf_utf8_seq(s + i, n - i))) {
+			memcpy(r->text + len, s + i, in);
+			len += in;
+		} else {
+			memcpy(r->text + len, "\xef\xbf\xbd", 3);
+			len += 3;
+			in = 1;
+		}
+	}
+	if (tn)
+		memcpy(r->text + len, tail, tn);
+	return json_object_set_string_len(r->str, r->text ? r->text : "", (int)(len + tn)) ? r->str
+											    : NULL;
 }
 
 /* ---- metadata values --------------------------------------------------------- */
@@ -415,6 +491,7 @@ struct parse {
 	size_t scratch_cap;
 	size_t *keys;            /* open addressing: index + 1 into mf->meta, 0 free */
 	size_t keys_cap;
+	struct jreuse json;      /* what values are written through */
 	struct cursor c;         /* last: its buffer is large */
 };
 
@@ -438,6 +515,40 @@ static int read_scratch(struct parse *p, size_t len)
 	return cur_read(&p->c, p->scratch, len);
 }
 
+/* A string too long for the room left: as many of its first characters as
+ * fit, and "…(N more bytes)" inside the quotes.  Each byte taken off the
+ * end takes at least one byte off the text, so taking off what overflowed
+ * and trying again ends in a few rounds. */
+static int put_cut_string(struct jreuse *r, struct json *j, const unsigned char *s, size_t len,
+			  bool *shown_p)
+{
+	size_t keep = len;
+
+	for (;;) {
+		struct json_object *o;
+		const char *text;
+		char more[64];
+		size_t n;
+
+		snprintf(more, sizeof more, "\xe2\x80\xa6(%llu more bytes)",
+			 (unsigned long long)(len - keep));
+		if (!(o = json_text(r, s, keep, more)) ||
+		    !(text = json_object_to_json_string_length(o, JSON_FLAGS, &n)))
+			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		if (j->len + n <= JSON_ROOM || keep == 0) {
+			int rc = json_put(j, text, n);
+
+			*shown_p = rc == 0;
+			return rc;
+		}
+		size_t over = j->len + n - JSON_ROOM;
+		keep -= over < keep ? over : keep;
+		/* Cut before a character, not inside one. */
+		for (int back = 0; back < 3 && keep > 0 && (s[keep] & 0xc0) == 0x80; back++)
+			keep--;
+	}
+}
+
 static int read_value(struct parse *p, uint32_t type, unsigned depth, struct json *j, bool show,
 		      bool *shown_p);
 
@@ -446,7 +557,6 @@ static int read_string_value(struct parse *p, unsigned depth, struct json *j, bo
 {
 	struct cursor *c = &p->c;
 	uint64_t at = c->pos, len;
-	size_t mark, done;
 	int rc;
 
 	if ((rc = cur_u64(c, &len)))
@@ -466,33 +576,20 @@ static int read_string_value(struct parse *p, unsigned depth, struct json *j, bo
 		return cur_skip(c, len);
 	if ((rc = read_scratch(p, (size_t)len)))
 		return rc;
-	mark = j->len;
-	if (mark + 2 > JSON_ROOM) {
+	if (j->len + 2 > JSON_ROOM) {
 		j->full = true;
 		return 0;
 	}
-	/* Escaping makes at most 6 bytes of one: room for that, or for what
-	 * is left below the cap, whichever is less. */
-	size_t want = len < (JSON_ROOM - mark) / 6 ? 6 * (size_t)len + 2 : JSON_ROOM - mark;
-	if ((rc = json_reserve(j, want + 1)) || (rc = json_put(j, "\"", 1)))
-		return rc;
-	done = json_escape(j, p->scratch, (size_t)len, JSON_ROOM - 1);
-	if (done == len) {
-		*shown_p = true;
-		return json_put(j, "\"", 1);
+	if ((rc = json_put_value(j, json_text(&p->json, p->scratch, (size_t)len, NULL), JSON_ROOM)) != 0) {
+		*shown_p = rc == 1;
+		return rc == 1 ? 0 : rc;
 	}
 	if (depth > 0) {
 		/* In an array an element goes whole or not at all. */
-		j->len = mark;
-		j->p[mark] = '\0';
 		j->full = true;
 		return 0;
 	}
-	char more[64];
-	int n = snprintf(more, sizeof more, "\xe2\x80\xa6(%llu more bytes)\"",
-			 (unsigned long long)(len - done));
-	*shown_p = true;
-	return json_put(j, more, (size_t)n);
+	return put_cut_string(&p->json, j, p->scratch, (size_t)len, shown_p);
 }
 
 /* Read count elements of an array for their checks only. */
@@ -562,59 +659,50 @@ static int read_array(struct parse *p, unsigned depth, struct json *j, bool show
 	}
 	if (hidden) {
 		char more[64];
-		int n = snprintf(more, sizeof more, "%s\"\xe2\x80\xa6(%llu more)\"", ready ? "" : ",",
-				 (unsigned long long)hidden);
 
-		if ((rc = json_put(j, more, (size_t)n)))
+		snprintf(more, sizeof more, "\xe2\x80\xa6(%llu more)", (unsigned long long)hidden);
+		if ((!ready && (rc = json_put(j, ",", 1))) ||
+		    (rc = json_put_new(j, json_object_new_string(more), SIZE_MAX)) < 0)
 			return rc;
 	}
 	return json_put(j, "]", 1);
 }
 
-/* A scalar's JSON text; v holds its bits, zero-extended. */
-static size_t format_scalar(char *text, size_t size, uint32_t type, uint64_t v)
+/* A scalar in its json-c object (NULL when memory ran out); v holds its
+ * bits, zero-extended. */
+static struct json_object *json_scalar(struct jreuse *r, uint32_t type, uint64_t v)
 {
-	int n = 0;
+	int ok;
 
 	switch (type) {
-	case GGUF_UINT8:
-	case GGUF_UINT16:
-	case GGUF_UINT32:
-	case GGUF_UINT64:
-		n = snprintf(text, size, "%llu", (unsigned long long)v);
-		break;
 	case GGUF_INT8:
-		n = snprintf(text, size, "%d", (int8_t)v);
-		break;
+		return json_object_set_int64(r->i64, (int8_t)v) ? r->i64 : NULL;
 	case GGUF_INT16:
-		n = snprintf(text, size, "%d", (int16_t)v);
-		break;
+		return json_object_set_int64(r->i64, (int16_t)v) ? r->i64 : NULL;
 	case GGUF_INT32:
-		n = snprintf(text, size, "%ld", (long)(int32_t)v);
-		break;
+		return json_object_set_int64(r->i64, (int32_t)v) ? r->i64 : NULL;
 	case GGUF_INT64:
-		n = snprintf(text, size, "%lld", (long long)(int64_t)v);
-		break;
+		return json_object_set_int64(r->i64, (int64_t)v) ? r->i64 : NULL;
 	case GGUF_BOOL:
-		n = snprintf(text, size, "%s", v ? "true" : "false");
-		break;
+		return json_object_set_boolean(r->boolean, v != 0) ? r->boolean : NULL;
 	case GGUF_FLOAT32: {
 		uint32_t bits = (uint32_t)v;
 		float f;
 
 		memcpy(&f, &bits, sizeof f);
-		/* 9 significant digits bring every float back bit for bit,
-		 * 17 every double. */
-		return format_double(text, size, f, 9);
+		ok = json_object_set_double(r->f32, f);
+		return ok ? r->f32 : NULL;
 	}
 	case GGUF_FLOAT64: {
 		double d;
 
 		memcpy(&d, &v, sizeof d);
-		return format_double(text, size, d, 17);
+		ok = json_object_set_double(r->f64, d);
+		return ok ? r->f64 : NULL;
 	}
+	default: /* the unsigned types */
+		return json_object_set_uint64(r->u64, v) ? r->u64 : NULL;
 	}
-	return (size_t)n;
 }
 
 /* One value of the given (known) type: its JSON text appended to j when
@@ -627,8 +715,6 @@ static int read_value(struct parse *p, uint32_t type, unsigned depth, struct jso
 	uint32_t u32;
 	uint16_t u16;
 	uint8_t u8;
-	char text[64];
-	size_t n;
 	int rc;
 
 	if (type == GGUF_STRING)
@@ -657,13 +743,10 @@ static int read_value(struct parse *p, uint32_t type, unsigned depth, struct jso
 				c->name, (unsigned long long)at, (unsigned)v);
 	if (!show)
 		return 0;
-	n = format_scalar(text, sizeof text, type, v);
-	if (j->len + n > JSON_ROOM) {
+	if ((rc = json_put_value(j, json_scalar(&p->json, type, v), JSON_ROOM)) == 0)
 		j->full = true;
-		return 0;
-	}
-	*shown_p = true;
-	return json_put(j, text, n);
+	*shown_p = rc == 1;
+	return rc == 1 ? 0 : rc;
 }
 
 /* ---- metadata entries ---------------------------------------------------------- */
@@ -767,7 +850,7 @@ static int key_error(struct parse *p, enum name_error fault, uint64_t at, uint64
 
 /* general.alignment: the spec makes it a UINT32, and the data section and
  * every tensor's offset are multiples of it. */
-static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, char **json_p)
+static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, struct json *j)
 {
 	struct cursor *c = &p->c;
 	uint64_t at;
@@ -788,10 +871,8 @@ static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, char
 				  "of two"),
 				c->name, (unsigned long long)at, (unsigned)v);
 	p->mf->alignment = v;
-	if (!(*json_p = malloc(16)))
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-	snprintf(*json_p, 16, "%u", (unsigned)v);
-	return 0;
+	rc = json_put_value(j, json_scalar(&p->json, GGUF_UINT32, v), JSON_ROOM);
+	return rc == 1 ? 0 : rc;
 }
 
 static int read_kv(struct parse *p, uint64_t index)
@@ -831,7 +912,7 @@ static int read_kv(struct parse *p, uint64_t index)
 		goto err;
 	}
 	if (strcmp(key, "general.alignment") == 0) {
-		if ((rc = read_alignment(p, type, type_at, &j.p)))
+		if ((rc = read_alignment(p, type, type_at, &j)))
 			goto err;
 	} else {
 		bool shown = false;
@@ -1109,7 +1190,7 @@ int gguf_parse(struct devcache_model_file *mf)
 	p->mf = mf;
 	p->c.mf = mf;
 	mf->alignment = GGUF_DEFAULT_ALIGNMENT;
-	if ((rc = read_header(p, &n_tensors, &n_kv)))
+	if ((rc = jreuse_init(&p->json)) || (rc = read_header(p, &n_tensors, &n_kv)))
 		goto out;
 	for (uint64_t i = 0; i < n_kv && !rc; i++)
 		rc = read_kv(p, i);
@@ -1131,6 +1212,7 @@ int gguf_parse(struct devcache_model_file *mf)
 	if (!rc)
 		rc = check_overlaps(p);
 out:
+	jreuse_free(&p->json);
 	free(p->scratch);
 	free(p->keys);
 	free(p);
