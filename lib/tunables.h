@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bytes.h"
 #include "tunable-table.h"
 
 enum tunable_special { TV_VALUE = 0, TV_AUTO, TV_UNLIMITED };
@@ -73,9 +74,5 @@ void tunable_set_free(struct tunable_set *set);
 void tunable_format(enum tunable_id id, const struct tunable_value *v, char *buf, size_t size);
 void tunable_format_def(const struct tunable_def *def, const struct tunable_value *v, char *buf,
 			size_t size);
-/* Format a byte count exactly, with the largest unit that divides it: 512, 64K, 1536M. */
-void format_size(uint64_t bytes, char *buf, size_t size);
-/* For people: "6.5 MiB", "512 B". */
-void format_bytes(uint64_t bytes, char *buf, size_t size);
 
 #endif

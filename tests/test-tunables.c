@@ -766,6 +766,33 @@ static void format_size_outputs(void **state)
 	assert_string_equal(buf, "123");
 }
 
+/* The form people read, in messages, summaries and the tool alike. */
+static void format_bytes_outputs(void **state)
+{
+	static const struct {
+		uint64_t bytes;
+		const char *text;
+	} cases[] = {
+		{0, "0 B"},
+		{1023, "1023 B"},
+		{1024, "1.0 KiB"},
+		{1536, "1.5 KiB"},
+		{20 * MiB, "20.0 MiB"},
+		{3 * GiB / 2, "1.5 GiB"},
+		{1ULL << 40, "1.0 TiB"},
+		{1ULL << 50, "1024.0 TiB"},
+	};
+	char buf[32];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		format_bytes(cases[i].bytes, buf, sizeof buf);
+		assert_string_equal(buf, cases[i].text);
+	}
+	format_bytes(1536, buf, 4);
+	assert_string_equal(buf, "1.5");
+}
+
 /* ---- names ------------------------------------------------------------------- */
 
 static void suggest_names(void **state)
@@ -893,6 +920,7 @@ int main(void)
 		cmocka_unit_test(format_mib_size_round_trip),
 		cmocka_unit_test(format_float_round_trip),
 		cmocka_unit_test(format_size_outputs),
+		cmocka_unit_test(format_bytes_outputs),
 		cmocka_unit_test(suggest_names),
 		cmocka_unit_test(find_names),
 		cmocka_unit_test(assign_replaces),

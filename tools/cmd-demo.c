@@ -277,7 +277,7 @@ static int inspect(const struct demo *d)
 		if (devcache_model_file_tensor(mf, i, &t) == 0)
 			bytes += t.size;
 	}
-	tool_format_bytes(bytes, size, sizeof size);
+	format_bytes(bytes, size, sizeof size);
 	printf(_("Inspected it: %s, %zu tensors, %s of tensor data from byte %llu.\n"),
 	       devcache_model_file_format(mf, NULL) == DEVCACHE_FORMAT_GGUF ? "GGUF"
 									    : "safetensors",
@@ -316,8 +316,8 @@ static int first_load(struct demo *d, int64_t *ns_p)
 	if (d->host) {
 		printf("%s", _("  The file is mapped in place: no copy, nothing read until used.\n"));
 	} else {
-		tool_format_bytes(delta.bytes_read, a, sizeof a);
-		tool_format_bytes(delta.bytes_uploaded, b, sizeof b);
+		format_bytes(delta.bytes_read, a, sizeof a);
+		format_bytes(delta.bytes_uploaded, b, sizeof b);
 		printf(_("  Read %s from the file through the ring of pinned staging buffers,\n"
 			 "  uploaded %s into one allocation from the caching allocator.\n"),
 		       a, b);
@@ -394,7 +394,7 @@ static int check_tensor(const struct demo *d, const devcache_model_t *model)
 		tool_error(_("%s on %s differs from the file"), CHECKED_TENSOR, d->info.id);
 		goto out;
 	}
-	tool_format_bytes(info.size, size, sizeof size);
+	format_bytes(info.size, size, sizeof size);
 	printf(_("Checked %s (%s):\n"
 		 "  copied back from %s and compared with the file at byte %llu: identical.\n"),
 	       CHECKED_TENSOR, size, d->info.id, (unsigned long long)info.offset);
@@ -474,7 +474,7 @@ static int walk(struct demo *d)
 	plan_model(d);
 	if ((status = write_model(d)))
 		return status;
-	tool_format_bytes(d->tensors[d->n - 1].end, size, sizeof size);
+	format_bytes(d->tensors[d->n - 1].end, size, sizeof size);
 	printf(_("Wrote %s: %zu tensors, %s.\n"), d->path, d->n, size);
 	if ((status = inspect(d)) || (status = first_load(d, &first_ns)) ||
 	    (status = second_load(d, first_ns, &model)))

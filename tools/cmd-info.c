@@ -159,8 +159,8 @@ static int print_devices(devcache_ctx_t *ctx)
 			status = EXIT_RUNTIME;
 			continue;
 		}
-		tool_format_bytes(info.total_memory, total, sizeof total);
-		tool_format_bytes(info.free_memory, free_mem, sizeof free_mem);
+		format_bytes(info.total_memory, total, sizeof total);
+		format_bytes(info.free_memory, free_mem, sizeof free_mem);
 		format_caps(info.caps, caps, sizeof caps);
 		print_row(info.id, info.name);
 		if (*info.pci_bus_id && asprintf(&line, "%s %s", _("PCI bus:"), info.pci_bus_id) >= 0)
@@ -172,7 +172,7 @@ static int print_devices(devcache_ctx_t *ctx)
 		if (info.max_alloc_size && info.max_alloc_size < info.total_memory) {
 			char limit[32];
 
-			tool_format_bytes(info.max_alloc_size, limit, sizeof limit);
+			format_bytes(info.max_alloc_size, limit, sizeof limit);
 			if (asprintf(&line, _("largest single allocation: %s"), limit) >= 0)
 				print_row("", line), free(line);
 		}

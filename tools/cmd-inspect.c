@@ -217,7 +217,7 @@ static void print_table(const char *path, const devcache_model_file_t *mf, bool 
 		devcache_model_file_tensor(mf, i, &t);
 		bytes += t.size;
 	}
-	tool_format_bytes(devcache_model_file_size(mf), size, sizeof size);
+	format_bytes(devcache_model_file_size(mf), size, sizeof size);
 	format_name(mf, fmt, sizeof fmt);
 	/* A long path, and what it is on the line under it. */
 	printf("%s:%s%s, %s\n", path,
@@ -238,7 +238,7 @@ static void print_table(const char *path, const devcache_model_file_t *mf, bool 
 			const char *shard;
 
 			devcache_model_file_shard(mf, i, &shard, &n);
-			tool_format_bytes(n, size, sizeof size);
+			format_bytes(n, size, sizeof size);
 			sw = max_int(sw, (int)strlen(size));
 		}
 		for (size_t i = 0; i < ns; i++) {
@@ -246,7 +246,7 @@ static void print_table(const char *path, const devcache_model_file_t *mf, bool 
 			uint64_t n;
 
 			devcache_model_file_shard(mf, i, &shard, &n);
-			tool_format_bytes(n, size, sizeof size);
+			format_bytes(n, size, sizeof size);
 			printf("  %*zu  %*s  ", w, i, sw, size);
 			tool_wrap(stdout, (size_t)(2 + w + 2 + sw + 2), 4, shard);
 		}
@@ -255,7 +255,7 @@ static void print_table(const char *path, const devcache_model_file_t *mf, bool 
 		printf("  %s\n", _("(long values cut; --full prints them whole)"));
 	if (nt)
 		print_tensors(mf, ns > 1);
-	tool_format_bytes(bytes, size, sizeof size);
+	format_bytes(bytes, size, sizeof size);
 	printf("  ");
 	printf(P_("%zu tensor, %s of data\n", "%zu tensors, %s of data\n", nt), nt, size);
 }
@@ -355,7 +355,7 @@ static void print_pipeline(const char *path, const devcache_pipeline_t *pl)
 		devcache_component_t c;
 
 		devcache_pipeline_component(pl, i, &c);
-		tool_format_bytes(c.size, size, sizeof size);
+		format_bytes(c.size, size, sizeof size);
 		name_w = max_int(name_w, (int)tool_width(c.name));
 		class_w = max_int(class_w, (int)tool_width(c.class_name));
 		size_w = max_int(size_w, (int)strlen(size));
@@ -379,7 +379,7 @@ static void print_pipeline(const char *path, const devcache_pipeline_t *pl)
 
 		devcache_pipeline_component(pl, i, &c);
 		if (c.shards)
-			tool_format_bytes(c.size, size, sizeof size);
+			format_bytes(c.size, size, sizeof size);
 		else
 			snprintf(size, sizeof size, "-");
 		snprintf(files, sizeof files, "%zu", c.shards);

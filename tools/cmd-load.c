@@ -92,9 +92,9 @@ static void draw_bar(struct progress *p, uint64_t done, uint64_t total, int64_t 
 	memset(bar, '#', (size_t)filled);
 	memset(bar + filled, '.', (size_t)(BAR_WIDTH - filled));
 	bar[BAR_WIDTH] = '\0';
-	tool_format_bytes(done, a, sizeof a);
-	tool_format_bytes(total, b, sizeof b);
-	tool_format_bytes((uint64_t)rate, r, sizeof r);
+	format_bytes(done, a, sizeof a);
+	format_bytes(total, b, sizeof b);
+	format_bytes((uint64_t)rate, r, sizeof r);
 	format_left(rate > 0 && total >= done ? (double)(total - done) / rate : -1, left,
 		    sizeof left);
 	/* TRANSLATORS: the progress of a load: done / total, rate, time left. */
@@ -217,9 +217,9 @@ static void print_load(const char *path, const char *dev_id, bool host,
 	if (n >= sizeof rest)
 		n = sizeof rest - 1;
 	if (moved && r->seconds > 0) {
-		tool_format_bytes((uint64_t)((double)moved / r->seconds), rate, sizeof rate);
-		tool_format_bytes(r->bytes_read, a, sizeof a);
-		tool_format_bytes(r->bytes_uploaded, b, sizeof b);
+		format_bytes((uint64_t)((double)moved / r->seconds), rate, sizeof rate);
+		format_bytes(r->bytes_read, a, sizeof a);
+		format_bytes(r->bytes_uploaded, b, sizeof b);
 		if (r->bytes_read && r->bytes_uploaded)
 			snprintf(rest + n, sizeof rest - n, _(": read %s, uploaded %s (%s/s)"), a, b,
 				 rate);
@@ -241,8 +241,8 @@ static void print_load(const char *path, const char *dev_id, bool host,
 	}
 	free(where);
 	if (r->device_bytes && r->host_bytes) {
-		tool_format_bytes(r->device_bytes, a, sizeof a);
-		tool_format_bytes(r->device_bytes + r->host_bytes, b, sizeof b);
+		format_bytes(r->device_bytes, a, sizeof a);
+		format_bytes(r->device_bytes + r->host_bytes, b, sizeof b);
 		printf(_("  %s of %s on %s, the rest on the host\n"), a, b, dev_id);
 	}
 }
@@ -369,7 +369,7 @@ static int report(devcache_ctx_t *ctx, devcache_device_t *dev, bool host)
 	char size[32];
 
 	if (rss)
-		tool_format_bytes(rss, size, sizeof size);
+		format_bytes(rss, size, sizeof size);
 	else
 		snprintf(size, sizeof size, "%s", _("unknown"));
 	printf(_("Peak RSS: %s\n"), size);

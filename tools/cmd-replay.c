@@ -281,8 +281,8 @@ static void print_text(const struct replay *rp)
 		snprintf(v[1], sizeof v[1], _("%.1f ns"), ns_per_op(rp));
 	else
 		snprintf(v[1], sizeof v[1], "-");
-	tool_format_bytes((uint64_t)st->allocated_bytes[DEVCACHE_POOL_ALL].peak, a, sizeof a);
-	tool_format_bytes((uint64_t)st->reserved_bytes[DEVCACHE_POOL_ALL].peak, b, sizeof b);
+	format_bytes((uint64_t)st->allocated_bytes[DEVCACHE_POOL_ALL].peak, a, sizeof a);
+	format_bytes((uint64_t)st->reserved_bytes[DEVCACHE_POOL_ALL].peak, b, sizeof b);
 	snprintf(v[2], sizeof v[2], _("%lld bytes (%s)"),
 		 (long long)st->allocated_bytes[DEVCACHE_POOL_ALL].peak, a);
 	snprintf(v[3], sizeof v[3], _("%lld bytes (%s)"),

@@ -5,20 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void tool_format_bytes(uint64_t bytes, char *buf, size_t size)
-{
-	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	double v = (double)bytes;
-	int u = 0;
-
-	while (v >= 1024 && u < 4)
-		v /= 1024, u++;
-	if (u == 0)
-		snprintf(buf, size, "%llu B", (unsigned long long)bytes);
-	else
-		snprintf(buf, size, "%.1f %s", v, units[u]);
-}
-
 /* Continuation bytes of UTF-8 take no column. */
 static bool starts_char(char c)
 {

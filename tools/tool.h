@@ -10,6 +10,8 @@
 
 #include <devcache.h>
 
+#include "../lib/bytes.h" /* format_bytes(), built into the tool too */
+
 #if ENABLE_NLS
 #include <libintl.h>
 #define _(s) gettext(s)
@@ -62,8 +64,6 @@ int tool_device(devcache_ctx_t *ctx, const char *name, devcache_device_t **dev_p
 /* A tunable's origin as the user knows it: -o is the command line. */
 const char *tool_origin(const char *origin);
 
-/* The one way the tool writes a byte count: "512 B", "1.5 MiB". */
-void tool_format_bytes(uint64_t bytes, char *buf, size_t size);
 /* The columns text takes on the terminal: its characters (UTF-8). */
 size_t tool_width(const char *s);
 /* text on out, its lines broken at spaces (or anywhere in a word longer than
