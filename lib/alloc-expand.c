@@ -17,37 +17,19 @@ static void hole_add(struct segment *seg, struct block *b)
 		next = next->inext;
 	}
 	b->unmapped = true;
-	b->iprev = prev;
-	b->inext = next;
-	if (next)
-		next->iprev = b;
-	if (prev)
-		prev->inext = b;
-	else
-		seg->holes = b;
+	DL_INSERT_AFTER(seg->holes, prev, b, iprev, inext);
 }
 
 static void hole_remove(struct segment *seg, struct block *b)
 {
-	if (b->iprev)
-		b->iprev->inext = b->inext;
-	else
-		seg->holes = b->inext;
-	if (b->inext)
-		b->inext->iprev = b->iprev;
-	b->iprev = b->inext = NULL;
+	DL_REMOVE(seg->holes, b, iprev, inext);
 	b->unmapped = false;
 }
 
 /* Take b out of its segment's address list and delete it. */
 static void unlink_block(struct block *b)
 {
-	if (b->prev)
-		b->prev->next = b->next;
-	else
-		b->seg->first = b->next;
-	if (b->next)
-		b->next->prev = b->prev;
+	DL_REMOVE(b->seg->first, b, prev, next);
 	block_delete(b->seg->pool, b);
 }
 
@@ -58,11 +40,7 @@ void link_after(struct block *n, struct block *at, uintptr_t addr, size_t size)
 	n->addr = addr;
 	n->size = size;
 	n->seg = at->seg;
-	n->prev = at;
-	n->next = at->next;
-	if (at->next)
-		at->next->prev = n;
-	at->next = n;
+	DL_INSERT_AFTER(at->seg->first, at, n, prev, next);
 }
 
 /* Physical pages, unmapped and kept for mapping again elsewhere (stitching)

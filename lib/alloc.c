@@ -307,15 +307,7 @@ ALLOC_INLINE bool whole_segment(const struct block *b)
 
 ALLOC_INLINE void idle_remove(struct stream_pool *pool, struct block *b)
 {
-	if (b->iprev)
-		b->iprev->inext = b->inext;
-	else if (pool->idle_head == b)
-		pool->idle_head = b->inext;
-	if (b->inext)
-		b->inext->iprev = b->iprev;
-	else if (pool->idle_tail == b)
-		pool->idle_tail = b->iprev;
-	b->iprev = b->inext = NULL;
+	DLQ_REMOVE(pool->idle_head, pool->idle_tail, b, iprev, inext);
 }
 
 /* The bookkeeping of a block entering the free set, apart from the index;
@@ -328,13 +320,7 @@ ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct bl
 	if (whole_segment(b)) {
 		struct stream_pool *pool = b->seg->pool;
 
-		b->iprev = pool->idle_tail;
-		b->inext = NULL;
-		if (pool->idle_tail)
-			pool->idle_tail->inext = b;
-		else
-			pool->idle_head = b;
-		pool->idle_tail = b;
+		DLQ_PUSH_BACK(pool->idle_head, pool->idle_tail, b, iprev, inext);
 	} else if (!b->seg->expandable) {
 		/* As PyTorch, inactive_split leaves expandable segments out:
 		 * their free pages can always be released. */
@@ -379,12 +365,7 @@ static void release_segment(struct allocator *a, struct block *b)
 	stats_sub(a->stats.reserved_bytes, seg->small, seg->size);
 	if (seg->size >= a->max_split_size)
 		stat_sub(&a->stats.oversize_segments, 1);
-	if (seg->sprev)
-		seg->sprev->snext = seg->snext;
-	else
-		a->segments = seg->snext;
-	if (seg->snext)
-		seg->snext->sprev = seg->sprev;
+	DL_REMOVE(a->segments, seg, sprev, snext);
 	block_delete(seg->pool, b);
 	free(seg);
 }
@@ -410,26 +391,17 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 	note_taken(st, s);
 	if (p) {
 		p->size += b->size;
-		p->next = b->next;
-		if (b->next)
-			b->next->prev = p;
 	} else {
 		n->addr = b->addr;
 		n->size += b->size;
-		n->prev = b->prev;
-		if (b->prev)
-			b->prev->next = n;
-		if (b->seg->first == b)
-			b->seg->first = n;
 	}
+	DL_REMOVE(b->seg->first, b, prev, next);
 	block_delete(b->seg->pool, b);
 	if (p && n) {
 		note_taken(st, n);
 		index_remove(ix, n);
 		p->size += n->size;
-		p->next = n->next;
-		if (n->next)
-			n->next->prev = p;
+		DL_REMOVE(n->seg->first, n, prev, next);
 		block_delete(n->seg->pool, n);
 	}
 	index_key_rose(ix, s);
@@ -470,11 +442,7 @@ void pool_return(struct allocator *a, struct block *b)
 /* A new segment goes on the allocator's list, with b as its one block. */
 void segment_add(struct allocator *a, struct segment *seg, struct block *b)
 {
-	seg->snext = a->segments;
-	seg->sprev = NULL;
-	if (a->segments)
-		a->segments->sprev = seg;
-	a->segments = seg;
+	DL_PUSH_FRONT(a->segments, seg, sprev, snext);
 	b->addr = seg->base;
 	b->size = seg->size;
 	b->seg = seg;

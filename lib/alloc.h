@@ -4,6 +4,7 @@
 #define DEVCACHE_ALLOC_H
 
 #include "internal.h"
+#include "list.h"
 
 /* PyTorch's constants, so the policy matches its native allocator. */
 #define ALLOC_ROUND ((size_t)512)           /* every request is a multiple of this */

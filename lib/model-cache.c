@@ -86,26 +86,12 @@ static int cache_create(devcache_ctx_t *ctx, struct model_cache **c_p)
 
 static void lru_unlink(struct model_cache *c, struct devcache_model *m)
 {
-	if (m->prev)
-		m->prev->next = m->next;
-	else if (c->head == m)
-		c->head = m->next;
-	if (m->next)
-		m->next->prev = m->prev;
-	else if (c->tail == m)
-		c->tail = m->prev;
-	m->prev = m->next = NULL;
+	DLQ_REMOVE(c->head, c->tail, m, prev, next);
 }
 
 static void lru_push_front(struct model_cache *c, struct devcache_model *m)
 {
-	m->prev = NULL;
-	m->next = c->head;
-	if (c->head)
-		c->head->prev = m;
-	c->head = m;
-	if (!c->tail)
-		c->tail = m;
+	DLQ_PUSH_FRONT(c->head, c->tail, m, prev, next);
 }
 
 uint64_t *mc_used_of(struct model_cache *c, const devcache_device_t *dev)

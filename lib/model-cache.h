@@ -4,6 +4,7 @@
 #define DEVCACHE_MODEL_CACHE_H
 
 #include "internal.h"
+#include "list.h"
 
 /* ---- model-cache.c: the cache and its entries ------------------------------------ */
 
