@@ -55,8 +55,9 @@ __attribute__((format_arg(1))) static inline const char *module_gettext(const ch
 	 .summary = summary_, .description = doc_},
 
 /* dlopen() each name of the comma-separated list in the tunable, in turn,
- * until one loads; its name goes to name_buf.  NULL when none does, with
- * the last failure in why ("the HIP runtime could not be loaded: ..."). */
+ * until one loads; its name goes to name_buf, and why is emptied.  NULL
+ * when none does, with the last failure in why ("the HIP runtime could not
+ * be loaded: ..."). */
 static inline void *runtime_open(const struct devcache_backend_host *host, const char *tunable,
 				 const char *what, char *name_buf, size_t name_size, char *why,
 				 size_t why_size)
@@ -79,6 +80,10 @@ static inline void *runtime_open(const struct devcache_backend_host *host, const
 			snprintf(why, why_size, _("%s could not be loaded: %s"), what, dlerror());
 	}
 	free(copy);
+	/* Loaded: what was tried before says nothing now (a backend with
+	 * devices gives why as a note on them). */
+	if (lib)
+		why[0] = '\0';
 	return lib;
 }
 

@@ -82,7 +82,8 @@ struct devcache_backend_ops {
 
 	/* Mandatory.  init reports how many devices it found; it may succeed
 	 * with zero, and then *why (up to why_size bytes) says why, in the
-	 * vendor's own words. */
+	 * vendor's own words; with devices, *why may say what they lack
+	 * (a device that cannot map memory, and why), or stay empty. */
 	int (*init)(const struct devcache_backend_host *host, void **state_p, int *n_devices_p,
 		    char *why, size_t why_size);
 	void (*fini)(void *state);

@@ -138,7 +138,8 @@ typedef struct devcache_backend_info {
 	const char *name;
 	const char *path;   /* module file, "built-in" for host */
 	enum devcache_backend_status status;
-	const char *reason; /* why unavailable, or why it has no device; "" otherwise */
+	const char *reason; /* why unavailable, why it has no device, or what its devices
+			     * lack; "" otherwise */
 	unsigned device_count;
 	void *reserved[4];
 } devcache_backend_info_t;

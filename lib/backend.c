@@ -199,7 +199,9 @@ static int backend_start(devcache_ctx_t *ctx, struct backend *be,
 		return 0;
 	}
 	be->status = DEVCACHE_BACKEND_LOADED;
-	if (n == 0)
+	/* With devices, what init says is what they lack (a device that cannot
+	 * map memory, and why), for devcache info. */
+	if (n == 0 || *why)
 		set_status(be, DEVCACHE_BACKEND_LOADED, "%s", *why ? why : _("no device found"));
 	for (int i = 0; i < n; i++) {
 		bool added = false;
@@ -209,7 +211,8 @@ static int backend_start(devcache_ctx_t *ctx, struct backend *be,
 		be->n_devices += added;
 	}
 	log_msg(&ctx->log, DEVCACHE_LOG_DEBUG, _("backend %s (%s): loaded, %d device(s)%s%s"),
-		be->name, be->path, be->n_devices, n ? "" : ": ", n ? "" : be->reason);
+		be->name, be->path, be->n_devices, be->reason ? ": " : "",
+		be->reason ? be->reason : "");
 	return 0;
 }
 
