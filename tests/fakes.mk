@@ -25,6 +25,12 @@ tests_fakes_libfake_hip_la_SOURCES = tests/fakes/fake-hip.c tests/fakes/fake-con
 tests_fakes_libfake_hip_la_CPPFLAGS = $(AM_CPPFLAGS) $(HIP_CPPFLAGS)
 tests_fakes_libfake_hip_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_hip_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+# The same fake as ROCm 6, whose virtual-memory calls take another layout.
+check_LTLIBRARIES += tests/fakes/libfake-hip6.la
+tests_fakes_libfake_hip6_la_SOURCES = $(tests_fakes_libfake_hip_la_SOURCES)
+tests_fakes_libfake_hip6_la_CPPFLAGS = $(tests_fakes_libfake_hip_la_CPPFLAGS) -DFAKE_HIP_ABI=6
+tests_fakes_libfake_hip6_la_CFLAGS = $(tests_fakes_libfake_hip_la_CFLAGS)
+tests_fakes_libfake_hip6_la_LDFLAGS = $(tests_fakes_libfake_hip_la_LDFLAGS)
 endif
 
 if HAVE_CMOCKA

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* fake-hip.c - a host-memory stand-in for libamdhip64.so, with test controls, for the HIP backend's tests. */
-#define _GNU_SOURCE /* twalk_r, secure_getenv */
+#define _GNU_SOURCE /* twalk_r, secure_getenv, memfd_create */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -22,6 +22,47 @@
 #include <hip/hip_runtime_api.h>
 #include <hip/hip_version.h>
 
+/*
+ * Which ROCm this fake is: FAKE_HIP_ABI 5 (the default, libfake-hip.so) is
+ * Debian 12's ROCm 5.2, FAKE_HIP_ABI 6 (libfake-hip6.so) a ROCm 6.2.  What
+ * tells them apart for the backend: the version the runtime gives, the
+ * layout in which hipMemAllocationProp is read (ROCm 6.0 reordered it), and
+ * hipDeviceAttributeVirtualMemoryManagementSupported, which 5.2 does not
+ * know.  Both are built against the one header configure found; the layouts
+ * are written out here, as each release declares them.
+ */
+#ifndef FAKE_HIP_ABI
+#define FAKE_HIP_ABI 5
+#endif
+#if FAKE_HIP_ABI == 5
+#define FAKE_HIP_VERSION 50221153 /* 5.2.21153 */
+struct abi_alloc_prop {
+	unsigned char compression_type;
+	hipMemLocation location;
+	int requested_handle_type;
+	int type;
+	unsigned short usage;
+	void *win32_handle_meta_data;
+};
+#elif FAKE_HIP_ABI == 6
+#define FAKE_HIP_VERSION 60241134 /* 6.2.41134 */
+struct abi_alloc_prop {
+	int type;
+	int requested_handle_type; /* a union with requestedHandleTypes */
+	hipMemLocation location;
+	void *win32_handle_meta_data;
+	struct {
+		unsigned char compression_type, gpu_direct_rdma_capable;
+		unsigned short usage;
+	} alloc_flags;
+};
+#else
+#error "FAKE_HIP_ABI is 5 or 6"
+#endif
+_Static_assert(sizeof(struct abi_alloc_prop) == 32, "hipMemAllocationProp is 32 bytes in both");
+/* The attribute ROCm 5.3 added after 5.2's last, 88. */
+#define ATTRIBUTE_VMM_SUPPORTED 89
+
 /* Test controls, reached with dlsym() by tests that dlopen() this library. */
 #define FAKE_HIP_FAIL_ON FAKE_CONTROLS_FAIL_ON
 void fake_hip_fail(const char *function, unsigned nth, int error);
@@ -30,6 +71,7 @@ const char *fake_hip_function(unsigned i);
 unsigned long fake_hip_misuses(const char *function);
 size_t fake_hip_live(void);
 void fake_hip_hold_events(int hold);
+void fake_hip_vmm(int supported);
 
 /* Every function of the runtime that this fake provides, in one list: the
  * call counters and fault injection are indexed by it. */
@@ -70,7 +112,16 @@ void fake_hip_hold_events(int hold);
 	X(hipEventSynchronize)                                                                     \
 	X(hipIpcGetMemHandle)                                                                      \
 	X(hipIpcOpenMemHandle)                                                                     \
-	X(hipIpcCloseMemHandle)
+	X(hipIpcCloseMemHandle)                                                                    \
+	X(hipDeviceGetAttribute)                                                                   \
+	X(hipMemGetAllocationGranularity)                                                          \
+	X(hipMemAddressReserve)                                                                    \
+	X(hipMemAddressFree)                                                                       \
+	X(hipMemCreate)                                                                            \
+	X(hipMemRelease)                                                                           \
+	X(hipMemMap)                                                                               \
+	X(hipMemUnmap)                                                                             \
+	X(hipMemSetAccess)
 
 #define X(name) F_##name,
 enum { FAKE_HIP_FUNCTIONS(X) F_COUNT };
@@ -83,6 +134,10 @@ static struct fake_counter counters[F_COUNT];
 
 /* hipMalloc's alignment in ROCm; the backend may count on it. */
 #define DEVICE_ALIGN 256
+/* The one granularity of the virtual memory functions, minimum and
+ * recommended alike. */
+#define VM_GRANULARITY ((size_t)2 << 20)
+/* Devices are bits of a uint64_t in a mapping's access masks. */
 #define MAX_DEVICES 64
 
 /* Read once, on the first call that needs them, as ROCm does at its init. */
@@ -95,18 +150,24 @@ static size_t used[MAX_DEVICES];     /* by physical ordinal; under lock */
 static __thread int current_device;  /* visible ordinal, per thread as in HIP */
 static __thread hipError_t last_error;
 static int hold_events;
+/* FAKE_HIP_VMM=0, or fake_hip_vmm(0): the devices cannot map memory, and the
+ * virtual memory calls answer hipErrorNotSupported. */
+static int vmm_supported = -1;
 
 /* The live objects, all under lock: one tree of non-overlapping address ranges
  * (device and host allocations, registrations) so that any address inside one
  * finds it, and one tree each of the stream and event handles. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *ranges;
+static void *mappings; /* inside reservations */
 static void *streams;
 static void *events;
+static void *physicals;
 
-enum range_kind { R_DEVICE, R_HOST, R_REGISTERED, R_KINDS };
+enum range_kind { R_DEVICE, R_HOST, R_REGISTERED, R_RESERVED, R_MAPPED, R_KINDS };
 static const char *const kind_names[R_KINDS] = {"device allocation", "host allocation",
-						"host registration"};
+						"host registration", "address reservation",
+						"mapping"};
 _Static_assert(R_KINDS <= FAKE_REGISTRY_KINDS, "the registry counts every kind");
 static struct fake_registry registry = {
 	.fake = "fake-hip",
@@ -114,12 +175,24 @@ static struct fake_registry registry = {
 	.kind_names = kind_names,
 	.n_kinds = R_KINDS,
 };
-static unsigned long live_streams, live_events;
+static unsigned long live_streams, live_events, live_physicals;
+static size_t physical_bytes;
+
+/* What hipMemCreate makes: a memfd, so that the bytes outlive a mapping. */
+struct ihipMemGenericAllocationHandle {
+	int dev; /* physical ordinal */
+	size_t size;
+	int fd;
+	unsigned long maps;
+	int released; /* hipMemRelease'd while mapped: freed at the last unmap */
+};
 
 struct range {
 	struct fake_range span; /* first, for the registry; its kind is an enum range_kind */
-	size_t mapped; /* host allocations: the length given to mmap() */
+	size_t mapped; /* host allocations and reservations: the length given to mmap() */
 	int dev; /* device allocations: physical ordinal */
+	hipMemGenericAllocationHandle_t pm; /* mappings: what backs them */
+	uint64_t readers, writers;          /* mappings: visible devices given access */
 };
 
 struct ihipStream_t {
@@ -277,6 +350,10 @@ static void devices_init(void)
 	const char *list = getenv("HIP_VISIBLE_DEVICES");
 
 	n_physical = (int)fake_controls_env_number(&controls, "FAKE_HIP_DEVICES", 2, 0, MAX_DEVICES);
+	if (__atomic_load_n(&vmm_supported, __ATOMIC_RELAXED) < 0)
+		__atomic_store_n(&vmm_supported,
+				 (int)fake_controls_env_number(&controls, "FAKE_HIP_VMM", 1, 0, 1),
+				 __ATOMIC_RELAXED);
 	capacity = (size_t)fake_controls_env_number(&controls, "FAKE_HIP_MEMORY_MB", 1024, 0,
 						    (long)(SIZE_MAX >> 21)) << 20;
 	if (!list || !*list)
@@ -379,7 +456,7 @@ hipError_t hipDriverGetVersion(int *driverVersion)
 	ENTER(hipDriverGetVersion);
 	if (!driverVersion)
 		return done(misuse(hipErrorInvalidValue));
-	*driverVersion = HIP_VERSION;
+	*driverVersion = FAKE_HIP_VERSION;
 	return done(hipSuccess);
 }
 
@@ -388,7 +465,7 @@ hipError_t hipRuntimeGetVersion(int *runtimeVersion)
 	ENTER(hipRuntimeGetVersion);
 	if (!runtimeVersion)
 		return done(misuse(hipErrorInvalidValue));
-	*runtimeVersion = HIP_VERSION;
+	*runtimeVersion = FAKE_HIP_VERSION;
 	return done(hipSuccess);
 }
 
@@ -676,26 +753,51 @@ hipError_t hipHostUnregister(void *hostPtr)
 
 /* ---- copies ---- */
 
-/* Whether [p, p + size) may be copied: where p is inside a known range, the
- * copy must end inside it too, as ROCm checks; where the kind says p is device
- * memory, it must be. Under no lock. */
-static int copy_side_ok(const void *p, size_t size, int must_be_device)
+/* Whether visible device dev may copy [p, p + size) in a reservation, under
+ * lock: a run of adjacent mappings, each giving dev the access asked for.
+ * Mapped memory a device may not touch faults on a device; here the copy
+ * fails with hipErrorIllegalAddress instead of the fake's own SIGSEGV. */
+static hipError_t mapped_side(uintptr_t p, size_t size, int dev, int write)
 {
-	struct range *r;
-	int ok;
+	uint64_t bit = (uint64_t)1 << dev;
+	struct range *m;
 
-	pthread_mutex_lock(&lock);
-	r = range_at(p);
-	ok = r ? size <= r->span.base + r->span.size - (uintptr_t)p &&
-			 (!must_be_device || r->span.kind == R_DEVICE) :
-		 !must_be_device;
-	pthread_mutex_unlock(&lock);
-	return ok;
+	for (;;) {
+		if (!(m = fake_range_in(&mappings, p, 1)))
+			return misuse(hipErrorInvalidValue);
+		if (!((write ? m->writers : m->readers) & bit))
+			return misuse(hipErrorIllegalAddress);
+		if (size <= m->span.base + m->span.size - p)
+			return hipSuccess;
+		size -= m->span.base + m->span.size - p;
+		p = m->span.base + m->span.size;
+	}
 }
 
+/* Whether [p, p + size) may be copied, under lock: where p is inside a known
+ * range, the copy must end inside it too, as ROCm checks; where the kind says
+ * p is device memory, it must be; reserved address space must be mapped for
+ * the current device. */
+static hipError_t copy_side(const void *p, size_t size, int must_be_device, int write)
+{
+	struct range *r = range_at(p);
+	uintptr_t a = (uintptr_t)p;
+
+	if (!r)
+		return must_be_device ? misuse(hipErrorInvalidValue) : hipSuccess;
+	if (size > r->span.base + r->span.size - a)
+		return misuse(hipErrorInvalidValue);
+	if (r->span.kind == R_RESERVED)
+		return mapped_side(a, size, current_device, write);
+	return must_be_device && r->span.kind != R_DEVICE ? misuse(hipErrorInvalidValue)
+							  : hipSuccess;
+}
+
+/* Under the lock, so that a racing unmap cannot take what it reads. */
 static hipError_t copy(void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind)
 {
 	int dst_device, src_device;
+	hipError_t err;
 
 	if ((unsigned)kind > hipMemcpyDefault)
 		return misuse(hipErrorInvalidMemcpyDirection);
@@ -705,10 +807,14 @@ static hipError_t copy(void *dst, const void *src, size_t sizeBytes, hipMemcpyKi
 		return misuse(hipErrorInvalidValue);
 	dst_device = kind == hipMemcpyHostToDevice || kind == hipMemcpyDeviceToDevice;
 	src_device = kind == hipMemcpyDeviceToHost || kind == hipMemcpyDeviceToDevice;
-	if (!copy_side_ok(dst, sizeBytes, dst_device) || !copy_side_ok(src, sizeBytes, src_device))
-		return misuse(hipErrorInvalidValue);
-	memmove(dst, src, sizeBytes);
-	return hipSuccess;
+	pthread_mutex_lock(&lock);
+	err = copy_side(dst, sizeBytes, dst_device, 1);
+	if (err == hipSuccess)
+		err = copy_side(src, sizeBytes, src_device, 0);
+	if (err == hipSuccess)
+		memmove(dst, src, sizeBytes);
+	pthread_mutex_unlock(&lock);
+	return err;
 }
 
 hipError_t hipMemcpy(void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind)
@@ -928,6 +1034,372 @@ void fake_hip_hold_events(int hold)
 	__atomic_store_n(&hold_events, hold, __ATOMIC_RELAXED);
 }
 
+/* ---- attributes ---- */
+
+/* The few the fake answers; an attribute it does not model is the test's
+ * to add, and is refused as a misuse rather than guessed at. */
+hipError_t hipDeviceGetAttribute(int *pi, hipDeviceAttribute_t attr, int deviceId)
+{
+	hipError_t err;
+
+	ENTER(hipDeviceGetAttribute);
+	if ((err = check_device(deviceId)) != hipSuccess)
+		return done(err);
+	if (!pi)
+		return done(misuse(hipErrorInvalidValue));
+	switch ((int)attr) {
+	case hipDeviceAttributeWarpSize:
+		*pi = 64;
+		return done(hipSuccess);
+	case hipDeviceAttributeMemoryPoolsSupported:
+		*pi = 0;
+		return done(hipSuccess);
+	case ATTRIBUTE_VMM_SUPPORTED:
+#if FAKE_HIP_ABI >= 6
+		*pi = __atomic_load_n(&vmm_supported, __ATOMIC_RELAXED);
+		return done(hipSuccess);
+#else
+		/* Past 5.2's last attribute: an invalid value to it, not a misuse. */
+		return done(hipErrorInvalidValue);
+#endif
+	default:
+		return done(misuse(hipErrorInvalidValue));
+	}
+}
+
+/* ---- virtual memory ---- */
+
+/* The devices can map memory, or (0) cannot: the calls then answer
+ * hipErrorNotSupported.  Read by the backend when it starts. */
+void fake_hip_vmm(int supported)
+{
+	device_count(); /* FAKE_HIP_VMM is read once, before this */
+	__atomic_store_n(&vmm_supported, supported != 0, __ATOMIC_RELAXED);
+}
+
+static int vmm(void)
+{
+	device_count();
+	return __atomic_load_n(&vmm_supported, __ATOMIC_RELAXED);
+}
+
+static int vm_aligned(uintptr_t n)
+{
+	return (n & (VM_GRANULARITY - 1)) == 0;
+}
+
+/* Pinned memory of a visible device is all the fake makes; prop is read in
+ * the layout of the release the fake is. */
+static hipError_t check_prop(const hipMemAllocationProp *prop)
+{
+	const struct abi_alloc_prop *p = (const void *)prop;
+
+	if (!p || p->type != hipMemAllocationTypePinned ||
+	    p->location.type != hipMemLocationTypeDevice)
+		return misuse(hipErrorInvalidValue);
+	return check_device(p->location.id);
+}
+
+hipError_t hipMemGetAllocationGranularity(size_t *granularity, const hipMemAllocationProp *prop,
+					  hipMemAllocationGranularity_flags option)
+{
+	hipError_t err;
+
+	ENTER(hipMemGetAllocationGranularity);
+	NEED_DEVICES();
+	if (!granularity || (option != hipMemAllocationGranularityMinimum &&
+			     option != hipMemAllocationGranularityRecommended))
+		return done(misuse(hipErrorInvalidValue));
+	if ((err = check_prop(prop)) != hipSuccess)
+		return done(err);
+	if (!vmm())
+		return done(hipErrorNotSupported);
+	*granularity = VM_GRANULARITY;
+	return done(hipSuccess);
+}
+
+/* Address space only, PROT_NONE, aligned to the granularity at least so that
+ * its start can be mapped.  addr is a hint the fake does not take. */
+hipError_t hipMemAddressReserve(void **ptr, size_t size, size_t alignment, void *addr,
+				unsigned long long flags)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), len = size;
+	struct range *r;
+	void *p;
+
+	ENTER(hipMemAddressReserve);
+	NEED_DEVICES();
+	(void)addr;
+	if (!ptr || flags || size == 0 || (size & (page - 1)) || (alignment & (alignment - 1)))
+		return done(misuse(hipErrorInvalidValue));
+	if (alignment < VM_GRANULARITY)
+		alignment = VM_GRANULARITY;
+	if (!(r = malloc(sizeof *r)))
+		return done(hipErrorOutOfMemory);
+	if (!(p = fake_map_aligned(size, alignment, PROT_NONE, &len))) {
+		free(r);
+		return done(hipErrorOutOfMemory);
+	}
+	*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_RESERVED},
+			    .mapped = len, .dev = visible[current_device]};
+	pthread_mutex_lock(&lock);
+	if (fake_range_add(&registry, &ranges, &r->span) != r) {
+		pthread_mutex_unlock(&lock);
+		munmap(p, len);
+		free(r);
+		return done(hipErrorOutOfMemory);
+	}
+	pthread_mutex_unlock(&lock);
+	*ptr = p;
+	return done(hipSuccess);
+}
+
+/* Whole reservations.  One with mappings still in it is refused: the
+ * caller unmaps first, and the fake leaves nothing dangling. */
+hipError_t hipMemAddressFree(void *devPtr, size_t size)
+{
+	uintptr_t a = (uintptr_t)devPtr;
+	struct range *r;
+
+	ENTER(hipMemAddressFree);
+	NEED_DEVICES();
+	pthread_mutex_lock(&lock);
+	r = range_at(devPtr);
+	if (!devPtr || !r || r->span.kind != R_RESERVED || r->span.base != a ||
+	    r->span.size != size || fake_range_in(&mappings, r->span.base, r->span.size)) {
+		pthread_mutex_unlock(&lock);
+		return done(misuse(hipErrorInvalidValue));
+	}
+	fake_range_remove(&registry, &ranges, &r->span);
+	pthread_mutex_unlock(&lock);
+	munmap(devPtr, r->mapped);
+	free(r);
+	return done(hipSuccess);
+}
+
+/* Counted against the device's capacity like hipMalloc.  No shareable
+ * handle type is offered. */
+hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *handle, size_t size,
+			const hipMemAllocationProp *prop, unsigned long long flags)
+{
+	const struct abi_alloc_prop *p = (const void *)prop;
+	hipMemGenericAllocationHandle_t pm;
+	hipError_t err;
+	int dev, fd, ok;
+
+	ENTER(hipMemCreate);
+	NEED_DEVICES();
+	if (!handle || flags || size == 0 || !vm_aligned(size))
+		return done(misuse(hipErrorInvalidValue));
+	if ((err = check_prop(prop)) != hipSuccess)
+		return done(err);
+	if (!vmm() || p->requested_handle_type != hipMemHandleTypeNone)
+		return done(hipErrorNotSupported);
+	dev = visible[p->location.id];
+	if (!(pm = malloc(sizeof *pm)))
+		return done(hipErrorOutOfMemory);
+	pthread_mutex_lock(&lock);
+	ok = size <= capacity - used[dev];
+	if (ok)
+		used[dev] += size;
+	pthread_mutex_unlock(&lock);
+	if (!ok) {
+		free(pm);
+		return done(hipErrorOutOfMemory);
+	}
+	fd = memfd_create("fake-hip-physical", MFD_CLOEXEC);
+	if (fd >= 0 && (size > (size_t)INT64_MAX || ftruncate(fd, (off_t)size) != 0)) {
+		close(fd);
+		fd = -1;
+	}
+	*pm = (struct ihipMemGenericAllocationHandle){.dev = dev, .size = size, .fd = fd};
+	pthread_mutex_lock(&lock);
+	ok = fd >= 0 && fake_handle_add(&physicals, pm, &live_physicals);
+	if (ok)
+		physical_bytes += size;
+	else
+		used[dev] -= size;
+	pthread_mutex_unlock(&lock);
+	if (!ok) {
+		if (fd >= 0)
+			close(fd);
+		free(pm);
+		return done(hipErrorOutOfMemory);
+	}
+	*handle = pm;
+	return done(hipSuccess);
+}
+
+/* Frees physical memory, under lock. */
+static void physical_free(hipMemGenericAllocationHandle_t pm)
+{
+	fake_handle_remove(&physicals, pm, &live_physicals);
+	physical_bytes -= pm->size;
+	used[pm->dev] -= pm->size;
+	close(pm->fd);
+	free(pm);
+}
+
+/* handle, if it is live, unreleased physical memory; under lock. */
+static hipMemGenericAllocationHandle_t physical_of(hipMemGenericAllocationHandle_t handle)
+{
+	return fake_handle_known(&physicals, handle) && !handle->released ? handle : NULL;
+}
+
+/* Memory still mapped is freed when its last mapping goes. */
+hipError_t hipMemRelease(hipMemGenericAllocationHandle_t handle)
+{
+	hipMemGenericAllocationHandle_t pm;
+
+	ENTER(hipMemRelease);
+	NEED_DEVICES();
+	pthread_mutex_lock(&lock);
+	if ((pm = physical_of(handle))) {
+		if (pm->maps)
+			pm->released = 1;
+		else
+			physical_free(pm);
+	}
+	pthread_mutex_unlock(&lock);
+	return done(pm ? hipSuccess : misuse(hipErrorInvalidValue));
+}
+
+/* Mapped but not accessible: the pages stay PROT_NONE until hipMemSetAccess.
+ * The range lies in one reservation and overlaps no mapping; ptr and size
+ * are multiples of the granularity, and the offset is 0. */
+hipError_t hipMemMap(void *ptr, size_t size, size_t offset, hipMemGenericAllocationHandle_t handle,
+		     unsigned long long flags)
+{
+	hipError_t err = hipErrorInvalidValue;
+	hipMemGenericAllocationHandle_t pm;
+	uintptr_t a = (uintptr_t)ptr;
+	struct range *r, *m;
+
+	ENTER(hipMemMap);
+	NEED_DEVICES();
+	if (!ptr || size == 0 || offset || flags || !vm_aligned(a) || !vm_aligned(size))
+		return done(misuse(hipErrorInvalidValue));
+	if (!(m = malloc(sizeof *m)))
+		return done(hipErrorOutOfMemory);
+	pthread_mutex_lock(&lock);
+	pm = physical_of(handle);
+	r = range_at(ptr);
+	if (pm && size <= pm->size && r && r->span.kind == R_RESERVED &&
+	    size <= r->span.base + r->span.size - a && !fake_range_in(&mappings, a, size)) {
+		*m = (struct range){.span = {.base = a, .size = size, .kind = R_MAPPED},
+				    .dev = pm->dev, .pm = pm};
+		if (mmap(ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, pm->fd, 0) == MAP_FAILED) {
+			err = hipErrorOutOfMemory;
+		} else if (fake_range_add(&registry, &mappings, &m->span) != m) {
+			mmap(ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+			     -1, 0);
+			err = hipErrorOutOfMemory;
+		} else {
+			pm->maps++;
+			err = hipSuccess;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	if (err != hipSuccess)
+		free(m);
+	/* Nothing matched: the caller named what is not there. */
+	return done(err == hipErrorInvalidValue ? misuse(err) : err);
+}
+
+/* Whether [a, a + size) is exactly a run of whole, adjacent mappings, under
+ * lock: what hipMemUnmap and hipMemSetAccess take. */
+static int whole_mappings(uintptr_t a, size_t size)
+{
+	uintptr_t end = a + size;
+	struct range *m;
+
+	if (!a || size == 0 || size > UINTPTR_MAX - a)
+		return 0;
+	while (a < end) {
+		m = fake_range_in(&mappings, a, 1);
+		if (!m || m->span.base != a || m->span.size > end - a)
+			return 0;
+		a += m->span.size;
+	}
+	return 1;
+}
+
+/* Removes mapping m, under lock; its pages go back to reserved address space,
+ * and released memory whose last mapping this was is freed. */
+static void unmap_one(struct range *m)
+{
+	hipMemGenericAllocationHandle_t pm = m->pm;
+
+	fake_range_remove(&registry, &mappings, &m->span);
+	mmap((void *)m->span.base, m->span.size, PROT_NONE,
+	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	free(m);
+	if (--pm->maps == 0 && pm->released)
+		physical_free(pm);
+}
+
+hipError_t hipMemUnmap(void *ptr, size_t size)
+{
+	struct range *m;
+	int ok;
+
+	ENTER(hipMemUnmap);
+	NEED_DEVICES();
+	pthread_mutex_lock(&lock);
+	ok = whole_mappings((uintptr_t)ptr, size);
+	if (ok)
+		while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
+			unmap_one(m);
+	pthread_mutex_unlock(&lock);
+	return done(ok ? hipSuccess : misuse(hipErrorInvalidValue));
+}
+
+/* Access is kept per device, for the copies to check; the pages allow what
+ * any device was given, since the host stands in for them all. */
+hipError_t hipMemSetAccess(void *ptr, size_t size, const hipMemAccessDesc *desc, size_t count)
+{
+	uint64_t readers = 0, writers = 0, bit;
+	uintptr_t a = (uintptr_t)ptr;
+	struct range *m;
+	hipError_t err;
+	int ok, prot;
+
+	ENTER(hipMemSetAccess);
+	NEED_DEVICES();
+	if (!desc || count == 0)
+		return done(misuse(hipErrorInvalidValue));
+	for (size_t i = 0; i < count; i++) {
+		if (desc[i].location.type != hipMemLocationTypeDevice)
+			return done(misuse(hipErrorInvalidValue));
+		if ((err = check_device(desc[i].location.id)) != hipSuccess)
+			return done(err);
+		if (desc[i].flags != hipMemAccessFlagsProtNone &&
+		    desc[i].flags != hipMemAccessFlagsProtRead &&
+		    desc[i].flags != hipMemAccessFlagsProtReadWrite)
+			return done(misuse(hipErrorInvalidValue));
+		/* A device named twice gets what its last entry says. */
+		bit = (uint64_t)1 << desc[i].location.id;
+		readers = (readers & ~bit) | (desc[i].flags != hipMemAccessFlagsProtNone ? bit : 0);
+		writers = (writers & ~bit) |
+			  (desc[i].flags == hipMemAccessFlagsProtReadWrite ? bit : 0);
+	}
+	pthread_mutex_lock(&lock);
+	ok = whole_mappings(a, size);
+	while (ok && a < (uintptr_t)ptr + size) {
+		m = fake_range_in(&mappings, a, 1);
+		for (size_t i = 0; i < count; i++) {
+			bit = (uint64_t)1 << desc[i].location.id;
+			m->readers = (m->readers & ~bit) | (readers & bit);
+			m->writers = (m->writers & ~bit) | (writers & bit);
+		}
+		prot = m->writers ? PROT_READ | PROT_WRITE : m->readers ? PROT_READ : PROT_NONE;
+		mprotect((void *)m->span.base, m->span.size, prot);
+		a += m->span.size;
+	}
+	pthread_mutex_unlock(&lock);
+	return done(ok ? hipSuccess : misuse(hipErrorInvalidValue));
+}
+
 /* ---- IPC ---- */
 
 hipError_t hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *devPtr)
@@ -1009,7 +1481,9 @@ size_t fake_hip_live(void)
 	size_t n;
 
 	pthread_mutex_lock(&lock);
-	n = registry.live_count[R_DEVICE] + registry.live_count[R_HOST] + live_streams + live_events;
+	n = registry.live_count[R_DEVICE] + registry.live_count[R_HOST] +
+	    registry.live_count[R_RESERVED] + registry.live_count[R_MAPPED] + live_physicals +
+	    live_streams + live_events;
 	pthread_mutex_unlock(&lock);
 	return n;
 }
@@ -1018,6 +1492,7 @@ size_t fake_hip_live(void)
 static void unload_report(void)
 {
 	const struct fake_leak others[] = {
+		{"physical allocation", live_physicals, 1, physical_bytes, "live"},
 		{"stream", live_streams, 0, 0, "live"},
 		{"event", live_events, 0, 0, "live"},
 	};
