@@ -3,9 +3,11 @@
 #include "../runtime.h"
 
 #include <hip/hip_runtime_api.h>
+#include <hip/hip_version.h>
 
 #include <dlfcn.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,17 +24,90 @@
 	X(hipStreamDestroy) X(hipStreamSynchronize) X(hipEventCreateWithFlags)               \
 	X(hipEventDestroy) X(hipEventRecord) X(hipEventQuery) X(hipEventSynchronize)
 
+/* Virtual memory: expandable segments, where every one of these resolves
+ * (ROCm 5.2's header declares them all) and the device says it maps.
+ * hipDeviceGetAttribute is asked only whether it does. */
+#define HIP_VMM_FUNCTIONS(X)                                                               \
+	X(hipDeviceGetAttribute) X(hipMemGetAllocationGranularity) X(hipMemAddressReserve)  \
+	X(hipMemAddressFree) X(hipMemCreate) X(hipMemRelease) X(hipMemMap) X(hipMemUnmap)    \
+	X(hipMemSetAccess)
+
 /* Inter-process sharing: a capability, present where these resolve. */
 #define HIP_IPC_FUNCTIONS(X) X(hipIpcGetMemHandle) X(hipIpcOpenMemHandle) X(hipIpcCloseMemHandle)
+
+/*
+ * The two ABIs of the virtual-memory API.  ROCm 6.0 reordered
+ * hipMemAllocationProp to CUDA's order (type, handle types, location, ...);
+ * ROCm 5 has compressionType first and type after the location.  The
+ * header the module is built against declares one of them; the runtime
+ * loaded reads the other as readily, so the module fills the one its
+ * runtime's major version names.  The numbers it puts in them (a pinned
+ * allocation, a device location, read-write access, no shareable handle)
+ * are the same in both; the ones that changed in 6.0, hipMemoryType's,
+ * appear in none of these calls.  The attribute that says whether a device
+ * maps, hipDeviceAttributeVirtualMemoryManagementSupported, came after 5.2's
+ * last (88), as 89: 5.2 refuses it, and is asked for a granularity instead.
+ */
+struct hip5_alloc_prop {
+	unsigned char compression_type;
+	hipMemLocation location;
+	int requested_handle_type;
+	int type;
+	unsigned short usage;
+	void *win32_handle_meta_data;
+};
+
+struct hip6_alloc_prop {
+	int type;
+	int requested_handle_types;
+	hipMemLocation location;
+	void *win32_handle_meta_data;
+	struct {
+		unsigned char compression_type, gpu_direct_rdma_capable;
+		unsigned short usage;
+	} alloc_flags;
+};
+
+union hip_alloc_prop {
+	struct hip5_alloc_prop v5;
+	struct hip6_alloc_prop v6;
+};
+
+#define HIP_ATTRIBUTE_VMM_SUPPORTED ((hipDeviceAttribute_t)89)
+
+_Static_assert(hipMemAllocationTypePinned == 1 && hipMemLocationTypeDevice == 1 &&
+		       hipMemAccessFlagsProtReadWrite == 3 && hipMemHandleTypeNone == 0,
+	       "the numbers both ABIs share");
+#if HIP_VERSION_MAJOR < 6
+_Static_assert(sizeof(hipMemAllocationProp) == sizeof(struct hip5_alloc_prop) &&
+		       offsetof(hipMemAllocationProp, location) ==
+			       offsetof(struct hip5_alloc_prop, location) &&
+		       offsetof(hipMemAllocationProp, type) == offsetof(struct hip5_alloc_prop, type),
+	       "ROCm 5's hipMemAllocationProp, as this header declares it");
+#else
+_Static_assert(sizeof(hipMemAllocationProp) == sizeof(struct hip6_alloc_prop) &&
+		       offsetof(hipMemAllocationProp, location) ==
+			       offsetof(struct hip6_alloc_prop, location) &&
+		       offsetof(hipMemAllocationProp, type) == offsetof(struct hip6_alloc_prop, type),
+	       "ROCm 6's hipMemAllocationProp, as this header declares it");
+#endif
+
+struct hip_device {
+	bool vmm;
+	size_t granularity;
+};
 
 struct hip_state {
 	const struct devcache_backend_host *host;
 	void *lib;
 	char lib_name[256];
 	int n_devices;
-	bool ipc;
+	int major; /* the runtime's major version; 0 where it cannot say */
+	struct hip_device *devices;
+	bool ipc, vmm; /* the runtime has those entry points */
 #define FIELD(name) __typeof__(name) *name;
 	HIP_FUNCTIONS(FIELD)
+	HIP_VMM_FUNCTIONS(FIELD)
 	HIP_IPC_FUNCTIONS(FIELD)
 #undef FIELD
 };
@@ -55,6 +130,7 @@ static int fail(struct hip_state *s, hipError_t e, const char *what, int dev)
 	int code = e == hipErrorOutOfMemory ? DEVCACHE_ENOMEM
 		 : e == hipErrorNotReady   ? DEVCACHE_EAGAIN
 		 : e == hipErrorInvalidDevice ? DEVCACHE_ENODEV
+		 : e == hipErrorNotSupported ? DEVCACHE_ENOTSUP
 					      : DEVCACHE_EBACKEND;
 
 	char text[256];
@@ -86,12 +162,96 @@ static bool resolve(struct hip_state *s, char *why, size_t why_size)
 	}
 	HIP_FUNCTIONS(RESOLVE)
 #undef RESOLVE
-	s->ipc = true;
+	s->vmm = s->ipc = true;
+#define RESOLVE_VMM(name) s->vmm &= (*(void **)&s->name = dlsym(s->lib, #name)) != NULL;
+	HIP_VMM_FUNCTIONS(RESOLVE_VMM)
+#undef RESOLVE_VMM
 #define RESOLVE_IPC(name) s->ipc &= (*(void **)&s->name = dlsym(s->lib, #name)) != NULL;
 	HIP_IPC_FUNCTIONS(RESOLVE_IPC)
 #undef RESOLVE_IPC
 	return true;
 }
+
+/* The allocation properties of pinned memory on dev, laid out as the
+ * runtime reads them. */
+static const hipMemAllocationProp *alloc_prop(struct hip_state *s, int dev,
+					      union hip_alloc_prop *prop)
+{
+	memset(prop, 0, sizeof *prop);
+	if (s->major >= 6) {
+		prop->v6.type = hipMemAllocationTypePinned;
+		prop->v6.requested_handle_types = hipMemHandleTypeNone;
+		prop->v6.location = (hipMemLocation){.type = hipMemLocationTypeDevice, .id = dev};
+	} else {
+		prop->v5.type = hipMemAllocationTypePinned;
+		prop->v5.requested_handle_type = hipMemHandleTypeNone;
+		prop->v5.location = (hipMemLocation){.type = hipMemLocationTypeDevice, .id = dev};
+	}
+	return (const hipMemAllocationProp *)prop;
+}
+
+/* Whether dev can back expandable segments, and with what granularity;
+ * where it cannot, why goes to why (up to size bytes), for devcache info. */
+static void probe_vmm(struct hip_state *s, int dev, char *why, size_t size)
+{
+	struct hip_device *d = &s->devices[dev];
+	union hip_alloc_prop prop;
+	char text[256];
+	int supported = 0;
+	hipError_t e;
+
+	if (!s->vmm) {
+		snprintf(why, size, _("%s has no virtual-memory API"), s->lib_name);
+		return;
+	}
+	if (s->major == 0) {
+		/* Then which ABI its calls take is not known either. */
+		snprintf(why, size, _("%s gives no version"), s->lib_name);
+		return;
+	}
+	/* ROCm 6 says; 5.2 knows no such attribute, and is asked below. */
+	if (s->hipDeviceGetAttribute(&supported, HIP_ATTRIBUTE_VMM_SUPPORTED, dev) == hipSuccess &&
+	    !supported) {
+		snprintf(why, size, "hipDeviceAttributeVirtualMemoryManagementSupported: 0");
+		return;
+	}
+	e = s->hipMemGetAllocationGranularity(&d->granularity, alloc_prop(s, dev, &prop),
+					      hipMemAllocationGranularityMinimum);
+	if (e != hipSuccess) {
+		describe(s, e, text, sizeof text);
+		snprintf(why, size, "hipMemGetAllocationGranularity: %s", text);
+		return;
+	}
+	if (d->granularity == 0 || (d->granularity & (d->granularity - 1))) {
+		snprintf(why, size, "hipMemGetAllocationGranularity: %zu", d->granularity);
+		return;
+	}
+	d->vmm = true;
+}
+
+/* Probes every device; those that cannot map are named in why, which a
+ * backend with devices gives as its note in devcache info. */
+static int probe_devices(struct hip_state *s, char *why, size_t why_size)
+{
+	size_t n = 0;
+
+	if (!(s->devices = calloc((size_t)s->n_devices, sizeof *s->devices)))
+		return s->host->error(DEVCACHE_ENOMEM, _("hip: out of memory"));
+	for (int i = 0; i < s->n_devices; i++) {
+		char one[384] = "";
+
+		probe_vmm(s, i, one, sizeof one);
+		if (!*one || n >= why_size)
+			continue;
+		n += (size_t)snprintf(why + n, why_size - n, "%s", n ? "; " : "");
+		if (n < why_size)
+			n += (size_t)snprintf(why + n, why_size - n,
+					      _("hip:%d: no expandable segments: %s"), i, one);
+	}
+	return 0;
+}
+
+static void hip_fini(void *state);
 
 /* No runtime, a runtime without a device: the backend loads with zero
  * devices and says why in the runtime's own words. */
@@ -99,7 +259,7 @@ static int hip_init(const struct devcache_backend_host *host, void **state_p, in
 		      char *why, size_t why_size)
 {
 	struct hip_state *s = calloc(1, sizeof *s);
-	int version = 0;
+	int version = 0, rc;
 
 	if (!s)
 		return host->error(DEVCACHE_ENOMEM, _("hip: out of memory"));
@@ -123,11 +283,22 @@ static int hip_init(const struct devcache_backend_host *host, void **state_p, in
 		s->n_devices = 0;
 		return 0;
 	}
-	s->hipRuntimeGetVersion(&version);
+	/* The version says which ABI the virtual-memory calls take. */
+	if (s->hipRuntimeGetVersion(&version) != hipSuccess || version < 0)
+		version = 0;
+	s->major = version / 10000000;
 	host->log(host->cookie, DEVCACHE_LOG_DEBUG, _("hip: %s, runtime version %d, devices: %d"),
 		  s->lib_name, version, s->n_devices);
-	if (s->n_devices == 0)
+	if (s->n_devices == 0) {
 		snprintf(why, why_size, _("%s: no device"), s->lib_name);
+		return 0;
+	}
+	if ((rc = probe_devices(s, why, why_size))) {
+		/* A failed init releases what it made: fini is not called. */
+		hip_fini(s);
+		*state_p = NULL;
+		return rc;
+	}
 	*n_devices_p = s->n_devices;
 	return 0;
 }
@@ -138,6 +309,7 @@ static void hip_fini(void *state)
 
 	/* The runtime stays loaded: it may have threads of its own, and
 	 * unloading it under them is what crashes programs at exit. */
+	free(s->devices);
 	free(s);
 }
 
@@ -153,8 +325,8 @@ static int hip_device_info(void *state, int dev, devcache_backend_device_t *info
 	if (s->hipDeviceGetPCIBusId(info->pci_bus_id, (int)sizeof info->pci_bus_id, dev) != hipSuccess)
 		info->pci_bus_id[0] = '\0';
 	info->total_memory = total;
-	/* ROCm 5.2 has no virtual-memory API: no expandable segments here. */
-	info->caps = DEVCACHE_CAP_ASYNC_COPY | (s->ipc ? DEVCACHE_CAP_IPC : 0);
+	info->caps = DEVCACHE_CAP_ASYNC_COPY | (s->devices[dev].vmm ? DEVCACHE_CAP_VMM : 0) |
+		     (s->ipc ? DEVCACHE_CAP_IPC : 0);
 	return 0;
 }
 
@@ -312,6 +484,83 @@ static int hip_event_synchronize(void *state, int dev, devcache_event_t event)
 	return 0;
 }
 
+/* ---- virtual memory: only on devices with DEVCACHE_CAP_VMM ---- */
+
+static int hip_vm_granularity(void *state, int dev, size_t *granularity_p)
+{
+	struct hip_state *s = state;
+
+	*granularity_p = s->devices[dev].granularity;
+	return 0;
+}
+
+static int hip_vm_reserve(void *state, int dev, size_t size, void **va_p)
+{
+	struct hip_state *s = state;
+
+	ON_DEVICE(s, dev);
+	CHECK(s, s->hipMemAddressReserve(va_p, size, 0, NULL, 0), "hipMemAddressReserve", dev);
+	return 0;
+}
+
+static int hip_vm_release(void *state, int dev, void *va, size_t size)
+{
+	struct hip_state *s = state;
+
+	ON_DEVICE(s, dev);
+	CHECK(s, s->hipMemAddressFree(va, size), "hipMemAddressFree", dev);
+	return 0;
+}
+
+static int hip_vm_create(void *state, int dev, size_t size, void **handle_p)
+{
+	struct hip_state *s = state;
+	union hip_alloc_prop prop;
+	hipMemGenericAllocationHandle_t h = NULL;
+
+	ON_DEVICE(s, dev);
+	CHECK(s, s->hipMemCreate(&h, size, alloc_prop(s, dev, &prop), 0), "hipMemCreate", dev);
+	*handle_p = h;
+	return 0;
+}
+
+static int hip_vm_destroy(void *state, int dev, void *handle)
+{
+	struct hip_state *s = state;
+
+	ON_DEVICE(s, dev);
+	CHECK(s, s->hipMemRelease((hipMemGenericAllocationHandle_t)handle), "hipMemRelease", dev);
+	return 0;
+}
+
+/* Mapped memory is inaccessible until access is granted: both, or neither. */
+static int hip_vm_map(void *state, int dev, void *va, size_t size, void *handle)
+{
+	struct hip_state *s = state;
+	hipMemAccessDesc access = {
+		.location = {.type = hipMemLocationTypeDevice, .id = dev},
+		.flags = hipMemAccessFlagsProtReadWrite};
+	hipError_t e;
+
+	ON_DEVICE(s, dev);
+	CHECK(s, s->hipMemMap(va, size, 0, (hipMemGenericAllocationHandle_t)handle, 0), "hipMemMap",
+	      dev);
+	if ((e = s->hipMemSetAccess(va, size, &access, 1)) != hipSuccess) {
+		s->hipMemUnmap(va, size);
+		return fail(s, e, "hipMemSetAccess", dev);
+	}
+	return 0;
+}
+
+static int hip_vm_unmap(void *state, int dev, void *va, size_t size)
+{
+	struct hip_state *s = state;
+
+	ON_DEVICE(s, dev);
+	CHECK(s, s->hipMemUnmap(va, size), "hipMemUnmap", dev);
+	return 0;
+}
+
 /* Declared in tunables.def, documented from there. */
 static const struct devcache_backend_tunable hip_tunables[] = {
 #define TUNABLE MODULE_TUNABLE
@@ -344,6 +593,13 @@ static const struct devcache_backend_ops hip_ops = {
 	.event_record = hip_event_record,
 	.event_query = hip_event_query,
 	.event_synchronize = hip_event_synchronize,
+	.vm_granularity = hip_vm_granularity,
+	.vm_reserve = hip_vm_reserve,
+	.vm_release = hip_vm_release,
+	.vm_create = hip_vm_create,
+	.vm_destroy = hip_vm_destroy,
+	.vm_map = hip_vm_map,
+	.vm_unmap = hip_vm_unmap,
 };
 
 __attribute__((visibility("default"))) const struct devcache_backend_ops *
