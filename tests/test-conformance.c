@@ -30,6 +30,7 @@ static const struct target targets[] = {
 	{"CUDA on the fake driver", "cuda:0", T_FAKE, true, "cuda", "libfake-cuda.so", NULL},
 	{"CUDA on the real driver", "cuda:0", T_REAL, false, "cuda", NULL, NULL},
 	{"HIP on the fake runtime", "hip:0", T_FAKE, true, "hip", "libfake-hip.so", NULL},
+	{"HIP on the fake ROCm 6 runtime", "hip:0", T_FAKE, true, "hip", "libfake-hip6.so", NULL},
 	{"HIP on the real runtime", "hip:0", T_REAL, false, "hip", NULL, NULL},
 	{"Level Zero on the fake loader", "ze:0", T_FAKE, true, "ze", "libfake-ze.so", NULL},
 	{"Level Zero on the real loader", "ze:0", T_REAL, false, "ze", NULL, NULL},
@@ -321,6 +322,9 @@ static void expandable_segments_where_the_device_maps(void **state)
 		free(in);
 		free(out);
 		devcache_close(ctx);
+		/* Every fake maps memory: one that does not is a failure. */
+		if (t->kind == T_FAKE)
+			fail_msg("%s: the device cannot map memory", t->label);
 		skip_because("%s: the device cannot map memory", t->label);
 	}
 	assert_true(in && out);
@@ -366,6 +370,8 @@ static void stitching_where_the_device_maps(void **state)
 	if (!(info.caps & DEVCACHE_CAP_VMM) || info.total_memory < 1u << 30) {
 		free(in);
 		free(out);
+		if (t->kind == T_FAKE && !(info.caps & DEVCACHE_CAP_VMM))
+			fail_msg("%s: the device cannot map memory", t->label);
 		skip_because("%s: the device cannot map memory, or has less than 1 GiB",
 			     t->label);
 	}
@@ -661,11 +667,112 @@ static void a_failing_start_leaves_nothing(void **state)
 	dlclose(f.lib);
 }
 
+/* What the library logged, for the test that reads it. */
+struct logged {
+	char text[4096];
+	size_t len;
+};
+
+static void log_to(void *user, enum devcache_log_level level, const char *message)
+{
+	struct logged *l = user;
+	int n;
+
+	(void)level;
+	n = snprintf(l->text + l->len, sizeof l->text - l->len, "%s\n", message);
+	if (n > 0)
+		l->len += (size_t)n < sizeof l->text - l->len ? (size_t)n : sizeof l->text - l->len - 1;
+}
+
+/* The HIP backend's entry, as devcache info shows it. */
+static void hip_backend(devcache_ctx_t *ctx, devcache_backend_info_t *b)
+{
+	for (size_t i = 0; i < devcache_backend_count(ctx); i++)
+		if (devcache_backend_info(ctx, i, b) == 0 && strcmp(b->name, "hip") == 0)
+			return;
+	fail_msg("no hip backend");
+}
+
+/* A HIP runtime whose devices cannot map memory (hipErrorNotSupported from
+ * ROCm 5.2's calls, the attribute 0 from ROCm 6): the backend says so, in
+ * the runtime's words, where devcache info shows it; expandable_segments
+ * falls back to ordinary segments, saying so; once the runtime maps again,
+ * the note is gone. */
+static void hip_without_virtual_memory_falls_back(void **state)
+{
+	const struct target *t = *state;
+	struct logged log = {.len = 0};
+	char opts[8192];
+	devcache_open_args_t args = {.struct_size = sizeof args,
+				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV,
+				     .options = opts,
+				     .log_fn = log_to,
+				     .log_user = &log};
+	devcache_backend_info_t b;
+	devcache_device_info_t info;
+	devcache_device_t *dev;
+	devcache_stats_t s;
+	struct fake f = {0};
+	void (*vmm)(int);
+	unsigned long (*calls)(const char *);
+	void *p;
+
+	/* A first context loads the fake runtime, which stays loaded. */
+	devcache_ctx_t *ctx = open_target(t, NULL, &dev);
+	assert_true(fake_controls(t, &f));
+	hip_backend(ctx, &b);
+	assert_string_equal(b.reason, "");
+	devcache_close(ctx);
+	*(void **)&vmm = dlsym(f.lib, "fake_hip_vmm");
+	*(void **)&calls = dlsym(f.lib, "fake_hip_calls");
+	assert_true(vmm && calls);
+	vmm(0);
+	snprintf(opts, sizeof opts,
+		 "log_level:warning,backend_path:%s,backends:hip,hip_library:%s/%s,"
+		 "expandable_segments:True",
+		 test_env("TEST_BACKENDS"), test_env("TEST_FAKES"), t->fake);
+	assert_int_equal(devcache_open_ex(&ctx, &args), 0);
+	hip_backend(ctx, &b);
+	assert_int_equal(b.status, DEVCACHE_BACKEND_LOADED);
+	assert_int_equal(b.device_count, 2);
+	assert_contains(b.reason, "hip:0: no expandable segments: ");
+	assert_contains(b.reason, "hip:1: no expandable segments: ");
+	assert_contains(b.reason, strcmp(t->fake, "libfake-hip6.so") == 0
+					  ? "hipDeviceAttributeVirtualMemoryManagementSupported: 0"
+					  : "hipMemGetAllocationGranularity: operation not supported "
+					    "(hipErrorNotSupported)");
+	assert_int_equal(devcache_device_get(ctx, "hip:0", &dev), 0);
+	assert_int_equal(devcache_device_info(dev, &info), 0);
+	assert_false(info.caps & DEVCACHE_CAP_VMM);
+	unsigned long mallocs = calls("hipMalloc"), creates = calls("hipMemCreate");
+	assert_int_equal(devcache_alloc(dev, 30 << 20, NULL, &p), 0);
+	assert_int_equal(devcache_free(dev, p), 0);
+	assert_int_equal(devcache_empty_cache(dev), 0);
+	assert_int_equal(devcache_stats(dev, &s), 0);
+	assert_int_equal(s.num_device_alloc, 1);
+	assert_int_equal(calls("hipMalloc"), mallocs + 1);
+	assert_int_equal(calls("hipMemCreate"), creates);
+	assert_contains(log.text, "hip:0: expandable_segments is set, but the device cannot map "
+				  "memory; it gets ordinary segments");
+	devcache_close(ctx);
+	vmm(1);
+	/* Mapping again: no note, and the same request maps. */
+	ctx = open_target(t, "expandable_segments:True", &dev);
+	hip_backend(ctx, &b);
+	assert_string_equal(b.reason, "");
+	assert_int_equal(devcache_alloc(dev, 30 << 20, NULL, &p), 0);
+	assert_int_equal(devcache_free(dev, p), 0);
+	assert_true(calls("hipMemCreate") > creates); /* a page at a time */
+	devcache_close(ctx);
+	assert_int_equal(f.live(), 0);
+	dlclose(f.lib);
+}
+
 #define ON(test, i) cmocka_unit_test_prestate_setup_teardown(test, tmpdir_setup, tmpdir_teardown, (void *)&targets[i])
 #define FOR_EACH_TARGET(test)                                                                      \
 	ON(test, 0), ON(test, 1), ON(test, 2), ON(test, 3), ON(test, 4), ON(test, 5), ON(test, 6), \
-		ON(test, 7)
-#define ON_THE_STUB(test) ON(test, 8)
+		ON(test, 7), ON(test, 8)
+#define ON_THE_STUB(test) ON(test, 9)
 
 int main(void)
 {
@@ -682,7 +789,11 @@ int main(void)
 		/* On the fakes only: the faults are injected in them. */
 		ON(a_failing_start_leaves_nothing, 2),
 		ON(a_failing_start_leaves_nothing, 4),
-		ON(a_failing_start_leaves_nothing, 6),
+		ON(a_failing_start_leaves_nothing, 5),
+		ON(a_failing_start_leaves_nothing, 7),
+		/* HIP as ROCm 5.2 and as ROCm 6. */
+		ON(hip_without_virtual_memory_falls_back, 4),
+		ON(hip_without_virtual_memory_falls_back, 5),
 		ON_THE_STUB(round_trips_are_byte_exact),
 		ON_THE_STUB(streams_keep_their_order),
 		ON_THE_STUB(record_stream_waits_for_the_other_stream),

@@ -92,7 +92,12 @@ static const char *const cuda_describers[] = {"cuGetErrorString", "cuGetErrorNam
 static const struct tolerated none[] = {{NULL, NULL, NULL}};
 
 static const struct tolerated hip_tolerated[] = {
-	{"hipRuntimeGetVersion", "open", "read for a debug message only"},
+	{"hipRuntimeGetVersion", "open",
+	 "it names the virtual-memory ABI: a runtime that cannot say is taken not to map memory"},
+	{"hipDeviceGetAttribute", "open",
+	 "asked only whether the device maps memory: ROCm 5.2 cannot say, and is asked the next"},
+	{"hipMemGetAllocationGranularity", "open",
+	 "the same probe: a device that cannot say is taken not to map memory"},
 	{"hipDeviceGetPCIBusId", "open", "a device that cannot say has no bus id, as one off PCI"},
 	{"hipSetDevice", "free", WAITS},
 	{"hipEventCreateWithFlags", "free", WAITS},
@@ -100,7 +105,8 @@ static const struct tolerated hip_tolerated[] = {
 	{NULL, NULL, NULL},
 };
 static const char *const hip_releases[] = {
-	"hipFree", "hipHostFree", "hipStreamDestroy", "hipEventDestroy", "hipHostUnregister", NULL,
+	"hipFree", "hipHostFree", "hipStreamDestroy", "hipEventDestroy", "hipHostUnregister",
+	"hipMemRelease", "hipMemUnmap", "hipMemAddressFree", NULL,
 };
 
 static const char *const no_describers[] = {NULL};
@@ -130,7 +136,8 @@ static const struct vendor vendors[] = {
 	{"cuda", "cuda:0", "libfake-cuda.so", 700 /* CUDA_ERROR_ILLEGAL_ADDRESS */, cuda_tolerated,
 	 cuda_releases, 3 /* a mapping, its memory, its address range */, cuda_describers, none},
 	{"hip", "hip:0", "libfake-hip.so", 700 /* hipErrorIllegalAddress */, hip_tolerated,
-	 hip_releases, 1, no_describers, hip_unfailed},
+	 hip_releases, 3 /* a mapping, its memory, its address range */, no_describers,
+	 hip_unfailed},
 	{"ze", "ze:0", "libfake-ze.so", 0x70000001 /* ZE_RESULT_ERROR_DEVICE_LOST */, ze_tolerated,
 	 ze_releases, 3 /* an event, its pool, their context */, no_describers, none},
 };
@@ -142,13 +149,14 @@ struct matrix {
 };
 
 /* Expandable segments map pages where plain ones allocate: other calls,
- * other error paths.  HIP's backend has no virtual memory. */
+ * other error paths.  The HIP matrices run on the fake ROCm 5.2. */
 static const struct matrix matrices[] = {
 	{&vendors[0], ""},
 	{&vendors[1], ""},
 	{&vendors[2], ""},
 	{&vendors[0], ",expandable_segments:True"},
 	{&vendors[2], ",expandable_segments:True"},
+	{&vendors[1], ",expandable_segments:True"},
 	{&vendors[0], ",load_workers:2"},
 	{&vendors[1], ",load_workers:2"},
 	{&vendors[2], ",load_workers:2"},
@@ -976,9 +984,10 @@ MATRIX(every_hip_call_fails_cleanly, 1)
 MATRIX(every_ze_call_fails_cleanly, 2)
 MATRIX(every_cuda_call_fails_cleanly_with_expandable_segments, 3)
 MATRIX(every_ze_call_fails_cleanly_with_expandable_segments, 4)
-MATRIX(every_cuda_call_fails_cleanly_with_two_load_workers, 5)
-MATRIX(every_hip_call_fails_cleanly_with_two_load_workers, 6)
-MATRIX(every_ze_call_fails_cleanly_with_two_load_workers, 7)
+MATRIX(every_hip_call_fails_cleanly_with_expandable_segments, 5)
+MATRIX(every_cuda_call_fails_cleanly_with_two_load_workers, 6)
+MATRIX(every_hip_call_fails_cleanly_with_two_load_workers, 7)
+MATRIX(every_ze_call_fails_cleanly_with_two_load_workers, 8)
 
 /* Why the backend calls function and no matrix fails it, or NULL. */
 static const char *unfailed_why(const struct vendor *v, const char *function)
@@ -1055,6 +1064,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(every_cuda_call_fails_cleanly_with_expandable_segments,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(every_ze_call_fails_cleanly_with_expandable_segments,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(every_hip_call_fails_cleanly_with_expandable_segments,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(every_cuda_call_fails_cleanly_with_two_load_workers,
 						setup, teardown),
