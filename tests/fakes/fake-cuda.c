@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake-controls.h"
@@ -70,6 +71,7 @@ void fake_cuda_context_current(int dev);
 	X(cuMemFreeHost)                                                                           \
 	X(cuMemHostRegister)                                                                       \
 	X(cuMemHostUnregister)                                                                     \
+	X(cuMemHostGetDevicePointer)                                                               \
 	X(cuMemcpyHtoD)                                                                            \
 	X(cuMemcpyDtoH)                                                                            \
 	X(cuMemcpyHtoDAsync)                                                                       \
@@ -78,6 +80,7 @@ void fake_cuda_context_current(int dev);
 	X(cuStreamDestroy)                                                                         \
 	X(cuStreamSynchronize)                                                                     \
 	X(cuStreamQuery)                                                                           \
+	X(cuStreamWaitValue32)                                                                     \
 	X(cuEventCreate)                                                                           \
 	X(cuEventDestroy)                                                                          \
 	X(cuEventRecord)                                                                           \
@@ -184,14 +187,24 @@ struct range {
 	uint64_t readers, writers;   /* mappings: devices granted access by cuMemSetAccess */
 };
 
+/* A wait on a 32-bit word (cuStreamWaitValue32): what the stream's later
+ * work waits for.  addr NULL: none. */
+struct word_wait {
+	const uint32_t *addr;
+	uint32_t value;
+	unsigned op; /* CU_STREAM_WAIT_VALUE_GEQ, _EQ, _AND, _NOR */
+};
+
 struct CUstream_st {
 	int dev;
 	unsigned flags;
+	struct word_wait wait; /* under lock */
 };
 
 struct CUevent_st {
 	struct fake_event held; /* first, for the walks over held events; stream is a CUstream */
 	unsigned flags;
+	struct word_wait wait;  /* the stream's, unmet when recorded; under lock */
 };
 
 _Static_assert(sizeof(struct fake_ipc_handle) <= sizeof(CUipcMemHandle), "IPC handle too large");
@@ -1020,6 +1033,64 @@ CUresult cuMemHostUnregister(void *p)
 	return CUDA_SUCCESS;
 }
 
+/* Host memory is mapped into the device's address space at the same
+ * address (unified addressing), as on every 64-bit system the driver runs
+ * on. */
+CUresult cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	struct range *r;
+	CUresult err = CUDA_SUCCESS;
+
+	ENTER(cuMemHostGetDevicePointer);
+	if (!pdptr || !p || Flags)
+		return misuse(CUDA_ERROR_INVALID_VALUE);
+	pthread_mutex_lock(&lock);
+	r = range_at((uintptr_t)p);
+	if (!r || (r->span.kind != R_HOST && r->span.kind != R_REGISTERED))
+		err = misuse(CUDA_ERROR_INVALID_VALUE);
+	pthread_mutex_unlock(&lock);
+	if (err == CUDA_SUCCESS)
+		*pdptr = (CUdeviceptr)(uintptr_t)p;
+	return err;
+}
+
+/* ---- waits on a word in memory ---- */
+
+/* Whether w is met now; a met wait is over, and is cleared.  Under lock. */
+static int word_met(struct word_wait *w)
+{
+	uint32_t v;
+	int met;
+
+	if (!w->addr)
+		return 1;
+	v = __atomic_load_n(w->addr, __ATOMIC_ACQUIRE);
+	switch (w->op) {
+	case CU_STREAM_WAIT_VALUE_GEQ: met = (int32_t)(v - w->value) >= 0; break;
+	case CU_STREAM_WAIT_VALUE_EQ: met = v == w->value; break;
+	case CU_STREAM_WAIT_VALUE_AND: met = (v & w->value) != 0; break;
+	default: met = ~(v | w->value) != 0; break;
+	}
+	if (met)
+		w->addr = NULL;
+	return met;
+}
+
+/* Blocks the calling thread until w is met, polling the word every
+ * millisecond with the lock released: the fake runs a stream's work when
+ * it is queued, so work queued behind an unmet wait waits here.  Under
+ * lock. */
+static void word_block(struct word_wait *w)
+{
+	const struct timespec ms = {0, 1000000};
+
+	while (!word_met(w)) {
+		pthread_mutex_unlock(&lock);
+		nanosleep(&ms, NULL);
+		pthread_mutex_lock(&lock);
+	}
+}
+
 /* ---- copies ---- */
 
 /* Whether device dev may copy [p, p + size) on the device side, under lock:
@@ -1075,6 +1146,9 @@ static CUresult copy(uintptr_t dst, uintptr_t src, size_t size, int to_device, C
 
 	TRY(current_device(&dev));
 	pthread_mutex_lock(&lock);
+	/* Queued behind a wait on a word: done once the wait is over. */
+	if (async && stream_known(stream) && !is_default_stream(stream))
+		word_block(&stream->wait);
 	if (async && !stream_known(stream))
 		err = misuse(CUDA_ERROR_INVALID_HANDLE);
 	else if (size && (!dst || !src || size > UINTPTR_MAX - dst || size > UINTPTR_MAX - src))
@@ -1184,6 +1258,17 @@ static CUresult stream_wait(CUstream stream, int release)
 	if (err != CUDA_SUCCESS)
 		return err;
 	f.stream = is_default_stream(stream) ? NULL : stream;
+	/* A wait on a word first: the stream's later work is behind it. */
+	if (f.stream) {
+		pthread_mutex_lock(&lock);
+		if (release)
+			word_block(&stream->wait);
+		else if (!word_met(&stream->wait))
+			err = CUDA_ERROR_NOT_READY;
+		pthread_mutex_unlock(&lock);
+		if (err != CUDA_SUCCESS)
+			return err;
+	}
 	return fake_events_stream_busy(&lock, &events, &f, release, &hold_events) ?
 		       CUDA_ERROR_NOT_READY :
 		       CUDA_SUCCESS;
@@ -1199,6 +1284,38 @@ CUresult cuStreamQuery(CUstream hStream)
 {
 	ENTER(cuStreamQuery);
 	return stream_wait(hStream, 0);
+}
+
+/* The stream's later work waits until the word at addr meets the
+ * condition; the word is read where it is (host memory and device memory
+ * are both host memory here).  A wait queued behind an unmet one blocks
+ * the calling thread until that is met, as a copy would.  The default
+ * streams are not held: CUDA_ERROR_NOT_SUPPORTED. */
+CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+			     unsigned int flags)
+{
+	uintptr_t a = (uintptr_t)addr;
+	CUresult err = CUDA_SUCCESS;
+	struct range *r;
+
+	ENTER(cuStreamWaitValue32);
+	if ((flags & ~(3u | (unsigned)CU_STREAM_WAIT_VALUE_FLUSH)) || !a || a % 4)
+		return misuse(CUDA_ERROR_INVALID_VALUE);
+	pthread_mutex_lock(&lock);
+	r = range_at(a);
+	if (!stream_known(stream))
+		err = misuse(CUDA_ERROR_INVALID_HANDLE);
+	else if (is_default_stream(stream))
+		err = CUDA_ERROR_NOT_SUPPORTED;
+	else if (!r || r->span.kind == R_RESERVED || a + 4 > r->span.base + r->span.size)
+		err = misuse(CUDA_ERROR_INVALID_VALUE);
+	if (err == CUDA_SUCCESS) {
+		word_block(&stream->wait);
+		stream->wait = (struct word_wait){.addr = (const uint32_t *)a, .value = value,
+						  .op = flags & 3u};
+	}
+	pthread_mutex_unlock(&lock);
+	return err;
 }
 
 /* ---- events ---- */
@@ -1257,6 +1374,9 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 	if (err == CUDA_SUCCESS) {
 		hEvent->held.pending = __atomic_load_n(&hold_events, __ATOMIC_RELAXED) != 0;
 		hEvent->held.stream = is_default_stream(hStream) ? NULL : hStream;
+		hEvent->wait = (struct word_wait){0};
+		if (hEvent->held.stream && !word_met(&hStream->wait))
+			hEvent->wait = hStream->wait;
 	}
 	pthread_mutex_unlock(&lock);
 	return err;
@@ -1269,12 +1389,16 @@ static CUresult event_wait(CUevent e, int release)
 	CUresult err = CUDA_SUCCESS;
 
 	pthread_mutex_lock(&lock);
-	if (!fake_handle_known(&events, e))
+	if (!fake_handle_known(&events, e)) {
 		err = misuse(CUDA_ERROR_INVALID_HANDLE);
-	else if (release)
+	} else if (release) {
+		word_block(&e->wait);
 		e->held.pending = 0;
-	else if (e->held.pending && __atomic_load_n(&hold_events, __ATOMIC_RELAXED))
+	} else if (!word_met(&e->wait)) {
 		err = CUDA_ERROR_NOT_READY;
+	} else if (e->held.pending && __atomic_load_n(&hold_events, __ATOMIC_RELAXED)) {
+		err = CUDA_ERROR_NOT_READY;
+	}
 	pthread_mutex_unlock(&lock);
 	return err;
 }
