@@ -805,5 +805,24 @@ int main(void)
 		ON_THE_STUB(injected_faults_leave_nothing),
 	};
 
-	return RUN_TAP(tests);
+	/* TEST_CONFORMANCE_ONLY=real (make check-gpu: the real runtimes, not
+	 * the toolkit's stub) or =fake: only those rows. */
+	const char *only = getenv("TEST_CONFORMANCE_ONLY");
+	struct CMUnitTest chosen[sizeof tests / sizeof *tests];
+	size_t n = 0;
+
+	for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
+		const struct target *t = tests[i].initial_state;
+		bool real = t->kind == T_REAL && !t->library;
+
+		if (!only || !*only || (strcmp(only, "real") == 0 && real) ||
+		    (strcmp(only, "fake") == 0 && t->kind == T_FAKE))
+			chosen[n++] = tests[i];
+	}
+	if (n == 0) {
+		fprintf(stderr, "TEST_CONFORMANCE_ONLY=%s: not real or fake\n", only);
+		return 2;
+	}
+	cmocka_set_message_output(CM_OUTPUT_TAP);
+	return _cmocka_run_group_tests("conformance", chosen, n, NULL, NULL);
 }
