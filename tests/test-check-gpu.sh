@@ -1,0 +1,66 @@
+#!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# test-check-gpu.sh - make check-gpu's script where no runtime is found (SKIP, exit 0), on the fake runtimes (every step, PASS), and with a fault injected (FAIL, exit 1).
+top=$(dirname "$(dirname "${TEST_TOOL:?run this test through make check}")")
+src=${TEST_SRCDIR:?run this test through make check}
+out=$(mktemp -d "${TMPDIR:-/tmp}/test-check-gpu-XXXXXX") || exit 99
+trap 'rm -rf "$out"' EXIT
+n=0 failed=0
+check() {  # description, then a command that succeeds when it holds
+	n=$((n + 1)) what=$1; shift
+	if "$@"; then echo "ok $n - $what"; else echo "not ok $n - $what"; failed=1; fi
+}
+has() { grep -F -q -- "$2" "$out/$1" || { echo "# $1 lacks: $2"; return 1; }; }
+run() {  # name, then environment assignments: the script's output in $out/name, its status in $out/name.rc
+	name=$1; shift
+	env CHECK_GPU_BUILDDIR="$top" CHECK_GPU_SRCDIR="$src/.." "$@" \
+		${SHELL:-/bin/sh} "$src/check-gpu.sh" >"$out/$name" 2>&1
+	echo $? >"$out/$name.rc"
+	sed "s/^/# $name: /" "$out/$name"
+}
+rc() { test "$(cat "$out/$1.rc")" = "$2" || { echo "# $1: exit status $(cat "$out/$1.rc"), not $2"; return 1; }; }
+
+echo 1..6
+# (a) The vendors' runtimes named where there are none: SKIP, each built
+# backend's reason, status 0.
+run none CHECK_GPU_OPTIONS="cuda_library:/nonexistent/libcuda.so.1,hip_library:/nonexistent/libamdhip64.so,ze_library:/nonexistent/libze_loader.so.1"
+check "no runtime: exit status 0" rc none 0
+check "no runtime: one SKIP line with each backend's reason" \
+	sh -c "grep -q '^check-gpu: SKIP: .*/nonexistent/' '$out/none' && \
+		! grep -q 'PASS\|FAIL' '$out/none'"
+
+# (b) The fake runtimes: every step runs, on every fake device.
+run fakes CHECK_GPU_FAKES=1
+check "fakes: exit status 0" rc fakes 0
+ok=:
+for b in cuda hip ze; do
+	test -f "$top/tests/fakes/.libs/libfake-$b.so" || continue
+	for c in "models of every format | PASS" "model over 4 GiB | SKIP | " \
+		 "staging sweep | PASS | staging_buffer_size:"; do
+		has fakes "$b:0 $c" || ok=false
+	done
+	has fakes "device: $b:0, Fake" || ok=false
+done
+if test -f "$top/tests/fakes/.libs/libfake-cuda.so"; then
+	for c in "cuda:0 record_stream held by the driver | PASS" "cuda:0 expandable segments | PASS" \
+		 "cuda:1 models of every format | PASS"; do
+		has fakes "$c" || ok=false
+	done
+fi
+check "fakes: each device's checks in the summary" $ok
+check "fakes: the conformance suite on the fakes, the sweep's table, and no failure" \
+	sh -c "grep -q '| conformance suite (fake runtimes) | PASS | [1-9][0-9]* passed' '$out/fakes' && \
+		grep -q '^| 64 MiB' '$out/fakes' && grep -q '^pinned host-to-device copy: ' '$out/fakes' && \
+		grep -q '^cat FILE > /dev/null: ' '$out/fakes' && ! grep -q '| FAIL |' '$out/fakes'"
+
+# A driver fault in the record_stream check: it fails, and so does the script.
+if test -f "$top/tests/fakes/.libs/libfake-cuda.so"; then
+	run fault CHECK_GPU_FAKES=1 FAKE_CUDA_FAIL=cuStreamWaitValue32_v2:1:1
+	check "a failing check: exit status 1, and the summary names it" \
+		sh -c "test \"\$(cat '$out/fault.rc')\" = 1 && \
+			grep -q '| cuda:0 record_stream held by the driver | FAIL |' '$out/fault'"
+else
+	echo "ok 6 # SKIP the cuda backend or its fake is not built"
+	n=6
+fi
+exit 0
