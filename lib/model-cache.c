@@ -629,6 +629,16 @@ static devcache_device_t *host_device(struct model_cache *c)
 	return NULL;
 }
 
+static uint64_t largest_tensor(const devcache_model_file_t *mf)
+{
+	uint64_t most = 0;
+
+	for (size_t i = 0; i < mf->n_tensors; i++)
+		if (mf->tensors[i].size > most)
+			most = mf->tensors[i].size;
+	return most;
+}
+
 /* A miss: make room within the budget, then list and charge a new entry in
  * the loading state, so that concurrent loads of the file wait for it.
  * Takes mf over on success.  Called with the cache locked. */
@@ -644,7 +654,10 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 	c->stats.misses++;
 	if (!mc_is_host(dev) && c->ctx->tun.v[TUN_partial_loading].u.b) {
 		mc_evict_for(c, dev, need, 0);
-		partial = *mc_used_of(c, dev) + need > mc_budget_of(c, dev);
+		/* Also where a tensor is larger than the device's largest
+		 * single allocation: it stays on the host, the rest goes. */
+		partial = *mc_used_of(c, dev) + need > mc_budget_of(c, dev) ||
+			  largest_tensor(mf) > alloc_max_request(dev);
 	}
 	/* A partial load keeps its files on the host: RAM's budget counts them. */
 	if ((rc = partial ? make_room(c, host_device(c), mf->size, mf->path)

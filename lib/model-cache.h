@@ -120,6 +120,9 @@ uint64_t device_layout(const devcache_model_file_t *mf, uint64_t *offsets);
  * bytes, between tensors; DEVCACHE_ENOTSUP, naming it, for a tensor
  * larger than limit.  Allocates nothing on the device. */
 int chunks_plan(struct devcache_model *m, uint64_t limit);
+/* DEVCACHE_ENOTSUP: tensor i of m is larger than limit, the device's
+ * largest single allocation (the message names both). */
+int mc_tensor_too_large(const struct devcache_model *m, size_t i, uint64_t limit);
 /* Allocate every chunk on m's device; on failure none stays allocated. */
 int chunks_alloc(struct devcache_model *m, devcache_stream_t stream);
 /* Free the chunks' device memory, keeping the plan (keep_ram_copy). */

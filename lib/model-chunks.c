@@ -38,7 +38,7 @@ uint64_t device_layout(const devcache_model_file_t *mf, uint64_t *offsets)
 	return cur;
 }
 
-static int too_large(const struct devcache_model *m, size_t i, uint64_t limit)
+int mc_tensor_too_large(const struct devcache_model *m, size_t i, uint64_t limit)
 {
 	char size_s[32], limit_s[32];
 
@@ -83,7 +83,7 @@ int chunks_plan(struct devcache_model *m, uint64_t limit)
 		uint64_t off = m->dev_offsets[i], end = off + mf->tensors[i].size;
 
 		if (mf->tensors[i].size > limit)
-			return too_large(m, i, limit);
+			return mc_tensor_too_large(m, i, limit);
 		c = &m->chunks[m->n_chunks - 1];
 		if (end - c->start > limit && c->size && !chunk_add(m, &cap, off))
 			return err_set(DEVCACHE_ENOMEM, _("out of memory"));

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* model-partial.c - models larger than the device's budget: some tensors on the device, the rest on the host, moved between them on demand. */
+#include "alloc.h"
 #include "model-cache.h"
 #include "model-file.h"
 
@@ -22,6 +23,11 @@
  * loading; unlocked, the tensors are allocated and uploaded through the
  * staging ring; locked again, the pointers are published or, on failure,
  * the charge taken back.  Nothing is moved when the request cannot fit.
+ *
+ * Each device tensor being an allocation of its own, a tensor larger than
+ * the device's largest single allocation (Level Zero's maxMemAllocSize)
+ * can never be on the device: the plan leaves it on the host, and asking
+ * for it by name is an error that names it and the limit.
  */
 
 int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail)
@@ -39,6 +45,8 @@ int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail
 	for (size_t i = 0; i < mf->n_tensors; i++) {
 		uint64_t charge = tensor_charge(mf->tensors[i].size);
 
+		if (mf->tensors[i].size > alloc_max_request(m->dev))
+			continue;
 		if (charge <= avail - m->bytes) {
 			m->bytes += charge;
 			m->stamp[i] = ++c->clock;
@@ -374,6 +382,11 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 	}
 	if ((rc = mark(m, names, n, want)))
 		goto out;
+	for (size_t i = 0; i < m->mf->n_tensors; i++)
+		if (want[i] && m->mf->tensors[i].size > alloc_max_request(m->dev)) {
+			rc = mc_tensor_too_large(m, i, alloc_max_request(m->dev));
+			goto out;
+		}
 	pthread_mutex_lock(&c->lock);
 	wait_ready(c, m);
 	/* Uploads read the files, which no longer hold its tensors. */

@@ -236,6 +236,48 @@ static void a_tensor_above_the_limit_is_named(void **state)
 	devcache_close(ctx);
 }
 
+/* With partial_loading a tensor above the limit stays on the host, where
+ * it can be read, and the rest goes to the device; asking for it there is
+ * an error that names it, before anything is allocated. */
+static void a_partial_load_leaves_a_tensor_above_the_limit_on_the_host(void **state)
+{
+	static const struct mw_tensor big[] = {{"small", 1000, 0}, {"huge.weight", LIMIT + 1, 0}};
+	const char *huge[] = {"huge.weight"}, *small[] = {"small"};
+	devcache_tensor_info_t info;
+	char path[512];
+	devcache_device_t *dev;
+	devcache_model_t *m = NULL;
+	devcache_ctx_t *ctx;
+	void *data;
+
+	(void)state;
+	snprintf(path, sizeof path, "%s/partial.safetensors", dir);
+	mw_safetensors(path, big, 2, 8, NULL);
+	ctx = open_ze(false, "partial_loading:true", &dev);
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+	check_on_device(dev, m, big, 1, 8);
+	assert_int_equal(devcache_model_tensor(m, "huge.weight", &info, &data), 0);
+	assert_int_equal(info.place, DEVCACHE_PLACE_HOST);
+	mw_check("huge.weight", data, LIMIT + 1, 8);
+
+	unsigned long allocs = ze_calls("zeMemAllocDevice");
+	assert_int_equal(devcache_model_make_resident(m, huge, 1, NULL), DEVCACHE_ENOTSUP);
+	assert_contains(devcache_last_error(), "huge.weight");
+	assert_contains(devcache_last_error(), "4194305 bytes"); /* the tensor */
+	assert_contains(devcache_last_error(), "4194304 bytes"); /* the limit */
+	assert_int_equal(devcache_model_make_resident(m, NULL, 0, NULL), DEVCACHE_ENOTSUP);
+	assert_int_equal(ze_calls("zeMemAllocDevice"), allocs);
+	assert_int_equal(devcache_model_tensor(m, "huge.weight", &info, &data), 0);
+	assert_int_equal(info.place, DEVCACHE_PLACE_HOST);
+	/* The other tensor still comes and goes. */
+	assert_int_equal(devcache_model_move_to_host(m, small, 1), 0);
+	assert_int_equal(devcache_model_make_resident(m, small, 1, NULL), 0);
+	check_on_device(dev, m, big, 1, 8);
+	assert_int_equal(ze_misuses("zeMemAllocDevice"), misuses);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
 static void the_allocator_refuses_above_the_limit_at_once(void **state)
 {
 	devcache_stats_t before, after;
@@ -348,6 +390,7 @@ int main(void)
 		cmocka_unit_test(a_model_above_the_limit_is_split),
 		cmocka_unit_test(a_relaxed_driver_takes_the_model_whole),
 		cmocka_unit_test(a_tensor_above_the_limit_is_named),
+		cmocka_unit_test(a_partial_load_leaves_a_tensor_above_the_limit_on_the_host),
 		cmocka_unit_test(the_allocator_refuses_above_the_limit_at_once),
 		cmocka_unit_test(expandable_segments_pass_the_limit),
 		cmocka_unit_test(a_size_refusal_is_not_out_of_memory),
