@@ -957,6 +957,17 @@ int devcache_cache_device_usage(devcache_ctx_t *ctx, devcache_device_t *dev, uin
 	return 0;
 }
 
+/* "  label" padded to the summary's first column, in characters (UTF-8),
+ * so that translated labels line up too. */
+static void put_label(FILE *out, const char *label)
+{
+	size_t width = 0;
+
+	for (const char *p = label; *p; p++)
+		width += ((unsigned char)*p & 0xc0) != 0x80;
+	fprintf(out, "  %s%*s", label, width < 11 ? (int)(11 - width) : 1, "");
+}
+
 int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out)
 {
 	struct model_cache *c;
@@ -969,26 +980,35 @@ int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out)
 		return rc;
 	pthread_mutex_lock(&c->lock);
 	const devcache_cache_stats_t *s = &c->stats;
+	/* A label and a count on each line, so that no count needs a plural
+	 * and each line fits 80 columns. */
 	fprintf(out, "%s\n", _("Model cache"));
-	fprintf(out, _("  %llu model(s), %llu locked, %llu kept in RAM; %llu hit(s) (%llu from RAM), "
-		       "%llu miss(es), %llu eviction(s), %llu failed, %llu cancelled\n"),
-		(unsigned long long)s->models, (unsigned long long)s->locked_models,
-		(unsigned long long)s->ram_copies, (unsigned long long)s->hits,
-		(unsigned long long)s->ram_copy_reloads, (unsigned long long)s->misses,
-		(unsigned long long)s->evictions, (unsigned long long)s->failed_loads,
-		(unsigned long long)s->cancelled_loads);
+	put_label(out, _("models"));
+	fprintf(out, _("%llu (%llu locked, %llu kept in RAM)\n"), (unsigned long long)s->models,
+		(unsigned long long)s->locked_models, (unsigned long long)s->ram_copies);
+	put_label(out, _("hits"));
+	fprintf(out, _("%llu (%llu from RAM)\n"), (unsigned long long)s->hits,
+		(unsigned long long)s->ram_copy_reloads);
+	put_label(out, _("misses"));
+	fprintf(out, _("%llu (%llu failed, %llu cancelled)\n"), (unsigned long long)s->misses,
+		(unsigned long long)s->failed_loads, (unsigned long long)s->cancelled_loads);
+	put_label(out, _("evictions"));
+	fprintf(out, "%llu\n", (unsigned long long)s->evictions);
 	format_bytes(s->bytes_read, a, sizeof a);
 	format_bytes(s->bytes_uploaded, b, sizeof b);
-	fprintf(out, _("  read %s from files, uploaded %s, %.3f s loading\n"), a, b, s->load_seconds);
+	put_label(out, _("loading"));
+	fprintf(out, _("%s read from files, %s uploaded, %.3f s\n"), a, b, s->load_seconds);
 	format_bytes(c->ram_used, a, sizeof a);
 	format_bytes(c->ram_budget, b, sizeof b);
-	fprintf(out, _("  %-10s %s of %s (max_cache_ram)\n"), "RAM", a, b);
+	put_label(out, "RAM");
+	fprintf(out, _("%s of %s (max_cache_ram)\n"), a, b);
 	for (size_t i = 0; i < ctx->n_devices; i++) {
 		if (mc_is_host(&ctx->devices[i]))
 			continue;
 		format_bytes(c->vram_used[i], a, sizeof a);
 		format_bytes(c->vram_budget[i], b, sizeof b);
-		fprintf(out, _("  %-10s %s of %s (max_cache_vram)\n"), ctx->devices[i].id, a, b);
+		put_label(out, ctx->devices[i].id);
+		fprintf(out, _("%s of %s (max_cache_vram)\n"), a, b);
 	}
 	if (c->head)
 		fprintf(out, "  %-10s %10s %5s  %s\n", _("device"), _("size"), _("locks"), _("file"));
@@ -1061,7 +1081,9 @@ void model_cache_destroy(devcache_ctx_t *ctx)
 	}
 	if (locked)
 		log_msg(&ctx->log, DEVCACHE_LOG_WARNING,
-			_("model cache: %zu model(s) still locked when the context closed"), locked);
+			P_("model cache: %zu model still locked when the context closed",
+			   "model cache: %zu models still locked when the context closed", locked),
+			locked);
 	pthread_cond_destroy(&c->ready);
 	pthread_mutex_destroy(&c->lock);
 	free(c->vram_used);

@@ -154,7 +154,7 @@ static void load_on_the_host(void **state)
 	assert_int_equal(count(r.out, line), 3);
 	assert_int_equal(count(r.out, "miss in "), 1);
 	assert_int_equal(count(r.out, " hit in "), 2);
-	assert_contains(r.out, "2 hit(s)");
+	assert_contains(r.out, "\n  hits       2 (0 from RAM)\n");
 }
 
 static void load_on_a_device(void **state)

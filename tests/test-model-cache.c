@@ -361,7 +361,7 @@ static void a_ram_copy_makes_the_reload_a_copy(void **state)
 	assert_int_equal(devcache_cache_summary(ctx, out), 0);
 	fclose(out);
 	assert_contains(text, "Model cache\n");
-	assert_contains(text, "1 hit(s) (1 from RAM), 2 miss(es)");
+	assert_contains(text, "\n  hits       1 (1 from RAM)\n  misses     2 (0 failed, 0 cancelled)\n");
 	assert_contains(text, "(max_cache_vram)");
 	assert_contains(text, "ra.st");
 	assert_contains(text, "\n  RAM ");

@@ -499,7 +499,7 @@ class ModelApi(Base):
         text = self.ctx.cache_summary()
         self.assertIsInstance(text, str)
         self.assertIn(self.file, text)
-        self.assertIn("1 hit(s)", text)
+        self.assertRegex(text, r"\n  hits +1 \(")
 
     def test_evict(self):
         with self.ctx.load(self.file):
