@@ -130,8 +130,9 @@ void allocator_destroy(struct allocator *a)
 		live += a->pools[i]->table_used;
 	if (live)
 		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_WARNING,
-			_("%s: %zu block(s) still allocated when the context closed"), a->dev->id,
-			live);
+			P_("%s: %zu block still allocated when the context closed",
+			   "%s: %zu blocks still allocated when the context closed", live),
+			a->dev->id, live);
 	/* Whatever is left, live blocks included, goes back to the driver. */
 	while (a->segments) {
 		struct segment *seg = a->segments;

@@ -210,7 +210,8 @@ static int backend_start(devcache_ctx_t *ctx, struct backend *be,
 			return rc;
 		be->n_devices += added;
 	}
-	log_msg(&ctx->log, DEVCACHE_LOG_DEBUG, _("backend %s (%s): loaded, %d device(s)%s%s"),
+	log_msg(&ctx->log, DEVCACHE_LOG_DEBUG, P_("backend %s (%s): loaded, %d device%s%s", "backend %s (%s): loaded, %d devices%s%s",
+		   (unsigned long)be->n_devices),
 		be->name, be->path, be->n_devices, be->reason ? ": " : "",
 		be->reason ? be->reason : "");
 	return 0;

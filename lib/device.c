@@ -90,7 +90,10 @@ int devcache_device_get(devcache_ctx_t *ctx, const char *name, devcache_device_t
 	if (be->n_devices == 0)
 		return err_set(DEVCACHE_ENODEV, _("no device '%s': the %s backend has no device: %s"),
 			       name, be->name, be->reason ? be->reason : "");
-	return err_set(DEVCACHE_ENODEV, _("no device '%s': the %s backend has %d device(s)"), name,
+	return err_set(DEVCACHE_ENODEV, P_("no device '%s': the %s backend has %d device",
+				   "no device '%s': the %s backend has %d devices",
+				   (unsigned long)be->n_devices),
+		       name,
 		       be->name, be->n_devices);
 }
 

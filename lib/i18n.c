@@ -24,9 +24,20 @@ const char *i18n_gettext(const char *msgid)
 	pthread_once(&bound, bind_domain);
 	return dgettext(PACKAGE, msgid);
 }
+
+const char *i18n_ngettext(const char *one, const char *many, unsigned long n)
+{
+	pthread_once(&bound, bind_domain);
+	return dngettext(PACKAGE, one, many, n);
+}
 #else
 const char *i18n_gettext(const char *msgid)
 {
 	return msgid;
+}
+
+const char *i18n_ngettext(const char *one, const char *many, unsigned long n)
+{
+	return n == 1 ? one : many;
 }
 #endif

@@ -17,6 +17,10 @@
 /* ---- i18n --------------------------------------------------------------- */
 const char *i18n_gettext(const char *msgid) __attribute__((format_arg(1)));
 #define _(s) i18n_gettext(s)
+/* The form of a message for the count n: one, or many (languages have more). */
+const char *i18n_ngettext(const char *one, const char *many, unsigned long n)
+	__attribute__((format_arg(1))) __attribute__((format_arg(2)));
+#define P_(one, many, n) i18n_ngettext(one, many, n)
 #ifndef N_
 #define N_(s) s
 #endif

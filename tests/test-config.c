@@ -1124,7 +1124,7 @@ static void open_warns_unknown_env(void **state)
 
 static void open_log_level_filters(void **state)
 {
-	static const char *const loaded = "backend host (built-in): loaded, 1 device(s)";
+	static const char *const loaded = "backend host (built-in): loaded, 1 device";
 	struct fixture *fx = *state;
 	const unsigned flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV;
 

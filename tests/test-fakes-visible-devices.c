@@ -68,7 +68,7 @@ static void check(const struct vendor *v, const char *setting, const int *want)
 	snprintf(expect, sizeof expect, "  %s:%d ", v->backend, n);
 	if (strstr(r.out, expect))
 		fail_msg("%s: more than %d %s device(s) in:\n%s", setting, n, v->backend, r.out);
-	snprintf(expect, sizeof expect, "loaded, %d device(s)", n);
+	snprintf(expect, sizeof expect, "loaded, %d device%s", n, n == 1 ? "" : "s");
 	assert_contains(r.out, expect);
 }
 

@@ -164,7 +164,7 @@ static void device_lookup_errors_say_why(void **state)
 	assert_int_equal(devcache_device_get(ctx, "cuda:0", &dev), DEVCACHE_ENODEV);
 	assert_contains(devcache_last_error(), "no backend named 'cuda'");
 	assert_int_equal(devcache_device_get(ctx, "good:7", &dev), DEVCACHE_ENODEV);
-	assert_contains(devcache_last_error(), "the good backend has 2 device(s)");
+	assert_contains(devcache_last_error(), "the good backend has 2 devices");
 	assert_int_equal(devcache_device_get(ctx, "good:x", &dev), DEVCACHE_EINVAL);
 	assert_contains(devcache_last_error(), "invalid device name 'good:x'");
 	assert_int_equal(devcache_device_get(ctx, "good:-1", &dev), DEVCACHE_EINVAL);

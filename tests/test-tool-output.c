@@ -149,7 +149,7 @@ static void config_and_info_fit_80_columns(void **state)
 	assert_fits("config", r.out);
 	RUN(with_modules, "info");
 	assert_int_equal(r.status, 0);
-	assert_contains(r.out, "good       loaded, 2 device(s)");
+	assert_contains(r.out, "good       loaded, 2 devices");
 	assert_contains(r.out, ": no such directory)");
 	assert_fits("info", r.out);
 	RUN(with_modules, "-v", "info");

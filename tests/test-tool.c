@@ -77,7 +77,7 @@ static void info_lists_host(void **state)
 	RUN(plain, "info");
 	assert_int_equal(r.status, 0);
 	assert_contains(r.out, "libdevcache ");
-	assert_contains(r.out, "host       loaded, 1 device(s)");
+	assert_contains(r.out, "host       loaded, 1 device");
 	assert_contains(r.out, "Devices:\n  host       Host memory");
 	assert_contains(r.out, "capabilities: vmm host-memory");
 	assert_string_equal(r.err, "");
@@ -92,9 +92,9 @@ static void info_explains_each_backend(void **state)
 	snprintf(path, sizeof path, "DEVCACHE_BACKEND_PATH=%s", test_env("TEST_MODULES"));
 	RUN(env, "info");
 	assert_int_equal(r.status, 0);
-	assert_contains(r.out, "good       loaded, 2 device(s)\n");
+	assert_contains(r.out, "good       loaded, 2 devices\n");
 	assert_contains(r.out, "badabi     unavailable: built for backend ABI 999");
-	assert_contains(r.out, "nodevice   loaded, 0 device(s): simulated runtime");
+	assert_contains(r.out, "nodevice   loaded, 0 devices: simulated runtime");
 	assert_contains(r.out, "good:1     Fake device 1");
 	assert_contains(r.out, "PCI bus: 0000:02:00.0");
 	RUN(env, "-o", "backends:^good", "info");

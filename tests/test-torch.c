@@ -814,7 +814,7 @@ static void device_indices_that_are_no_device(void **state)
 	run_scenario(r, "sc_devices", NULL);
 	expect_pass(r, "sc_devices");
 	assert_contains(r->err, "libdevcache: error: devcache_torch_malloc: torch device 2: "
-				"no device 'cuda:2': the cuda backend has 2 device(s); no device 'hip:2'");
+				"no device 'cuda:2': the cuda backend has 2 devices; no device 'hip:2'");
 	assert_contains(r->err, "libdevcache: error: devcache_torch_malloc: torch device -1: "
 				"a device index cannot be negative");
 	assert_int_equal(count(r->err, "libdevcache:"), 2);

@@ -129,7 +129,8 @@ static void print_backends(devcache_ctx_t *ctx)
 		if (devcache_backend_info(ctx, i, &b))
 			continue;
 		if (b.status == DEVCACHE_BACKEND_LOADED)
-			snprintf(devices, sizeof devices, _(", %u device(s)"), b.device_count);
+			snprintf(devices, sizeof devices, P_(", %u device", ", %u devices", b.device_count),
+				 b.device_count);
 		if (asprintf(&line, "%s%s%s%s", status_text(b.status), devices, *b.reason ? ": " : "",
 			     b.reason) >= 0) {
 			print_row(b.name, line);
