@@ -37,8 +37,8 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/test-conformance
 TESTS += tests/test-conformance
 tests_test_conformance_SOURCES = tests/test-conformance.c tests/tap.h \
-	tests/model-writer.c tests/model-writer.h
-tests_test_conformance_CFLAGS = $(test_cflags)
+	$(model_writer)
+tests_test_conformance_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_conformance_LDADD = $(test_ldadd) -ldl
 endif
 
@@ -47,8 +47,8 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/test-fault-matrix
 TESTS += tests/test-fault-matrix
 tests_test_fault_matrix_SOURCES = tests/test-fault-matrix.c tests/tap.h \
-	tests/model-writer.c tests/model-writer.h
-tests_test_fault_matrix_CFLAGS = $(test_cflags)
+	$(model_writer)
+tests_test_fault_matrix_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_fault_matrix_LDADD = $(test_ldadd) -ldl
 endif
 
@@ -70,7 +70,7 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/test-alloc-limit
 TESTS += tests/test-alloc-limit
 tests_test_alloc_limit_SOURCES = tests/test-alloc-limit.c tests/tap.h tests/spawn.c tests/spawn.h \
-	tests/model-writer.c tests/model-writer.h
-tests_test_alloc_limit_CFLAGS = $(test_cflags)
+	$(model_writer)
+tests_test_alloc_limit_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_alloc_limit_LDADD = $(test_ldadd) -ldl
 endif

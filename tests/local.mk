@@ -80,6 +80,11 @@ check_PROGRAMS += $(unit_tests)
 TESTS += $(unit_tests)
 test_cflags = $(AM_CFLAGS) $(CMOCKA_CFLAGS) -pthread
 test_ldadd = lib/libdevcache-core.la $(CMOCKA_LIBS) $(LTLIBINTL) -lpthread
+# The one model writer: its core (tests/model-writer-core.*, json-c, no
+# cmocka, also linked by bench/) and the tests' face of it, whose errors
+# fail the test (tests/model-writer.*).  Its users add $(JSONC_CFLAGS).
+model_writer_core = tests/model-writer-core.c tests/model-writer-core.h
+model_writer = tests/model-writer.c tests/model-writer.h $(model_writer_core)
 tests_test_version_SOURCES = tests/test-version.c tests/tap.h
 tests_test_version_CFLAGS = $(test_cflags)
 tests_test_version_LDADD = libdevcache.la $(CMOCKA_LIBS)

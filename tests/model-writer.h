@@ -7,23 +7,14 @@
 
 #include <devcache.h>
 
+#include "model-writer-core.h"
+
 /*
- * Every function fails the current test (cmocka's fail_msg) on any I/O
- * error or bad argument, naming the path; none returns an error.
+ * The cmocka face of model-writer-core.h: every function fails the current
+ * test (cmocka's fail_msg) with the core's message, naming the path, on
+ * any I/O error or bad argument; none returns an error.  struct mw_tensor,
+ * struct mw_kv, struct mw_opts and the MW_* flags are the core's.
  */
-
-/* One tensor to write: its name, its size in bytes, and which shard of a
- * set holds it (0-based; ignored for single files). */
-struct mw_tensor {
-	const char *name;
-	size_t size;
-	unsigned shard;
-};
-
-/* Byte j of the tensor named name, for seed: the contents every writer uses
- * and every test checks.  (h * 31 + j * 7 + seed) & 0xff, h being the
- * 32-bit FNV-1a hash of name. */
-unsigned char mw_byte(const char *name, size_t j, unsigned seed);
 
 /* Check that data holds tensor name's size bytes for seed; a failed test
  * naming the tensor, the byte, what it holds and what it should otherwise. */
@@ -37,10 +28,13 @@ void mw_check(const char *name, const void *data, size_t size, unsigned seed);
  * reference writer puts it), e.g. "{\"format\":\"pt\"}". */
 void mw_safetensors(const char *path, const struct mw_tensor *t, size_t n, unsigned seed,
 		    const char *metadata_json);
-
-/* Flags of mw_sharded(), to make broken sets. */
-#define MW_NO_TOTAL_SIZE 0x1u    /* the index has no metadata.total_size */
-#define MW_TOTAL_SIZE_WRONG 0x2u /* total_size is one more than the sum */
+/* The same with any dtypes, shapes, contents and flags (o: see the core). */
+void mw_safetensors_opts(const char *path, const struct mw_tensor *t, size_t n,
+			 const struct mw_opts *o);
+/* A safetensors file that need not be valid: the 8-byte little-endian
+ * number stated, then header[0..hlen), then data[0..dlen). */
+void mw_raw(const char *path, uint64_t stated, const void *header, size_t hlen, const void *data,
+	    size_t dlen);
 
 /* Hugging Face sharded safetensors in dir: STEM-0000K-of-0000N.safetensors
  * (K = 1..n_shards, five digits each, as transformers names them), each
@@ -49,8 +43,8 @@ void mw_safetensors(const char *path, const struct mw_tensor *t, size_t n, unsig
  * {"metadata": {"total_size": SUM}, "weight_map": {NAME: FILE, ...}}, SUM
  * being the sum of every tensor's size and the weight map in the order
  * given.  A tensor's shard must be below n_shards; a shard may hold none.
- * The index's path goes into index_path (if not NULL: a buffer of
- * index_size bytes). */
+ * flags: MW_NO_TOTAL_SIZE, MW_TOTAL_SIZE_WRONG.  The index's path goes
+ * into index_path (if not NULL: a buffer of index_size bytes). */
 void mw_sharded(const char *dir, const char *stem, const struct mw_tensor *t, size_t n,
 		unsigned n_shards, unsigned seed, unsigned flags, char *index_path, size_t index_size);
 
@@ -60,30 +54,15 @@ void mw_sharded(const char *dir, const char *stem, const struct mw_tensor *t, si
 void mw_shard_name(char *buf, size_t size, const char *stem, unsigned k, unsigned n,
 		   const char *ext);
 
-/* A GGUF metadata value: i for the integer types (which must fit the type),
- * s for MW_STRING. */
-enum mw_kv_type { MW_U16, MW_I32, MW_U32, MW_STRING };
-struct mw_kv {
-	const char *key;
-	enum mw_kv_type type;
-	long long i;
-	const char *s;
-};
-
 /* A GGUF v3 file: the key-value pairs kv[0..n_kv) in that order, then
  * every tensor of t[0..n) (shard ignored) as ggml type I8 (24), n_dims 1,
- * ne[0] = size.  The alignment is 32, or general.alignment if kv gives it
- * (an MW_U32 power of two): the data section starts aligned, and each
- * tensor's data is followed by zero bytes up to the next multiple of it
- * (the last one's too, as ggml writes it). */
+ * ne[0] = size (or its dtype and shape: see the core).  The alignment is
+ * 32, or general.alignment if kv gives it (an MW_U32 power of two): the
+ * data section starts aligned, and each tensor's data is followed by zero
+ * bytes up to the next multiple of it (the last one's too, as ggml writes
+ * it). */
 void mw_gguf(const char *path, const struct mw_kv *kv, size_t n_kv, const struct mw_tensor *t,
 	     size_t n, unsigned seed);
-
-/* Flags of mw_gguf_split(), to make broken sets. */
-#define MW_SPLIT_NO_KEYS_IN_LAST 0x1u     /* the last shard has no split.* keys */
-#define MW_SPLIT_WRONG_NO_IN_LAST 0x2u    /* the last shard's split.no is 0 */
-#define MW_SPLIT_WRONG_TENSOR_COUNT 0x4u  /* split.tensors.count is n + 1 in every shard */
-#define MW_SPLIT_WRONG_COUNT_IN_LAST 0x8u /* the last shard's split.count is n_splits + 1 */
 
 /* A GGUF split as llama.cpp's gguf-split writes it, in dir:
  * PREFIX-0000K-of-0000N.gguf (five digits, K = 1..n_splits), shard k
@@ -92,14 +71,16 @@ void mw_gguf(const char *path, const struct mw_kv *kv, size_t n_kv, const struct
  * split.no (u16) = 0, split.count (u16) = n_splits and split.tensors.count
  * (i32) = n; the others carry only split.no = k, split.count and
  * split.tensors.count.  (For gguf-split --no-tensor-first-split, put no
- * tensor in shard 0.)  The path of shard 0 goes into first_path (if not
- * NULL: a buffer of first_size bytes). */
+ * tensor in shard 0.)  flags: MW_SPLIT_*.  The path of shard 0 goes into
+ * first_path (if not NULL: a buffer of first_size bytes). */
 void mw_gguf_split(const char *dir, const char *prefix, const struct mw_tensor *t, size_t n,
 		   unsigned n_splits, unsigned seed, unsigned flags, char *first_path,
 		   size_t first_size);
 
 /* Write text to path (hand-made index files, model_index.json). */
 void mw_text(const char *path, const char *text);
+/* Write data[0..len) to path (files that are no model). */
+void mw_bytes(const char *path, const void *data, size_t len);
 
 /* A context on the test backend module "good" (from TEST_MODULES), reading
  * no configuration file or environment, with options appended (NULL: none);

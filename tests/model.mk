@@ -14,37 +14,37 @@ tests_test_gguf_SOURCES = tests/test-gguf.c tests/tap.h
 tests_test_gguf_CFLAGS = $(test_cflags)
 tests_test_gguf_LDADD = $(test_ldadd)
 tests_test_inspect_SOURCES = tests/test-inspect.c tests/tap.h tests/spawn.c tests/spawn.h \
-	tests/model-writer.c tests/model-writer.h
+	$(model_writer)
 tests_test_inspect_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_inspect_LDADD = $(test_ldadd) $(JSONC_LIBS)
 tests_test_model_cache_SOURCES = tests/test-model-cache.c tests/tap.h \
-	tests/model-writer.c tests/model-writer.h
-tests_test_model_cache_CFLAGS = $(test_cflags)
+	$(model_writer)
+tests_test_model_cache_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_model_cache_LDADD = $(test_ldadd)
 tests_test_model_set_SOURCES = tests/test-model-set.c tests/tap.h \
-	tests/model-writer.c tests/model-writer.h
-tests_test_model_set_CFLAGS = $(test_cflags)
+	$(model_writer)
+tests_test_model_set_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_model_set_LDADD = $(test_ldadd)
 tests_test_load_tool_SOURCES = tests/test-load-tool.c tests/tap.h tests/spawn.c tests/spawn.h \
-	tests/model-writer.c tests/model-writer.h
+	$(model_writer)
 tests_test_load_tool_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_load_tool_LDADD = $(test_ldadd) $(JSONC_LIBS)
 tests_test_model_partial_SOURCES = tests/test-model-partial.c tests/tap.h \
-	tests/model-writer.c tests/model-writer.h
-tests_test_model_partial_CFLAGS = $(test_cflags)
+	$(model_writer)
+tests_test_model_partial_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_model_partial_LDADD = $(test_ldadd)
 tests_test_model_copy_SOURCES = tests/test-model-copy.c tests/tap.h \
-	tests/model-writer.c tests/model-writer.h
-tests_test_model_copy_CFLAGS = $(test_cflags)
+	$(model_writer)
+tests_test_model_copy_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_model_copy_LDADD = $(test_ldadd)
 tests_test_model_lease_SOURCES = tests/test-model-lease.c tests/tap.h \
-	tests/model-writer.c tests/model-writer.h
-tests_test_model_lease_CFLAGS = $(test_cflags)
+	$(model_writer)
+tests_test_model_lease_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_model_lease_LDADD = $(test_ldadd)
 # Its own malloc, pread and pthread_create (tests/interpose.c) stand in
 # front of libc's for the library linked into it, to fail each in turn.
 tests_test_host_faults_SOURCES = tests/test-host-faults.c tests/tap.h \
-	tests/interpose.c tests/interpose.h tests/model-writer.c tests/model-writer.h
-tests_test_host_faults_CFLAGS = $(test_cflags)
+	tests/interpose.c tests/interpose.h $(model_writer)
+tests_test_host_faults_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_host_faults_LDADD = $(test_ldadd)
 endif

@@ -4,7 +4,7 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/test-tool-output
 TESTS += tests/test-tool-output
 tests_test_tool_output_SOURCES = tests/test-tool-output.c tests/tap.h tests/spawn.c \
-	tests/spawn.h tests/model-writer.c tests/model-writer.h
+	tests/spawn.h $(model_writer)
 tests_test_tool_output_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_tool_output_LDADD = $(test_ldadd) $(JSONC_LIBS)
 endif
