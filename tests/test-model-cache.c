@@ -14,35 +14,21 @@
 
 TEST_TMPDIR_FIXTURE("model-cache");
 
-/* A safetensors file of n U8 tensors "t0".."tN-1" of the given sizes,
- * byte j of tensor i being (i * 31 + j * 7 + seed) & 0xff. */
+/* A safetensors file of n (at most 8) U8 tensors "t0".."tN-1" of the
+ * given sizes, byte j of each being mw_byte(name, j, seed); the header is
+ * not padded and has no __metadata__. */
 static void make_model(const char *path, size_t n, const size_t *sizes, unsigned seed)
 {
-	char *header = malloc(64 + n * 96), *p = header;
-	uint64_t off = 0;
-	FILE *f;
+	struct mw_tensor t[8];
+	char names[8][8];
+	struct mw_opts o = {.seed = seed, .flags = MW_NO_PAD};
 
-	assert_non_null(header);
-	p += sprintf(p, "{");
+	assert_true(n <= 8);
 	for (size_t i = 0; i < n; i++) {
-		p += sprintf(p, "%s\"t%zu\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[%llu,%llu]}",
-			     i ? "," : "", i, sizes[i], (unsigned long long)off,
-			     (unsigned long long)(off + sizes[i]));
-		off += sizes[i];
+		snprintf(names[i], sizeof names[i], "t%zu", i);
+		t[i] = (struct mw_tensor){.name = names[i], .size = sizes[i]};
 	}
-	p += sprintf(p, "}");
-	uint64_t hl = (uint64_t)(p - header);
-	unsigned char len[8];
-	for (int i = 0; i < 8; i++)
-		len[i] = (unsigned char)(hl >> (8 * i));
-	assert_non_null(f = fopen(path, "wb"));
-	assert_int_equal(fwrite(len, 1, 8, f), 8);
-	assert_int_equal(fwrite(header, 1, hl, f), hl);
-	for (size_t i = 0; i < n; i++)
-		for (size_t j = 0; j < sizes[i]; j++)
-			fputc((int)((i * 31 + j * 7 + seed) & 0xff), f);
-	assert_int_equal(fclose(f), 0);
-	free(header);
+	mw_safetensors_opts(path, t, n, &o);
 }
 
 static void check_tensors(devcache_model_t *m, size_t n, const size_t *sizes, unsigned seed)
@@ -55,9 +41,7 @@ static void check_tensors(devcache_model_t *m, size_t n, const size_t *sizes, un
 		snprintf(name, sizeof name, "t%zu", i);
 		assert_int_equal(devcache_model_tensor(m, name, &info, (void **)&data), 0);
 		assert_int_equal(info.size, sizes[i]);
-		for (size_t j = 0; j < sizes[i]; j++)
-			if (data[j] != (unsigned char)((i * 31 + j * 7 + seed) & 0xff))
-				fail_msg("tensor %s byte %zu is %u", name, j, data[j]);
+		mw_check(name, data, sizes[i], seed);
 	}
 }
 
@@ -523,10 +507,7 @@ static void cancelled_and_failed_loads_leave_nothing(void **state)
 	devcache_close(ctx);
 	/* A malformed file fails before anything is placed. */
 	path_of(path, sizeof path, "junk.safetensors");
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	fputs("this is not a model", f);
-	fclose(f);
+	mw_text(path, "this is not a model");
 	ctx = mw_open_ctx(NULL);
 	assert_int_equal(devcache_model_load(ctx, path, mw_device(ctx, "host"), NULL, &m),
 			 DEVCACHE_EFORMAT);
