@@ -21,70 +21,14 @@ TEST_TMPDIR_FIXTURE("inspect");
 
 static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 
-static void write_file(const char *path, const void *data, size_t len)
-{
-	FILE *f = fopen(path, "wb");
-
-	assert_non_null(f);
-	assert_int_equal(fwrite(data, 1, len, f), len);
-	assert_int_equal(fclose(f), 0);
-}
-
-/* A safetensors file: little-endian header length, the header, the data. */
-static void write_safetensors(const char *path, const char *header, size_t data_len)
-{
-	size_t hl = strlen(header), len = 8 + hl + data_len;
-	unsigned char *buf = calloc(1, len);
-
-	assert_non_null(buf);
-	for (int i = 0; i < 8; i++)
-		buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
-	memcpy(buf + 8, header, hl);
-	write_file(path, buf, len);
-	free(buf);
-}
-
-struct bytes {
-	unsigned char b[4096];
-	size_t n;
-};
-
-static void put(struct bytes *w, uint64_t v, int size)
-{
-	for (int i = 0; i < size; i++)
-		w->b[w->n++] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_str(struct bytes *w, const char *s)
-{
-	put(w, strlen(s), 8);
-	memcpy(w->b + w->n, s, strlen(s));
-	w->n += strlen(s);
-}
-
 /* GGUF v3: general.architecture = "llama", one F32 tensor of 4 elements. */
 static void write_gguf(const char *path)
 {
-	struct bytes w = {.n = 0};
+	static const uint64_t ne[] = {4};
+	static const struct mw_kv kv[] = {{"general.architecture", MW_STRING, 0, "llama"}};
+	static const struct mw_tensor t[] = {{"token_embd.weight", 16, 0, "F32", 1, ne}};
 
-	memcpy(w.b, "GGUF", 4);
-	w.n = 4;
-	put(&w, 3, 4);     /* version */
-	put(&w, 1, 8);     /* tensors */
-	put(&w, 1, 8);     /* metadata */
-	put_str(&w, "general.architecture");
-	put(&w, 8, 4);     /* STRING */
-	put_str(&w, "llama");
-	put_str(&w, "token_embd.weight");
-	put(&w, 1, 4);     /* n_dims */
-	put(&w, 4, 8);     /* ne[0] */
-	put(&w, 0, 4);     /* F32 */
-	put(&w, 0, 8);     /* offset */
-	while (w.n % 32)
-		w.b[w.n++] = 0;
-	for (int i = 0; i < 16; i++)
-		w.b[w.n++] = 0;
-	write_file(path, w.b, w.n);
+	mw_gguf(path, kv, 1, t, 1, 0);
 }
 
 static void path_of(char *buf, size_t size, const char *name)
@@ -94,15 +38,15 @@ static void path_of(char *buf, size_t size, const char *name)
 
 static void lists_a_safetensors_file(void **state)
 {
+	static const uint64_t shape[] = {2, 3};
+	static const struct mw_tensor t[] = {{"model.embed.weight", 12, 0, "F16", 2, shape},
+					     {"model.norm", 4, 0, "F32", 0, NULL}};
+	const struct mw_opts o = {.metadata_json = "{\"format\":\"pt\"}", .flags = MW_NO_PAD};
 	char path[512];
 
 	(void)state;
 	path_of(path, sizeof path, "model.safetensors");
-	write_safetensors(path,
-			  "{\"__metadata__\":{\"format\":\"pt\"},"
-			  "\"model.embed.weight\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
-			  "\"model.norm\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[12,16]}}",
-			  16);
+	mw_safetensors_opts(path, t, 2, &o);
 	RUN("inspect", path);
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.err, "");
@@ -135,14 +79,14 @@ static void lists_a_gguf_file_as_json(void **state)
 
 static void cuts_long_values_unless_full(void **state)
 {
-	char path[512], header[1024], value[301];
+	char path[512], meta[1024], value[301];
 
 	(void)state;
 	memset(value, 'x', 300);
 	value[300] = '\0';
-	snprintf(header, sizeof header, "{\"__metadata__\":{\"long\":\"%s\"}}", value);
+	snprintf(meta, sizeof meta, "{\"long\":\"%s\"}", value);
 	path_of(path, sizeof path, "long.safetensors");
-	write_safetensors(path, header, 0);
+	mw_safetensors_opts(path, NULL, 0, &(struct mw_opts){.metadata_json = meta, .flags = MW_NO_PAD});
 	RUN("inspect", path);
 	assert_int_equal(r.status, 0);
 	assert_contains(r.out, "xxx...\n");
@@ -158,7 +102,7 @@ static void a_bad_file_is_named_and_exits_1(void **state)
 
 	(void)state;
 	path_of(bad, sizeof bad, "bad.bin");
-	write_file(bad, "not a model at all", 18);
+	mw_text(bad, "not a model at all");
 	path_of(good, sizeof good, "good.gguf");
 	write_gguf(good);
 	/* The good one is still listed; the status says one failed. */
@@ -182,7 +126,7 @@ static void several_models_as_one_json_array(void **state)
 	path_of(b, sizeof b, "b.gguf");
 	write_gguf(b);
 	path_of(bad, sizeof bad, "bad.bin");
-	write_file(bad, "not a model at all", 18);
+	mw_text(bad, "not a model at all");
 	RUN("inspect", "--json", a, bad, b);
 	assert_int_equal(r.status, 1);
 	assert_contains(r.err, "bad.bin: neither a safetensors nor a GGUF file");
