@@ -29,15 +29,6 @@ static char good_options[4200], env_options[4300];
 static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 static const char *const good[] = {"LANGUAGE=C", "LC_ALL=C", env_options, NULL};
 
-static void write_file(const char *path, const void *data, size_t len)
-{
-	FILE *f = fopen(path, "wb");
-
-	assert_non_null(f);
-	assert_int_equal(fwrite(data, 1, len, f), len);
-	assert_int_equal(fclose(f), 0);
-}
-
 /* A tensor's bytes: never 0, so that what the tool prints on standard output
  * can be read back as a string. */
 static unsigned char tensor_byte(size_t i)
@@ -45,26 +36,24 @@ static unsigned char tensor_byte(size_t i)
 	return (unsigned char)(1 + (i * 7) % 255);
 }
 
+/* The first tensor's bytes are 0x3f, the second's tensor_byte(). */
+static void fill(void *user, size_t i, uint64_t off, unsigned char *buf, size_t n)
+{
+	(void)user;
+	for (size_t j = 0; j < n; j++)
+		buf[j] = i == 0 ? 0x3f : tensor_byte((size_t)off + j);
+}
+
 /* Two tensors; TENSOR comes second, so its bytes are not at the data's start. */
 static void write_model(const char *path)
 {
-	const char *header = "{\"__metadata__\":{\"format\":\"pt\"},"
-			     "\"model.norm.weight\":{\"dtype\":\"F32\",\"shape\":[4],"
-			     "\"data_offsets\":[0,16]},"
-			     "\"" TENSOR "\":{\"dtype\":\"F16\",\"shape\":[8,16],"
-			     "\"data_offsets\":[16,272]}}";
-	size_t hl = strlen(header), len = 8 + hl + 16 + TENSOR_SIZE;
-	unsigned char *buf = malloc(len);
+	static const uint64_t norm_shape[] = {4}, shape[] = {8, 16};
+	static const struct mw_tensor t[] = {{"model.norm.weight", 16, 0, "F32", 1, norm_shape},
+					     {TENSOR, TENSOR_SIZE, 0, "F16", 2, shape}};
+	const struct mw_opts o = {.fill = fill, .metadata_json = "{\"format\":\"pt\"}",
+				  .flags = MW_NO_PAD};
 
-	assert_non_null(buf);
-	for (int i = 0; i < 8; i++)
-		buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
-	memcpy(buf + 8, header, hl);
-	memset(buf + 8 + hl, 0x3f, 16);
-	for (size_t i = 0; i < TENSOR_SIZE; i++)
-		buf[8 + hl + 16 + i] = tensor_byte(i);
-	write_file(path, buf, len);
-	free(buf);
+	mw_safetensors_opts(path, t, 2, &o);
 }
 
 static void path_of(char *buf, size_t size, const char *name)
@@ -193,7 +182,7 @@ static void load_failures_exit_1(void **state)
 
 	(void)state;
 	path_of(bad, sizeof bad, "bad.safetensors");
-	write_file(bad, "not a model at all", 18);
+	mw_text(bad, "not a model at all");
 	RUN(plain, "load", bad);
 	assert_int_equal(r.status, 1);
 	assert_contains(r.err, "bad.safetensors: neither a safetensors nor a GGUF file");
