@@ -7,8 +7,8 @@ model_tests = tests/test-safetensors tests/test-gguf tests/test-inspect \
 if HAVE_CMOCKA
 check_PROGRAMS += $(model_tests)
 TESTS += $(model_tests)
-tests_test_safetensors_SOURCES = tests/test-safetensors.c tests/tap.h
-tests_test_safetensors_CFLAGS = $(test_cflags)
+tests_test_safetensors_SOURCES = tests/test-safetensors.c tests/tap.h $(model_writer)
+tests_test_safetensors_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_safetensors_LDADD = $(test_ldadd)
 tests_test_gguf_SOURCES = tests/test-gguf.c tests/tap.h
 tests_test_gguf_CFLAGS = $(test_cflags)

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "tap.h"
+#include "model-writer.h"
 
 #include <devcache.h>
 
@@ -29,16 +30,8 @@ static const char *path_of(const char *name)
 static const char *write_raw(const char *name, uint64_t n, const void *body, size_t len)
 {
 	const char *path = path_of(name);
-	unsigned char len8[8];
-	FILE *f = fopen(path, "wb");
 
-	assert_non_null(f);
-	for (int i = 0; i < 8; i++)
-		len8[i] = (unsigned char)(n >> (8 * i));
-	assert_int_equal(fwrite(len8, 1, 8, f), 8);
-	if (len)
-		assert_int_equal(fwrite(body, 1, len, f), len);
-	assert_int_equal(fclose(f), 0);
+	mw_raw(path, n, body, len, NULL, 0);
 	return path;
 }
 
@@ -46,15 +39,14 @@ static const char *write_raw(const char *name, uint64_t n, const void *body, siz
  * data_len bytes of data (a pattern, so that no two tensors look alike). */
 static const char *write_st_n(const char *name, const char *header, size_t hlen, size_t data_len)
 {
-	unsigned char *body = malloc(hlen + data_len + 1);
-	const char *path;
+	unsigned char *data = malloc(data_len + 1);
+	const char *path = path_of(name);
 
-	assert_non_null(body);
-	memcpy(body, header, hlen);
+	assert_non_null(data);
 	for (size_t i = 0; i < data_len; i++)
-		body[hlen + i] = (unsigned char)(i * 7 + 1);
-	path = write_raw(name, hlen, body, hlen + data_len);
-	free(body);
+		data[i] = (unsigned char)(i * 7 + 1);
+	mw_raw(path, hlen, header, hlen, data, data_len);
+	free(data);
 	return path;
 }
 
