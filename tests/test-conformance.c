@@ -413,26 +413,12 @@ static void stitching_where_the_device_maps(void **state)
 /* A safetensors file of U8 tensors, and the check of a loaded model. */
 static void write_model(const char *path)
 {
-	static const size_t sizes[] = {70000, 1, 4096, 300000, 3};
-	char header[1024], *h = header;
-	uint64_t off = 0;
-	FILE *f = fopen(path, "wb");
+	static const struct mw_tensor t[] = {{"t0", 70000, 0}, {"t1", 1, 0}, {"t2", 4096, 0},
+					     {"t3", 300000, 0}, {"t4", 3, 0}};
+	const struct mw_opts o = {.seed = 5, .metadata_json = "{\"format\":\"pt\"}",
+				  .flags = MW_NO_PAD};
 
-	assert_non_null(f);
-	h += sprintf(h, "{\"__metadata__\":{\"format\":\"pt\"}");
-	for (size_t i = 0; i < 5; i++) {
-		h += sprintf(h, ",\"t%zu\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[%llu,%llu]}",
-			     i, sizes[i], (unsigned long long)off, (unsigned long long)(off + sizes[i]));
-		off += sizes[i];
-	}
-	h += sprintf(h, "}");
-	uint64_t hl = (uint64_t)(h - header);
-	for (int i = 0; i < 8; i++)
-		fputc((int)((hl >> (8 * i)) & 0xff), f);
-	fwrite(header, 1, hl, f);
-	for (uint64_t i = 0; i < off; i++)
-		fputc((int)((i * 13 + 5) & 0xff), f);
-	assert_int_equal(fclose(f), 0);
+	mw_safetensors_opts(path, t, sizeof t / sizeof *t, &o);
 }
 
 static void check_model(devcache_device_t *dev, devcache_model_t *m, const char *path)
