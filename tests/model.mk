@@ -10,8 +10,8 @@ TESTS += $(model_tests)
 tests_test_safetensors_SOURCES = tests/test-safetensors.c tests/tap.h $(model_writer)
 tests_test_safetensors_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_safetensors_LDADD = $(test_ldadd)
-tests_test_gguf_SOURCES = tests/test-gguf.c tests/tap.h
-tests_test_gguf_CFLAGS = $(test_cflags)
+tests_test_gguf_SOURCES = tests/test-gguf.c tests/tap.h $(model_writer)
+tests_test_gguf_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_gguf_LDADD = $(test_ldadd)
 tests_test_inspect_SOURCES = tests/test-inspect.c tests/tap.h tests/spawn.c tests/spawn.h \
 	$(model_writer)

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "tap.h"
+#include "model-writer.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -23,7 +24,7 @@ enum {
 
 TEST_TMPDIR_FIXTURE("gguf");
 
-/* ---- a small GGUF writer ----------------------------------------------------- */
+/* ---- the inputs, byte by byte (written to files by mw_bytes()) ----------------- */
 
 struct buf {
 	unsigned char *p;
@@ -157,11 +158,8 @@ static const char *path_of(const char *name)
 static const char *write_buf(const char *name, struct buf *b)
 {
 	const char *path = path_of(name);
-	FILE *f = fopen(path, "wb");
 
-	assert_non_null(f);
-	assert_int_equal(fwrite(b->p, 1, b->len, f), b->len);
-	assert_int_equal(fclose(f), 0);
+	mw_bytes(path, b->p, b->len);
 	free(b->p);
 	*b = (struct buf){0};
 	return path;
