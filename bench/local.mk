@@ -31,10 +31,14 @@ bench_loadbench_SOURCES = bench/loadbench.c bench/bench.h
 bench_loadbench_CFLAGS = $(bench_cflags)
 bench_loadbench_LDADD = $(bench_ldadd)
 
+# bench/soak writes its models with the tests' model writer (its core:
+# errors returned, no cmocka); -iquote, as tests/spawn.h must not stand in
+# for <spawn.h>.
 bench_soak_SOURCES = bench/soak.c bench/soak-work.c bench/soak-check.c bench/soak-models.c \
-	bench/soak.h bench/bench.h
-bench_soak_CFLAGS = $(bench_cflags)
-bench_soak_LDADD = $(bench_ldadd) -ldl
+	bench/soak.h bench/bench.h $(model_writer_core)
+bench_soak_CPPFLAGS = $(AM_CPPFLAGS) -iquote $(srcdir)/tests
+bench_soak_CFLAGS = $(bench_cflags) $(JSONC_CFLAGS)
+bench_soak_LDADD = $(bench_ldadd) $(JSONC_LIBS) -ldl
 
 # bench/soak runs on the host, on each vendor backend that configure
 # built on its fake runtime (tests/fakes.mk), which `make bench` builds

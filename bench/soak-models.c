@@ -2,8 +2,9 @@
 /* soak-models.c - bench/soak's models: safetensors, GGUF and a sharded set of different sizes, written with known bytes. */
 #include "soak.h"
 
+#include "model-writer-core.h"
+
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,208 +28,81 @@ static const struct spec {
 	{"huge.gguf", GGUF, 16, 1, 1536 << 10, 2560 << 10},
 };
 
-enum { GGUF_ALIGN = 32, GGML_TYPE_I8 = 24, GGUF_STRING = 8 };
-
-/* ---- a growing buffer ------------------------------------------------------------ */
-
-struct buf {
-	unsigned char *p;
-	size_t len, cap;
-	int failed;
-};
-
-static void put(struct buf *b, const void *s, size_t n)
-{
-	if (b->cap - b->len < n) {
-		size_t cap = b->cap ? b->cap : 4096;
-		unsigned char *p;
-
-		while (cap - b->len < n)
-			cap *= 2;
-		if (!(p = realloc(b->p, cap))) {
-			b->failed = 1;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-}
-
-__attribute__((format(printf, 2, 3))) static void putf(struct buf *b, const char *fmt, ...)
-{
-	char s[512];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(s, sizeof s, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof s)
-		b->failed = 1;
-	else
-		put(b, s, (size_t)n);
-}
-
-static void put_le(struct buf *b, uint64_t v, int bytes)
-{
-	unsigned char le[8];
-
-	for (int i = 0; i < bytes; i++)
-		le[i] = (unsigned char)(v >> (8 * i));
-	put(b, le, (size_t)bytes);
-}
-
-static void put_gguf_str(struct buf *b, const char *s)
-{
-	put_le(b, strlen(s), 8);
-	put(b, s, strlen(s));
-}
-
 /* ---- files ----------------------------------------------------------------------- */
 
-/* A new file in ms->dir, listed for removal; NULL after saying why. */
-static FILE *create(struct soak_models *ms, const char *name, char *path, size_t size)
+/* dir/name into path, listed for removal before it is written (so that a
+ * file left half-written goes too); -1 after saying why. */
+static int listed(struct soak_models *ms, const char *name, char *path, size_t size)
 {
-	FILE *f;
-
 	if ((size_t)snprintf(path, size, "%s/%s", ms->dir, name) >= size ||
 	    ms->n_files == SOAK_MAX_FILES) {
 		fprintf(stderr, "soak: %s/%s: name too long or too many files\n", ms->dir, name);
-		return NULL;
-	}
-	if (!(f = fopen(path, "wb"))) {
-		fprintf(stderr, "soak: cannot create %s: %s\n", path, strerror(errno));
-		return NULL;
-	}
-	ms->files[ms->n_files++] = strdup(path);
-	return f;
-}
-
-static int finish(FILE *f, const char *path, struct buf *b)
-{
-	int bad = b->failed || ferror(f);
-
-	free(b->p);
-	*b = (struct buf){0};
-	if (fclose(f) != 0 || bad) {
-		fprintf(stderr, "soak: cannot write %s: %s\n", path,
-			errno ? strerror(errno) : "out of memory");
 		return -1;
 	}
+	if (!(ms->files[ms->n_files] = strdup(path))) {
+		fprintf(stderr, "soak: out of memory\n");
+		return -1;
+	}
+	ms->n_files++;
 	return 0;
 }
 
-/* A tensor's bytes, then zeros up to a multiple of align. */
-static void put_tensor(struct buf *b, const struct soak_tensor *t, size_t align)
+/* The bytes of the soak's tensors: soak_byte() of their names' hashes. */
+static void fill(void *user, size_t i, uint64_t off, unsigned char *buf, size_t n)
 {
-	unsigned char chunk[4096];
+	const struct soak_tensor *t = user;
 
-	for (size_t j = 0; j < t->size;) {
-		size_t k = t->size - j < sizeof chunk ? t->size - j : sizeof chunk;
-
-		for (size_t i = 0; i < k; i++)
-			chunk[i] = soak_byte(t->hash, j + i);
-		put(b, chunk, k);
-		j += k;
-	}
-	memset(chunk, 0, align);
-	if (t->size % align)
-		put(b, chunk, align - t->size % align);
+	for (size_t j = 0; j < n; j++)
+		buf[j] = soak_byte(t[i].hash, (size_t)off + j);
 }
 
-/* Tensors t[0..n) as one safetensors file. */
-static int write_safetensors(struct soak_models *ms, const char *name, const struct soak_tensor *t,
-			     size_t n, char *path, size_t size)
+/* The model's tensors for the model writer, tensor i in shard
+ * i * shards / n; NULL after saying why. */
+static struct mw_tensor *writer_tensors(const struct soak_model *m, unsigned shards)
 {
-	struct buf b = {0};
-	uint64_t off = 0, hl;
-	FILE *f = create(ms, name, path, size);
+	struct mw_tensor *t = calloc(m->n, sizeof *t);
 
-	if (!f)
-		return -1;
-	put(&b, "\0\0\0\0\0\0\0", 8); /* the header's length, filled in below */
-	putf(&b, "{\"__metadata__\":{\"format\":\"pt\"}");
-	for (size_t i = 0; i < n; i++) {
-		putf(&b, ",\"%s\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[%llu,%llu]}",
-		     t[i].name, t[i].size, (unsigned long long)off,
-		     (unsigned long long)(off + t[i].size));
-		off += t[i].size;
+	if (!t) {
+		fprintf(stderr, "soak: out of memory\n");
+		return NULL;
 	}
-	put(&b, "}", 1);
-	while ((b.len - 8) % 8)
-		put(&b, " ", 1);
-	hl = b.len - 8;
-	for (int i = 0; !b.failed && i < 8; i++)
-		b.p[i] = (unsigned char)(hl >> (8 * i));
-	for (size_t i = 0; i < n; i++)
-		put_tensor(&b, &t[i], 1);
-	if (!b.failed && fwrite(b.p, 1, b.len, f) != b.len)
-		b.failed = 1;
-	return finish(f, path, &b);
-}
-
-/* Tensors t[0..n) as a GGUF v3 file of I8 tensors. */
-static int write_gguf(struct soak_models *ms, const char *name, const struct soak_tensor *t,
-		      size_t n, char *path, size_t size)
-{
-	struct buf b = {0};
-	uint64_t off = 0;
-	FILE *f = create(ms, name, path, size);
-
-	if (!f)
-		return -1;
-	put(&b, "GGUF", 4);
-	put_le(&b, 3, 4);
-	put_le(&b, n, 8);
-	put_le(&b, 1, 8);
-	put_gguf_str(&b, "general.architecture");
-	put_le(&b, GGUF_STRING, 4);
-	put_gguf_str(&b, "soak");
-	for (size_t i = 0; i < n; i++) {
-		put_gguf_str(&b, t[i].name);
-		put_le(&b, 1, 4);
-		put_le(&b, t[i].size, 8);
-		put_le(&b, GGML_TYPE_I8, 4);
-		put_le(&b, off, 8);
-		off += (t[i].size + GGUF_ALIGN - 1) / GGUF_ALIGN * GGUF_ALIGN;
-	}
-	while (b.len % GGUF_ALIGN)
-		put(&b, "", 1);
-	for (size_t i = 0; i < n; i++)
-		put_tensor(&b, &t[i], GGUF_ALIGN);
-	if (!b.failed && fwrite(b.p, 1, b.len, f) != b.len)
-		b.failed = 1;
-	return finish(f, path, &b);
-}
-
-/* Hugging Face shards, tensor i in shard i * shards / n, and their index. */
-static int write_sharded(struct soak_models *ms, const struct spec *sp, struct soak_model *m)
-{
-	char name[64], path[PATH_MAX];
-	struct buf b = {0};
-	FILE *f;
-
-	for (unsigned k = 0, first = 0; k < sp->shards; k++) {
-		unsigned end = (unsigned)((k + 1) * m->n / sp->shards);
-
-		snprintf(name, sizeof name, "set-%05u-of-%05u.safetensors", k + 1, sp->shards);
-		if (write_safetensors(ms, name, m->t + first, end - first, path, sizeof path))
-			return -1;
-		first = end;
-	}
-	if (!(f = create(ms, sp->label, m->path, sizeof m->path)))
-		return -1;
-	putf(&b, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {",
-	     (unsigned long long)m->bytes);
 	for (size_t i = 0; i < m->n; i++)
-		putf(&b, "%s\n    \"%s\": \"set-%05u-of-%05u.safetensors\"", i ? "," : "",
-		     m->t[i].name, (unsigned)(i * sp->shards / m->n) + 1, sp->shards);
-	putf(&b, "\n  }\n}\n");
-	if (!b.failed && fwrite(b.p, 1, b.len, f) != b.len)
-		b.failed = 1;
-	return finish(f, m->path, &b);
+		t[i] = (struct mw_tensor){.name = m->t[i].name, .size = m->t[i].size,
+					  .shard = (unsigned)(i * shards / m->n)};
+	return t;
+}
+
+/* One safetensors file, one GGUF file (general.architecture "soak", I8
+ * tensors), or Hugging Face shards set-0000K-of-0000N.safetensors and
+ * their index; each safetensors file with __metadata__ {"format":"pt"}. */
+static int write_model(struct soak_models *ms, const struct spec *sp, struct soak_model *m)
+{
+	static const struct mw_kv arch = {"general.architecture", MW_STRING, 0, "soak"};
+	const struct mw_opts o = {.fill = fill, .fill_user = m->t,
+				  .metadata_json = "{\"format\":\"pt\"}"};
+	struct mw_tensor *t = writer_tensors(m, sp->format == SHARDED ? sp->shards : 1);
+	struct mw_err err = {.msg = ""};
+	char name[64], path[PATH_MAX];
+	int rc = 0;
+
+	if (!t)
+		return -1;
+	if (listed(ms, sp->label, m->path, sizeof m->path))
+		rc = -1;
+	for (unsigned k = 0; rc == 0 && sp->format == SHARDED && k < sp->shards; k++)
+		if (mw_shard_name_e(name, sizeof name, "set", k, sp->shards, "safetensors", &err) ||
+		    listed(ms, name, path, sizeof path))
+			rc = -1;
+	if (rc == 0)
+		rc = sp->format == SHARDED ? mw_sharded_e(ms->dir, "set", t, m->n, sp->shards, &o, 0,
+							  NULL, 0, &err)
+		     : sp->format == GGUF ? mw_gguf_write(m->path, &arch, 1, t, m->n, MW_ALL_SHARDS,
+							  &o, &err)
+					  : mw_st_write(m->path, t, m->n, MW_ALL_SHARDS, &o, &err);
+	if (rc && err.msg[0])
+		fprintf(stderr, "soak: %s\n", err.msg);
+	free(t);
+	return rc;
 }
 
 /* ---- the models ------------------------------------------------------------------ */
@@ -274,7 +148,6 @@ int soak_models_write(struct soak_models *ms, const char *parent)
 	for (size_t k = 0; k < sizeof specs / sizeof *specs; k++) {
 		const struct spec *sp = &specs[k];
 		struct soak_model *m = &ms->m[ms->n++];
-		int rc;
 
 		m->label = sp->label;
 		m->n = sp->tensors;
@@ -283,12 +156,7 @@ int soak_models_write(struct soak_models *ms, const char *parent)
 			return -1;
 		}
 		make_tensors(k, sp, m, &seed);
-		rc = sp->format == SHARDED ? write_sharded(ms, sp, m)
-		     : sp->format == GGUF  ? write_gguf(ms, sp->label, m->t, m->n, m->path,
-						       sizeof m->path)
-					   : write_safetensors(ms, sp->label, m->t, m->n, m->path,
-							       sizeof m->path);
-		if (rc)
+		if (write_model(ms, sp, m))
 			return -1;
 	}
 	return 0;
