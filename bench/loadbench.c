@@ -19,12 +19,13 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "model-writer-core.h"
 
 extern char **environ;
 
 #define GIB ((uint64_t)1 << 30)
 #define PAGE 4096u
-#define IO_BUF (64 * MIB)     /* generation writes and warm-up reads */
+#define IO_BUF (64 * MIB)     /* warm-up reads */
 #define MAX_REPS 15
 #define GENERATOR "libdevcache bench/loadbench 1"
 
@@ -253,48 +254,44 @@ static void list_tensors(struct model *m)
 	add_tensor(m, "lm_head.weight", l->vocab, l->hidden);
 }
 
-/* The header as the file holds it: its length (little-endian), then the
- * JSON, padded with spaces to a multiple of 8 so that the data is aligned. */
+/* The model's tensors for the model writer (tests/model-writer-core.h), and
+ * its metadata, written first; loadbench stops when they do not fit. */
+static struct mw_tensor *writer_tensors(const struct model *m, char *meta, size_t meta_size)
+{
+	struct mw_tensor *t = xcalloc(m->n, sizeof *t);
+
+	for (size_t i = 0; i < m->n; i++)
+		t[i] = (struct mw_tensor){ .name = m->t[i].name, .size = tensor_bytes(&m->t[i]),
+					   .dtype = "BF16", .n_dims = m->t[i].n_dims,
+					   .shape = m->t[i].dims };
+	if ((size_t)snprintf(meta, meta_size,
+			     "{\"format\":\"pt\",\"generator\":\"%s\",\"like\":\"%s\"}",
+			     GENERATOR, m->l->like) >= meta_size) {
+		fprintf(stderr, "loadbench: the metadata of %s is too long\n", m->file);
+		exit(2);
+	}
+	return t;
+}
+
+/* The header as the file holds it (the model writer's): its length
+ * (little-endian), then the JSON, padded with spaces to a multiple of 8 so
+ * that the data is aligned. */
 static void build_header(struct model *m)
 {
-	char *json = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&json, &len);
-	uint64_t off = 0;
+	char meta[256];
+	struct mw_tensor *t = writer_tensors(m, meta, sizeof meta);
+	const struct mw_opts o = { .metadata_json = meta };
+	unsigned char *header;
+	uint64_t data;
+	struct mw_err err;
 
-	if (!f) {
-		fprintf(stderr, "loadbench: out of memory\n");
+	if (mw_st_header(t, m->n, MW_ALL_SHARDS, &o, &header, &m->header_len, &data, &err)) {
+		fprintf(stderr, "loadbench: %s: %s\n", m->file, err.msg);
 		exit(2);
 	}
-	fprintf(f, "{\"__metadata__\":{\"format\":\"pt\",\"generator\":\"%s\",\"like\":\"%s\"}",
-		GENERATOR, m->l->like);
-	for (size_t i = 0; i < m->n; i++) {
-		const struct tensor *t = &m->t[i];
-		uint64_t b = tensor_bytes(t);
-
-		fprintf(f, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%llu", t->name,
-			(unsigned long long)t->dims[0]);
-		if (t->n_dims == 2)
-			fprintf(f, ",%llu", (unsigned long long)t->dims[1]);
-		fprintf(f, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-			(unsigned long long)(off + b));
-		off += b;
-	}
-	fputc('}', f);
-	if (fflush(f) == 0)
-		for (size_t pad = (8 - len % 8) % 8; pad; pad--)
-			fputc(' ', f);
-	if (fclose(f) != 0 || len % 8) {
-		fprintf(stderr, "loadbench: out of memory\n");
-		exit(2);
-	}
-	m->header = xcalloc(1, 8 + len);
-	for (int i = 0; i < 8; i++)
-		m->header[i] = (char)((uint64_t)len >> (8 * i));
-	memcpy(m->header + 8, json, len);
-	free(json);
-	m->header_len = 8 + len;
-	m->size = m->header_len + off;
+	free(t);
+	m->header = (char *)header;
+	m->size = m->header_len + data;
 }
 
 /* Deterministic BF16 weights: random sign and mantissa, magnitudes from
@@ -340,50 +337,53 @@ static int write_all(int fd, const char *buf, size_t len)
 	return 0;
 }
 
-/* Writes the file through a 64 MiB buffer, under a temporary name renamed
+/* The model writer's fill callback: tensor i's weights, its filler
+ * seeded afresh at its first byte (sizes are even: whole BF16 values). */
+struct generation {
+	const struct model *m;
+	struct filler fl;
+};
+
+static void generate_fill(void *user, size_t i, uint64_t off, unsigned char *buf, size_t n)
+{
+	struct generation *g = user;
+	uint16_t v[4096];
+
+	if (off == 0) {
+		g->fl = (struct filler){ .ones = g->m->t[i].ones };
+		rng_seed(&g->fl.rng, g->m->l->seed * 1000003 + g->m->first + i);
+	}
+	for (size_t done = 0, k; done + 2 <= n; done += 2 * k) {
+		k = (n - done) / 2 < 4096 ? (n - done) / 2 : 4096;
+		fill(&g->fl, v, k);
+		memcpy(buf + done, v, 2 * k);
+	}
+}
+
+/* Writes the file with the model writer, under a temporary name renamed
  * into place once complete and on disk. */
 static int generate(struct model *m)
 {
-	char tmp[4200];
-	char *buf = malloc(IO_BUF);
-	size_t used = m->header_len;
-	int fd;
+	char tmp[4200], meta[256];
+	struct mw_tensor *t = writer_tensors(m, meta, sizeof meta);
+	struct generation g = { .m = m };
+	const struct mw_opts o = { .fill = generate_fill, .fill_user = &g, .metadata_json = meta,
+				   .flags = MW_FSYNC };
+	struct mw_err err;
+	int rc = 0;
 
 	snprintf(tmp, sizeof tmp, "%s.tmp", m->path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (!buf || fd < 0)
-		goto err;
-	memcpy(buf, m->header, m->header_len);
-	for (size_t i = 0; i < m->n; i++) {
-		struct filler fl = { .ones = m->t[i].ones };
-		uint64_t left = tensor_bytes(&m->t[i]);
-
-		rng_seed(&fl.rng, m->l->seed * 1000003 + m->first + i);
-		while (left) {
-			size_t take = IO_BUF - used < left ? IO_BUF - used : (size_t)left;
-
-			fill(&fl, (uint16_t *)(buf + used), take / 2);
-			used += take;
-			left -= take;
-			if (used == IO_BUF) {
-				if (write_all(fd, buf, used))
-					goto err;
-				used = 0;
-			}
-		}
+	if (mw_st_write(tmp, t, m->n, MW_ALL_SHARDS, &o, &err)) {
+		snprintf(m->why, sizeof m->why, "%.250s", err.msg);
+		rc = -1;
+	} else if (rename(tmp, m->path)) {
+		snprintf(m->why, sizeof m->why, "cannot rename %.160s: %s", tmp, strerror(errno));
+		rc = -1;
 	}
-	if (write_all(fd, buf, used) || fsync(fd) || close(fd) || rename(tmp, m->path))
-		goto err_closed;
-	free(buf);
-	return 0;
-err:
-	if (fd >= 0)
-		close(fd);
-err_closed:
-	snprintf(m->why, sizeof m->why, "cannot write %.160s: %s", tmp, strerror(errno));
-	unlink(tmp);
-	free(buf);
-	return -1;
+	if (rc)
+		unlink(tmp);
+	free(t);
+	return rc;
 }
 
 /* A file left by an earlier run is reused when its size and header are
@@ -462,35 +462,31 @@ static void prepare(struct model *m, const struct layout *l)
 
 /* ---- the sharded set ------------------------------------------------------------ */
 
-/* The index as Hugging Face writes it: the tensors' bytes in all, and the
- * shard of each tensor. */
+/* The index as Hugging Face writes it (the model writer's): the tensors'
+ * bytes in all, and the shard of each tensor. */
 static char *index_json(const struct set *s, size_t *len_p)
 {
-	char *json = NULL;
-	FILE *f = open_memstream(&json, len_p);
-	uint64_t total = 0;
-	bool comma = false;
+	size_t n = 0, stem = strlen(s->index_file) - strlen(".safetensors.index.json");
+	struct mw_tensor *t;
+	struct mw_err err;
+	char name[256], *json;
 
-	if (!f) {
-		fprintf(stderr, "loadbench: out of memory\n");
-		exit(2);
-	}
+	for (size_t k = 0; k < N_SHARDS; k++)
+		n += s->shard[k].n;
+	t = xcalloc(n, sizeof *t);
+	n = 0;
 	for (size_t k = 0; k < N_SHARDS; k++)
 		for (size_t i = 0; i < s->shard[k].n; i++)
-			total += tensor_bytes(&s->shard[k].t[i]);
-	fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
-		(unsigned long long)total);
-	for (size_t k = 0; k < N_SHARDS; k++)
-		for (size_t i = 0; i < s->shard[k].n; i++) {
-			fprintf(f, "%s\n    \"%s\": \"%s\"", comma ? "," : "", s->shard[k].t[i].name,
-				s->shard[k].file);
-			comma = true;
-		}
-	fprintf(f, "\n  }\n}\n");
-	if (fclose(f) != 0) {
-		fprintf(stderr, "loadbench: out of memory\n");
+			t[n++] = (struct mw_tensor){ .name = s->shard[k].t[i].name,
+						     .size = tensor_bytes(&s->shard[k].t[i]),
+						     .shard = (unsigned)k };
+	snprintf(name, sizeof name, "%.*s", (int)stem, s->index_file);
+	if (mw_index_json(name, t, n, N_SHARDS, 0, &json, &err)) {
+		fprintf(stderr, "loadbench: %s\n", err.msg);
 		exit(2);
 	}
+	free(t);
+	*len_p = strlen(json);
 	return json;
 }
 

@@ -27,13 +27,14 @@ bench_replay_SOURCES += tests/pytorch-model.c tests/pytorch-model-expand.c \
 bench_replay_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/tests -DHAVE_PYTORCH_MODEL
 bench_replay_CFLAGS = $(bench_cflags)
 bench_replay_LDADD = $(bench_ldadd)
-bench_loadbench_SOURCES = bench/loadbench.c bench/bench.h
-bench_loadbench_CFLAGS = $(bench_cflags)
-bench_loadbench_LDADD = $(bench_ldadd)
+bench_loadbench_SOURCES = bench/loadbench.c bench/bench.h $(model_writer_core)
+bench_loadbench_CPPFLAGS = $(AM_CPPFLAGS) -iquote $(srcdir)/tests
+bench_loadbench_CFLAGS = $(bench_cflags) $(JSONC_CFLAGS)
+bench_loadbench_LDADD = $(bench_ldadd) $(JSONC_LIBS)
 
-# bench/soak writes its models with the tests' model writer (its core:
-# errors returned, no cmocka); -iquote, as tests/spawn.h must not stand in
-# for <spawn.h>.
+# bench/soak and bench/loadbench write their models with the tests' model
+# writer (its core: errors returned, no cmocka); -iquote, as tests/spawn.h
+# must not stand in for <spawn.h>.
 bench_soak_SOURCES = bench/soak.c bench/soak-work.c bench/soak-check.c bench/soak-models.c \
 	bench/soak.h bench/bench.h $(model_writer_core)
 bench_soak_CPPFLAGS = $(AM_CPPFLAGS) -iquote $(srcdir)/tests
