@@ -31,6 +31,16 @@ static const struct mw_opts *opts_of(const struct mw_opts *o)
 	return o ? o : &no_opts;
 }
 
+/* The message err holds, after "what: " (and "/name" if name is not NULL);
+ * -1. */
+static int named(struct mw_err *err, const char *what, const char *name)
+{
+	char msg[sizeof err->msg];
+
+	snprintf(msg, sizeof msg, "%s", err->msg);
+	return fault(err, "%s%s%s: %s", what, name ? "/" : "", name ? name : "", msg);
+}
+
 /* dir/name into buf. */
 static int join(char *buf, size_t size, const char *dir, const char *name, struct mw_err *err)
 {
@@ -372,12 +382,8 @@ int mw_st_write(const char *path, const struct mw_tensor *t, size_t n, unsigned 
 	int rc;
 
 	o = opts_of(o);
-	if (mw_st_header(t, n, only, o, &hdr, &len, NULL, err)) {
-		char msg[sizeof err->msg];
-
-		snprintf(msg, sizeof msg, "%s", err->msg);
-		return fault(err, "%s: %s", path, msg);
-	}
+	if (mw_st_header(t, n, only, o, &hdr, &len, NULL, err))
+		return named(err, path, NULL);
 	if (!(f = create(path, err))) {
 		free(hdr);
 		return -1;
@@ -426,8 +432,10 @@ int mw_index_json(const char *stem, const struct mw_tensor *t, size_t n, unsigne
 	const char *text;
 	int bad = !idx || !meta || !map;
 
-	if (check_shards(t, n, n_shards, err))
+	if (check_shards(t, n, n_shards, err)) {
+		named(err, stem, NULL);
 		goto err;
+	}
 	for (size_t i = 0; i < n; i++)
 		total += t[i].size;
 	if (flags & MW_TOTAL_SIZE_WRONG)
@@ -477,7 +485,7 @@ int mw_sharded_e(const char *dir, const char *stem, const struct mw_tensor *t, s
 	int rc;
 
 	if (check_shards(t, n, n_shards, err))
-		return -1;
+		return named(err, dir, stem);
 	if (!so.metadata_json)
 		so.metadata_json = "{\"format\":\"pt\"}";
 	for (unsigned k = 0; k < n_shards; k++)
@@ -653,11 +661,8 @@ int mw_gguf_write(const char *path, const struct mw_kv *kv, size_t n_kv, const s
 		return fault(err, "%s: %zu metadata entries but no array of them", path, n_kv);
 	if (check_tensors(t, n, err) || gguf_alignment(kv, n_kv, &align, err) ||
 	    gguf_header(&b, kv, n_kv, t, n, only, align, err)) {
-		char msg[sizeof err->msg];
-
 		free(b.p);
-		snprintf(msg, sizeof msg, "%s", err->msg);
-		return fault(err, "%s: %s", path, msg);
+		return named(err, path, NULL);
 	}
 	if (!(f = create(path, err))) {
 		free(b.p);
@@ -678,11 +683,12 @@ int mw_gguf_split_e(const char *dir, const char *prefix, const struct mw_tensor 
 	char name[PATH_MAX], path[PATH_MAX];
 
 	if (check_shards(t, n, n_splits, err))
-		return -1;
+		return named(err, dir, prefix);
 	if (n_splits > UINT16_MAX)
-		return fault(err, "%u splits: split.count is a UINT16", n_splits);
+		return fault(err, "%s/%s: %u splits: split.count is a UINT16", dir, prefix, n_splits);
 	if (n >= INT32_MAX)
-		return fault(err, "%zu tensors: split.tensors.count is an INT32", n);
+		return fault(err, "%s/%s: %zu tensors: split.tensors.count is an INT32", dir, prefix,
+			     n);
 	for (unsigned k = 0; k < n_splits; k++) {
 		int last = k == n_splits - 1;
 		struct mw_kv kv[5];
