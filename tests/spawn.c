@@ -1,9 +1,17 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* spawn.c - run the devcache tool from a test and capture what it prints. */
+#include "config.h"
+
 #include "tap.h"
 
+#include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "spawn.h"
@@ -16,11 +24,11 @@ static void slurp(int fd, char *buf, size_t size)
 	close(fd);
 }
 
-/* Run the tool with extra environment ("NAME=VALUE", or "-NAME" to unset). */
-void spawn_tool(struct result *r, const char *const *env, const char *const *args)
+static void run(struct result *r, const char *const *env, const char *const *args, bool tty)
 {
 	char out_path[] = "/tmp/devcache-test-outXXXXXX", err_path[] = "/tmp/devcache-test-errXXXXXX";
-	int out = mkstemp(out_path), err = mkstemp(err_path), status;
+	int out = mkstemp(out_path), err = mkstemp(err_path), status, pty = -1;
+	const char *slave = NULL;
 	const char *argv[32] = {test_env("TEST_TOOL")};
 	size_t n = 1;
 
@@ -30,6 +38,16 @@ void spawn_tool(struct result *r, const char *const *env, const char *const *arg
 	for (; args && *args && n < 31; args++)
 		argv[n++] = *args;
 	argv[n] = NULL;
+	if (tty) {
+		struct winsize ws = {.ws_row = 24, .ws_col = 80};
+
+		pty = posix_openpt(O_RDWR | O_NOCTTY);
+		assert_true(pty >= 0);
+		assert_int_equal(grantpt(pty), 0);
+		assert_int_equal(unlockpt(pty), 0);
+		assert_non_null(slave = ptsname(pty));
+		assert_int_equal(ioctl(pty, TIOCSWINSZ, &ws), 0);
+	}
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
@@ -40,12 +58,51 @@ void spawn_tool(struct result *r, const char *const *env, const char *const *arg
 				putenv((char *)*env);
 		dup2(out, 1);
 		dup2(err, 2);
+		if (tty) {
+			/* A session of its own, the terminal its controlling one;
+			 * the terminal writes what it is given, as it is. */
+			struct termios t;
+			int fd;
+
+			close(pty);
+			if (setsid() < 0 || (fd = open(slave, O_RDWR)) < 0 || tcgetattr(fd, &t))
+				_exit(126);
+			cfmakeraw(&t);
+			tcsetattr(fd, TCSANOW, &t);
+			dup2(fd, 2);
+			close(fd);
+		}
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
+	}
+	if (tty) {
+		/* Until the child's end of the terminal closes (EIO). */
+		size_t len = 0;
+		ssize_t got;
+
+		while (len + 1 < sizeof r->err &&
+		       ((got = read(pty, r->err + len, sizeof r->err - 1 - len)) > 0 ||
+			(got < 0 && errno == EINTR)))
+			len += got > 0 ? (size_t)got : 0;
+		r->err[len] = '\0';
+		close(pty);
+		close(err);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status));
 	r->status = WEXITSTATUS(status);
 	slurp(out, r->out, sizeof r->out);
-	slurp(err, r->err, sizeof r->err);
+	if (!tty)
+		slurp(err, r->err, sizeof r->err);
+}
+
+/* Run the tool with extra environment ("NAME=VALUE", or "-NAME" to unset). */
+void spawn_tool(struct result *r, const char *const *env, const char *const *args)
+{
+	run(r, env, args, false);
+}
+
+void spawn_tool_on_tty(struct result *r, const char *const *env, const char *const *args)
+{
+	run(r, env, args, true);
 }

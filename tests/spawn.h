@@ -13,12 +13,23 @@ struct result {
  * ("NAME=VALUE", or "-NAME" to unset); fails the test if it cannot. */
 void spawn_tool(struct result *r, const char *const *env, const char *const *args);
 
+/* As spawn_tool, but with standard error on a pseudo-terminal, as a person
+ * at a terminal runs it: r->err holds what the terminal received, escape
+ * sequences and carriage returns included. */
+void spawn_tool_on_tty(struct result *r, const char *const *env, const char *const *args);
+
 /* spawn_tool() into the test's own struct result r, the arguments written
  * out: RUN_TOOL(plain, "config", "--json"). */
 #define RUN_TOOL(env, ...)                                                                         \
 	do {                                                                                       \
 		const char *args_[] = {__VA_ARGS__, NULL};                                         \
 		spawn_tool(&r, env, args_);                                                        \
+	} while (0)
+
+#define RUN_TOOL_ON_TTY(env, ...)                                                                  \
+	do {                                                                                       \
+		const char *args_[] = {__VA_ARGS__, NULL};                                         \
+		spawn_tool_on_tty(&r, env, args_);                                                 \
 	} while (0)
 
 #endif

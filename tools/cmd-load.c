@@ -15,6 +15,8 @@
 
 /* A terminal redrawn more often than this only flickers. */
 #define PROGRESS_INTERVAL_NS 100000000ll
+/* The bar narrows before the label is cut below this many columns. */
+#define LABEL_MIN 20
 #define BAR_WIDTH 20
 
 struct load_opts {
@@ -77,21 +79,17 @@ static void format_left(double secs, char *buf, size_t size)
 		snprintf(buf, size, "%lu:%02lu", s / 60, s % 60);
 }
 
-/* "label [####......]  42% 1.2 GiB / 3.0 GiB, 350.0 MiB/s, 0:05 left",
- * the label cut from the left so that the line fits the terminal. */
+/* "label [####......]  42% 1.2 GiB / 3.0 GiB, 350.0 MiB/s, 0:05 left" in
+ * fewer columns than the terminal's 80, so that it never wraps: the bar
+ * narrows (to half) before the label is cut, and the label is cut from
+ * the left, where a path is least telling. */
 static void draw_bar(struct progress *p, uint64_t done, uint64_t total, int64_t now)
 {
-	int filled = total ? (int)((double)done / (double)total * BAR_WIDTH) : BAR_WIDTH;
 	double secs = (double)(now - p->start_ns) / 1e9,
 	       rate = secs > 0 ? (double)done / secs : 0;
 	char bar[BAR_WIDTH + 1], a[32], b[32], r[32], left[32], tail[160];
-	size_t label_w = tool_width(p->label), room;
+	size_t label_w = tool_width(p->label), tail_w, room, bar_w = BAR_WIDTH;
 
-	if (filled > BAR_WIDTH)
-		filled = BAR_WIDTH;
-	memset(bar, '#', (size_t)filled);
-	memset(bar + filled, '.', (size_t)(BAR_WIDTH - filled));
-	bar[BAR_WIDTH] = '\0';
 	format_bytes(done, a, sizeof a);
 	format_bytes(total, b, sizeof b);
 	format_bytes((uint64_t)rate, r, sizeof r);
@@ -99,9 +97,24 @@ static void draw_bar(struct progress *p, uint64_t done, uint64_t total, int64_t 
 		    sizeof left);
 	/* TRANSLATORS: the progress of a load: done / total, rate, time left. */
 	snprintf(tail, sizeof tail, _("%s / %s, %s/s, %s left"), a, b, r, left);
-	room = TOOL_COLUMNS - 1 - (BAR_WIDTH + 3) - 5 - tool_width(tail);
-	if ((int)room < 4)
+	tail_w = tool_width(tail);
+	/* label " [" bar "] " "100%" " " tail */
+	size_t fixed = 2 + 2 + 4 + 1 + tail_w, line = TOOL_COLUMNS - 1;
+	room = line > fixed + bar_w ? line - fixed - bar_w : 0;
+	if (room < LABEL_MIN && label_w > room) {
+		size_t narrower = LABEL_MIN - room;
+
+		bar_w -= narrower < BAR_WIDTH / 2 ? narrower : BAR_WIDTH / 2;
+		room = line > fixed + bar_w ? line - fixed - bar_w : 0;
+	}
+	if (room < 4)
 		room = 4;
+	int filled = total ? (int)((double)done / (double)total * (double)bar_w) : (int)bar_w;
+	if (filled > (int)bar_w)
+		filled = (int)bar_w;
+	memset(bar, '#', (size_t)filled);
+	memset(bar + filled, '.', bar_w - (size_t)filled);
+	bar[bar_w] = '\0';
 	const char *label = p->label;
 	for (; label_w > room; label_w--) { /* whole characters off the front */
 		label++;

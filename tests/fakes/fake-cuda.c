@@ -131,6 +131,9 @@ static int visible[MAX_DEVICES];     /* visible ordinal (a CUdevice) -> physical
 static size_t capacity;              /* bytes of each device */
 static size_t used[MAX_DEVICES];     /* by physical ordinal; under lock */
 static int vmm_supported;
+/* FAKE_CUDA_COPY_MS: each copy to or from a device takes this long, as a
+ * slow link would (for what shows progress over time: the tool's bar). */
+static long copy_ms;
 static int initialized;              /* a cuInit succeeded */
 static int hold_events;
 
@@ -435,6 +438,7 @@ static void devices_init(void)
 	capacity = (size_t)fake_controls_env_number(&controls, "FAKE_CUDA_MEMORY_MB", 1024, 0,
 						    (long)(SIZE_MAX >> 21)) << 20;
 	vmm_supported = (int)fake_controls_env_number(&controls, "FAKE_CUDA_VMM", 1, 0, 1);
+	copy_ms = fake_controls_env_number(&controls, "FAKE_CUDA_COPY_MS", 0, 0, 10000);
 	/* Set but empty hides every device, as with the driver. */
 	if (list) {
 		parse_visible(list);
@@ -1162,6 +1166,8 @@ static CUresult copy(uintptr_t dst, uintptr_t src, size_t size, int to_device, C
 	if (err == CUDA_SUCCESS && size)
 		memmove((void *)dst, (const void *)src, size);
 	pthread_mutex_unlock(&lock);
+	if (copy_ms && err == CUDA_SUCCESS && size)
+		nanosleep(&(struct timespec){copy_ms / 1000, copy_ms % 1000 * 1000000}, NULL);
 	return err;
 }
 
