@@ -2,6 +2,7 @@
 /* test-progress.c - devcache load's progress bar on a terminal: drawn, within 80 columns, with rate and time left, and erased. */
 #include "tap.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -83,23 +84,35 @@ static int check_bars(const char *tty, const char *label)
 	return bars;
 }
 
+/* Write path with tensors t[0..n) and load it onto the fake cuda:0, its
+ * standard error on a terminal or not; the bars the terminal received. */
+static int load(const char *path, const struct mw_tensor *t, size_t n, bool tty)
+{
+	need_fake_cuda();
+	mw_safetensors(path, t, n, 1, NULL);
+	if (tty)
+		RUN_TOOL_ON_TTY(slow, "load", "--device", "cuda:0", path);
+	else
+		RUN_TOOL(slow, "load", "--device", "cuda:0", path);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, " on cuda:0:"));
+	assert_non_null(strstr(r.out, "miss in "));
+	int bars = check_bars(r.err, strrchr(path, '/') + 1);
+	if (tty && bars < 1)
+		fail_msg("no progress bar on the terminal; it received:\n%s", r.err);
+	return bars;
+}
+
 static void the_bar_shows_rate_and_time_left(void **state)
 {
 	static const struct mw_tensor t[] = {{"a", 3u << 20, 0}, {"b", 5u << 20, 0}};
 	char path[512];
 
 	(void)state;
-	need_fake_cuda();
 	snprintf(path, sizeof path, "%s/model.safetensors", dir);
-	mw_safetensors(path, t, 2, 1, NULL);
-	RUN_TOOL_ON_TTY(slow, "load", "--device", "cuda:0", path);
-	assert_int_equal(r.status, 0);
-	if (check_bars(r.err, "model.safetensors") < 1)
-		fail_msg("no progress bar on the terminal; it received:\n%s", r.err);
+	load(path, t, 2, true);
 	/* Erased before the result line, which goes to standard output. */
 	assert_non_null(strstr(r.err, "\r\033[K"));
-	assert_non_null(strstr(r.out, " on cuda:0:"));
-	assert_non_null(strstr(r.out, "miss in "));
 }
 
 /* A path longer than the line is cut from the left: the bar still fits. */
@@ -109,17 +122,12 @@ static void a_long_label_is_cut_from_the_left(void **state)
 	char sub[512], path[700];
 
 	(void)state;
-	need_fake_cuda();
 	snprintf(sub, sizeof sub, "%s/%s", dir,
 		 "a-folder-whose-name-alone-is-longer-than-the-whole-progress-bar-line-"
 		 "of-an-eighty-column-terminal");
 	assert_int_equal(mkdir(sub, 0700), 0);
 	snprintf(path, sizeof path, "%s/long.safetensors", sub);
-	mw_safetensors(path, t, 1, 2, NULL);
-	RUN_TOOL_ON_TTY(slow, "load", "--device", "cuda:0", path);
-	assert_int_equal(r.status, 0);
-	if (check_bars(r.err, "long.safetensors") < 1)
-		fail_msg("no progress bar on the terminal; it received:\n%s", r.err);
+	load(path, t, 1, true);
 }
 
 /* Not a terminal: no bar at all. */
@@ -129,11 +137,8 @@ static void no_bar_off_a_terminal(void **state)
 	char path[512];
 
 	(void)state;
-	need_fake_cuda();
 	snprintf(path, sizeof path, "%s/quiet.safetensors", dir);
-	mw_safetensors(path, t, 1, 3, NULL);
-	RUN_TOOL(slow, "load", "--device", "cuda:0", path);
-	assert_int_equal(r.status, 0);
+	assert_int_equal(load(path, t, 1, false), 0);
 	assert_string_equal(r.err, "");
 }
 
