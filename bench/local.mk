@@ -25,8 +25,8 @@ bench_replay_SOURCES = bench/replay.c bench/replay.h bench/minmem.c bench/bench.
 bench_replay_SOURCES += tests/pytorch-model.c tests/pytorch-model-expand.c \
 	tests/pytorch-model.h tests/pytorch-model-internal.h
 bench_replay_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/tests -DHAVE_PYTORCH_MODEL
-bench_replay_CFLAGS = $(bench_cflags)
-bench_replay_LDADD = $(bench_ldadd)
+bench_replay_CFLAGS = $(bench_cflags) $(JSONC_CFLAGS)
+bench_replay_LDADD = $(bench_ldadd) $(JSONC_LIBS)
 bench_loadbench_SOURCES = bench/loadbench.c bench/bench.h $(model_writer_core)
 bench_loadbench_CPPFLAGS = $(AM_CPPFLAGS) -iquote $(srcdir)/tests
 bench_loadbench_CFLAGS = $(bench_cflags) $(JSONC_CFLAGS)

@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "bench.h"
 #include "mallocs.h"
 #include "replay.h"
@@ -296,8 +298,17 @@ int replay(const struct trace *t, const char *device, const char *options, unsig
 		devcache_summary(dev, stdout);
 	}
 	if ((flags & REPLAY_SUMMARY) && snapshot_out) {
-		fprintf(snapshot_out, "{\"trace\": \"%s\", \"options\": \"%s\", \"snapshot\":\n",
-			t->name, options ? options : "");
+		/* The snapshot streams itself: only its frame is written here,
+		 * the strings through json-c as the library's own JSON. */
+		struct json_object *name = json_object_new_string(t->name),
+				   *opts = json_object_new_string(options ? options : "");
+		int flags_json = JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE;
+
+		fprintf(snapshot_out, "{\"trace\": %s, \"options\": %s, \"snapshot\":\n",
+			name ? json_object_to_json_string_ext(name, flags_json) : "null",
+			opts ? json_object_to_json_string_ext(opts, flags_json) : "null");
+		json_object_put(name);
+		json_object_put(opts);
 		devcache_snapshot(dev, snapshot_out);
 		fputs("}\n", snapshot_out);
 	}
