@@ -542,6 +542,50 @@ static struct devcache_model *find(struct model_cache *c, const devcache_model_f
 	return NULL;
 }
 
+/* Whether the file at path is x, by its identity (not its contents). */
+static bool still(const devcache_model_file_t *x, const char *path, const struct stat *st_in)
+{
+	struct stat st;
+
+	if (!st_in) {
+		if (stat(path, &st) != 0)
+			return false;
+		st_in = &st;
+	}
+	return x->dev == st_in->st_dev && x->ino == st_in->st_ino &&
+	       x->mtime.tv_sec == st_in->st_mtim.tv_sec &&
+	       x->mtime.tv_nsec == st_in->st_mtim.tv_nsec;
+}
+
+/* The cached model that path (st: its stat) names, found by identity
+ * alone: path is a cached model's own file (its single file, its index,
+ * the shard it was opened by) and each of the model's files is unchanged,
+ * by device, inode, size and modification time, as same_files() compares
+ * them.  A hit then needs no parsing: opening a GGUF file with a large
+ * vocabulary to learn that it is cached took as long as the hit itself
+ * should take a thousand times over.  NULL: not found this way (the
+ * caller opens the file and compares). */
+static struct devcache_model *find_by_path(struct model_cache *c, const char *path,
+					   const struct stat *st, devcache_device_t *dev,
+					   bool writable)
+{
+	for (struct devcache_model *m = c->head; m; m = m->next) {
+		bool same = m->dev == dev && m->writable == writable && still(m->mf, path, st);
+
+		for (size_t i = 0; same && i < mf_part_count(m->mf); i++) {
+			const devcache_model_file_t *x = mf_part(m->mf, i);
+			struct stat pst;
+
+			same = x == m->mf ? x->size == (uint64_t)st->st_size
+					  : stat(x->path, &pst) == 0 && still(x, x->path, &pst) &&
+						    x->size == (uint64_t)pst.st_size;
+		}
+		if (same && !lease_moved(m))
+			return m;
+	}
+	return NULL;
+}
+
 /* What a model takes where it is placed. */
 static uint64_t footprint(const devcache_model_file_t *mf, const devcache_device_t *dev)
 {
@@ -577,11 +621,13 @@ static uint64_t tensor_bytes(const devcache_model_file_t *mf)
 	return n;
 }
 
-/* Find mf on dev, waiting while another thread loads it.  A hit is locked
+/* Find mf on dev (mf NULL: the model path names, by identity alone,
+ * find_by_path), waiting while another thread loads it.  A hit is locked
  * for the caller (a RAM copy is first copied back); a miss returns 0 with
  * *m_p NULL.  Called and returns with the cache locked. */
-static int lookup(struct model_cache *c, const devcache_model_file_t *mf, devcache_device_t *dev,
-		  bool writable, const devcache_load_args_t *args, struct devcache_model **m_p,
+static int lookup(struct model_cache *c, const devcache_model_file_t *mf, const char *path,
+		  const struct stat *st, devcache_device_t *dev, bool writable,
+		  const devcache_load_args_t *args, struct devcache_model **m_p,
 		  devcache_load_result_t *res)
 {
 	struct devcache_model *m;
@@ -589,7 +635,7 @@ static int lookup(struct model_cache *c, const devcache_model_file_t *mf, devcac
 
 	*m_p = NULL;
 	for (;;) {
-		m = find(c, mf, dev, writable);
+		m = mf ? find(c, mf, dev, writable) : find_by_path(c, path, st, dev, writable);
 		if (!m || m->state == ENTRY_READY)
 			break;
 		/* Waiting for ourselves would never end: a progress callback
@@ -598,7 +644,7 @@ static int lookup(struct model_cache *c, const devcache_model_file_t *mf, devcac
 			return err_set(DEVCACHE_EBUSY,
 				       _("%s: this thread is loading it already (a progress "
 					 "callback cannot load the model it reports on)"),
-				       mf->path);
+				       path);
 		pthread_cond_wait(&c->ready, &c->lock); /* another thread is loading it */
 	}
 	if (!m)
@@ -793,16 +839,25 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 			       dev->id);
 	if ((rc = get_cache(ctx, &c)))
 		return mf_name_oom(path, rc);
+	bool writable = mc_is_host(dev) && (args.flags & DEVCACHE_LOAD_WRITABLE);
+	struct stat st;
+
+	/* A hit by the files' identity first, without parsing them. */
+	if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+		pthread_mutex_lock(&c->lock);
+		rc = lookup(c, NULL, path, &st, dev, writable, &args, &m, &res);
+		pthread_mutex_unlock(&c->lock);
+		if (rc || m)
+			goto done;
+	}
 	if ((rc = devcache_model_file_open(path, &mf))) {
 		pthread_mutex_lock(&c->lock);
 		c->stats.failed_loads++;
 		pthread_mutex_unlock(&c->lock);
 		return rc;
 	}
-	bool writable = mc_is_host(dev) && (args.flags & DEVCACHE_LOAD_WRITABLE);
-
 	pthread_mutex_lock(&c->lock);
-	rc = lookup(c, mf, dev, writable, &args, &m, &res);
+	rc = lookup(c, mf, path, NULL, dev, writable, &args, &m, &res);
 	if (rc || m) {
 		pthread_mutex_unlock(&c->lock);
 		devcache_model_file_close(mf);
@@ -816,6 +871,7 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 			res.bytes_uploaded = m->uploaded;
 		}
 	}
+done:
 	if (rc)
 		return mf_name_oom(path, rc);
 	if (args.result) {

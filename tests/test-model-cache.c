@@ -5,10 +5,12 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <devcache.h>
@@ -89,6 +91,82 @@ static void host_load_is_zero_copy(void **state)
 	assert_int_equal(devcache_cache_stats(ctx, &s), 0);
 	assert_int_equal(s.locked_models, 0);
 	assert_int_equal(devcache_cache_evict_all(ctx), 1);
+	devcache_close(ctx);
+}
+
+/* Set path's modification time to *t (NULL: now, a moment after it was). */
+static void set_mtime(const char *path, const struct timespec *t)
+{
+	struct timespec now[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+
+	if (t)
+		now[1] = *t;
+	else {
+		struct stat st;
+
+		assert_int_equal(stat(path, &st), 0);
+		now[1] = st.st_mtim;
+		now[1].tv_sec += 2;
+	}
+	assert_int_equal(utimensat(AT_FDCWD, path, now, 0), 0);
+}
+
+/* A hit is decided by the files' identity (device, inode, size,
+ * modification time), before and without parsing them: a file changed in
+ * place with its time put back is still the cached model, and any file of
+ * a set with a new time is a new model. */
+static void a_hit_is_found_by_identity_without_parsing(void **state)
+{
+	static const struct mw_tensor set[] = {{"x", 1000, 0}, {"y", 3000, 1}};
+	char path[512], index[512], shard[512], name[128];
+	devcache_model_t *m, *again;
+	devcache_cache_stats_t s;
+	struct stat st;
+
+	(void)state;
+	path_of(path, sizeof path, "id.safetensors");
+	make_model(path, 5, small_sizes, 2);
+	/* Copied, not mapped: no lease tells the cache of the write below. */
+	devcache_ctx_t *ctx = mw_open_ctx("mmap:false");
+	devcache_device_t *host = mw_device(ctx, "host");
+	assert_int_equal(devcache_model_load(ctx, path, host, NULL, &m), 0);
+	devcache_model_release(m);
+	/* Its header length made nonsense, its time put back: a parse would
+	 * refuse it, the hit does not parse. */
+	assert_int_equal(stat(path, &st), 0);
+	int fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "\xff\xff\xff\xff\xff\xff\xff\x7f", 8, 0), 8);
+	assert_int_equal(close(fd), 0);
+	set_mtime(path, &st.st_mtim);
+	assert_int_equal(devcache_model_load(ctx, path, host, NULL, &again), 0);
+	assert_ptr_equal(again, m);
+	devcache_model_release(again);
+	/* A new time: a new file to the cache, which parses it and refuses it. */
+	set_mtime(path, NULL);
+	assert_int_not_equal(devcache_model_load(ctx, path, host, NULL, &again), 0);
+	assert_contains(devcache_last_error(), "id.safetensors");
+	assert_int_equal(devcache_cache_stats(ctx, &s), 0);
+	assert_int_equal(s.hits, 1);
+	assert_int_equal(s.misses, 1);
+
+	/* A set, loaded by its index: a hit while every file is the same... */
+	mw_sharded(dir, "set", set, 2, 2, 3, 0, index, sizeof index);
+	assert_int_equal(devcache_model_load(ctx, index, host, NULL, &m), 0);
+	devcache_model_release(m);
+	assert_int_equal(devcache_model_load(ctx, index, host, NULL, &again), 0);
+	assert_ptr_equal(again, m);
+	devcache_model_release(again);
+	/* ...and a new model once one shard has a new time. */
+	mw_shard_name(name, sizeof name, "set", 1, 2, "safetensors");
+	snprintf(shard, sizeof shard, "%s/%s", dir, name);
+	set_mtime(shard, NULL);
+	assert_int_equal(devcache_model_load(ctx, index, host, NULL, &again), 0);
+	assert_ptr_not_equal(again, m);
+	devcache_model_release(again);
+	assert_int_equal(devcache_cache_stats(ctx, &s), 0);
+	assert_int_equal(s.hits, 2);
+	assert_int_equal(s.misses, 3);
 	devcache_close(ctx);
 }
 
@@ -798,6 +876,7 @@ int main(void)
 		TMPDIR_TEST(driver_faults_mid_load_leave_nothing),
 		TMPDIR_TEST(threads_loading_one_file_share_one_model),
 		TMPDIR_TEST(each_load_says_what_it_did),
+		TMPDIR_TEST(a_hit_is_found_by_identity_without_parsing),
 		cmocka_unit_test(bad_arguments_fail_cleanly),
 	};
 
