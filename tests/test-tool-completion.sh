@@ -38,6 +38,26 @@ cd "$dir" && TOOL=$TEST_TOOL SCRIPT=$script bash -c '
 			echo "# expected [$want], got [$got]"
 		fi
 	}
+	# As bash calls it at a prompt: the line and the cursor, the words
+	# split at COMP_WORDBREAKS (":" among them).
+	check_line() {
+		local want=$1 line=$2
+		shift 2
+		COMP_LINE="$TOOL $line" COMP_POINT=$((${#TOOL} + 1 + ${#line})) COMP_WORDS=("$TOOL" "$@")
+		COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+		COMPREPLY=()
+		_devcache
+		local got
+		got=$(printf "%s\n" "${COMPREPLY[@]}" | sort | tr "\n" " ")
+		unset COMP_LINE COMP_POINT
+		n=$((n + 1))
+		if [ "$got" = "$want" ]; then
+			echo "ok $n - at a prompt: devcache $line"
+		else
+			echo "not ok $n - at a prompt: devcache $line"
+			echo "# expected [$want], got [$got]"
+		fi
+	}
 	check "info inspect " in
 	check "config " con
 	check "--options --output " dump --o
@@ -46,6 +66,12 @@ cd "$dir" && TOOL=$TEST_TOOL SCRIPT=$script bash -c '
 	check "max_split_size_mb: " -o max_split_s
 	check "caching:false,max_split_size_mb: " -o caching:false,max_split_s
 	check "replay " help rep
+	check_line "max_split_size_mb: " "-o max_split_s" -o max_split_s
+	check_line "false,max_split_size_mb: " "-o caching:false,max_split_s" \
+		-o caching : false,max_split_s
+	check_line "info inspect " "-o caching:false in" -o caching : false in
+	check_line "host " "-o caching:false load --device h" \
+		-o caching : false load --device h
 	check "host " load --device h
 	check "a.safetensors b.gguf sub/ " inspect ""
 	check "d.trace sub/ " replay ""
