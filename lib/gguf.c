@@ -1,11 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* gguf.c - the GGUF header reader: metadata as JSON, tensor infos checked against ggml's type table and the file. */
+#include "gguf-json.h"
 #include "model-file.h"
 
-#include <json-c/json.h>
-#include <json-c/printbuf.h>
-#include <limits.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,198 +288,6 @@ static enum name_fault name_check(const char *name, size_t len)
 	return NAME_OK;
 }
 
-/* ---- JSON text, capped ----------------------------------------------------- */
-
-/*
- * A value's JSON text is kept to MF_MAX_JSON_VALUE bytes.  Each scalar,
- * string and marker is a json-c object, serialised by json-c and appended;
- * only the brackets and commas of arrays are written here, because the text
- * is capped as it is read: elements are written while they fit in
- * JSON_ROOM; the first that does not fit marks the text full, and from then
- * on elements are still read and checked but only counted.  (A json-c tree
- * of the whole value would hold every element of a 256k-entry vocabulary in
- * memory at once, and could not know where to stop.)  Each array that lost
- * elements ends with one string element "…(N more)", so the text stays
- * valid JSON and says what is missing.  A string value on its own (not in an
- * array) that does not fit is cut at a character boundary and ends
- * "…(N more bytes)" inside its quotes.  The markers and closing brackets
- * come out of the reserve below JSON_ROOM: at most a comma, a bracket, a
- * marker and a bracket per level of nesting.
- */
-#define JSON_RESERVE (64u * (MF_MAX_ARRAY_DEPTH + 1u))
-#define JSON_ROOM (MF_MAX_JSON_VALUE - JSON_RESERVE)
-#define JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
-
-struct json {
-	char *p;
-	size_t len, cap;
-	bool full;
-};
-
-static int json_reserve(struct json *j, size_t more)
-{
-	if (j->cap - j->len > more)
-		return 0;
-	size_t cap = j->cap ? j->cap : 64;
-	while (cap - j->len <= more)
-		cap *= 2;
-	char *p = realloc(j->p, cap);
-	if (!p)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-	j->p = p;
-	j->cap = cap;
-	return 0;
-}
-
-static int json_put(struct json *j, const char *s, size_t n)
-{
-	int rc = json_reserve(j, n);
-
-	if (rc)
-		return rc;
-	memcpy(j->p + j->len, s, n);
-	j->len += n;
-	j->p[j->len] = '\0';
-	return 0;
-}
-
-/* Append o's text while the whole stays within limit: 1 when it was
- * appended, 0 when it did not fit, or an error (o NULL: json-c ran out of
- * memory). */
-static int json_put_value(struct json *j, struct json_object *o, size_t limit)
-{
-	const char *text;
-	size_t n;
-
-	if (!o || !(text = json_object_to_json_string_length(o, JSON_FLAGS, &n)))
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-	if (j->len + n > limit)
-		return 0;
-	return json_put(j, text, n) ? DEVCACHE_ENOMEM : 1;
-}
-
-/* As json_put_value, dropping o, which the caller made for this. */
-static int json_put_new(struct json *j, struct json_object *o, size_t limit)
-{
-	int rc = json_put_value(j, o, limit);
-
-	json_object_put(o);
-	return rc;
-}
-
-/* The json-c objects a header's values are written through, made once and
- * set to each value in turn, and the string being built: a vocabulary of
- * 256k tokens costs no allocation per token. */
-struct jreuse {
-	struct json_object *str, *i64, *u64, *boolean, *f32, *f64;
-	char *text;
-	size_t text_cap;
-};
-
-/* A double as json-c writes it, but with the digits this type needs: 9
- * bring every float back bit for bit, 17 every double.  JSON has no NaN or
- * infinities: they become the strings "nan", "inf" and "-inf".  A program
- * may have set LC_NUMERIC, making printf's decimal point a comma (or
- * several bytes): whatever is not a digit, sign or exponent is the decimal
- * point and is written '.'. */
-static int json_double_text(struct json_object *o, struct printbuf *pb, int level, int flags)
-{
-	int digits = (int)(intptr_t)json_object_get_userdata(o);
-	double v = json_object_get_double(o);
-	char tmp[64], out[64];
-	size_t n = 0;
-
-	(void)level, (void)flags;
-	if (isnan(v))
-		return printbuf_memappend(pb, "\"nan\"", 5);
-	if (isinf(v))
-		return v > 0 ? printbuf_memappend(pb, "\"inf\"", 5) : printbuf_memappend(pb, "\"-inf\"", 6);
-	snprintf(tmp, sizeof tmp, "%.*g", digits, v);
-	for (const char *s = tmp; *s && n + 1 < sizeof out; s++) {
-		if ((*s >= '0' && *s <= '9') || *s == '-' || *s == '+' || *s == 'e')
-			out[n++] = *s;
-		else if (n == 0 || out[n - 1] != '.')
-			out[n++] = '.';
-	}
-	return printbuf_memappend(pb, out, (int)n);
-}
-
-static struct json_object *json_new_double(int digits)
-{
-	struct json_object *o = json_object_new_double(0);
-
-	if (o)
-		json_object_set_serializer(o, json_double_text, (void *)(intptr_t)digits, NULL);
-	return o;
-}
-
-static int jreuse_init(struct jreuse *r)
-{
-	*r = (struct jreuse){
-		.str = json_object_new_string(""), .i64 = json_object_new_int64(0),
-		.u64 = json_object_new_uint64(0), .boolean = json_object_new_boolean(0),
-		.f32 = json_new_double(9), .f64 = json_new_double(17),
-	};
-	if (r->str && r->i64 && r->u64 && r->boolean && r->f32 && r->f64)
-		return 0;
-	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-}
-
-static void jreuse_free(struct jreuse *r)
-{
-	json_object_put(r->str);
-	json_object_put(r->i64);
-	json_object_put(r->u64);
-	json_object_put(r->boolean);
-	json_object_put(r->f32);
-	json_object_put(r->f64);
-	free(r->text);
-}
-
-/* s as the text of a JSON string, in r->str: bytes that are not UTF-8
- * become U+FFFD, one each.  The spec says strings are UTF-8, but real
- * vocabularies have been seen with raw bytes in them, and llama.cpp reads
- * such files, so refusing them would refuse working models; the
- * replacement keeps the text valid JSON and shows where the bad bytes
- * were.  tail, when not NULL, is appended as it is.  NULL when memory ran
- * out. */
-static struct json_object *json_text(struct jreuse *r, const unsigned char *s, size_t n,
-				     const char *tail)
-{
-	size_t tn = tail ? strlen(tail) : 0, len = 0, in;
-
-	if (n > (INT_MAX - tn) / 3)
-		return NULL; /* cannot be: a string is at most MF_MAX_STRING */
-	if (3 * n + tn > r->text_cap) {
-		size_t cap = r->text_cap ? r->text_cap : 256;
-		char *t;
-
-		while (cap < 3 * n + tn)
-			cap *= 2;
-		if (!(t = realloc(r->text, cap)))
-			return NULL;
-		r->text = t;
-		r->text_cap = cap;
-	}
-	for (size_t i = 0; i < n; i += in) {
-		if (s[i] < 0x80) {
-			r->text[len++] = (char)s[i];
-			in = 1;
-		} else if ((in = mf_utf8_seq(s + i, n - i))) {
-			memcpy(r->text + len, s + i, in);
-			len += in;
-		} else {
-			memcpy(r->text + len, "\xef\xbf\xbd", 3);
-			len += 3;
-			in = 1;
-		}
-	}
-	if (tn)
-		memcpy(r->text + len, tail, tn);
-	return json_object_set_string_len(r->str, r->text ? r->text : "", (int)(len + tn)) ? r->str
-											    : NULL;
-}
-
 /* ---- metadata values --------------------------------------------------------- */
 
 struct parse {
@@ -515,44 +320,10 @@ static int read_scratch(struct parse *p, size_t len)
 	return cur_read(&p->c, p->scratch, len);
 }
 
-/* A string too long for the room left: as many of its first characters as
- * fit, and "…(N more bytes)" inside the quotes.  Each byte taken off the
- * end takes at least one byte off the text, so taking off what overflowed
- * and trying again ends in a few rounds. */
-static int put_cut_string(struct jreuse *r, struct json *j, const unsigned char *s, size_t len,
-			  bool *shown_p)
-{
-	size_t keep = len;
-
-	for (;;) {
-		struct json_object *o;
-		const char *text;
-		char more[64];
-		size_t n;
-
-		snprintf(more, sizeof more, "\xe2\x80\xa6(%llu more bytes)",
-			 (unsigned long long)(len - keep));
-		if (!(o = json_text(r, s, keep, more)) ||
-		    !(text = json_object_to_json_string_length(o, JSON_FLAGS, &n)))
-			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-		if (j->len + n <= JSON_ROOM || keep == 0) {
-			int rc = json_put(j, text, n);
-
-			*shown_p = rc == 0;
-			return rc;
-		}
-		size_t over = j->len + n - JSON_ROOM;
-		keep -= over < keep ? over : keep;
-		/* Cut before a character, not inside one. */
-		for (int back = 0; back < 3 && keep > 0 && (s[keep] & 0xc0) == 0x80; back++)
-			keep--;
-	}
-}
-
-static int read_value(struct parse *p, uint32_t type, unsigned depth, struct json *j, bool show,
+static int read_value(struct parse *p, uint32_t type, unsigned depth, struct cjson *j, bool show,
 		      bool *shown_p);
 
-static int read_string_value(struct parse *p, unsigned depth, struct json *j, bool show,
+static int read_string_value(struct parse *p, unsigned depth, struct cjson *j, bool show,
 			     bool *shown_p)
 {
 	struct cursor *c = &p->c;
@@ -580,7 +351,7 @@ static int read_string_value(struct parse *p, unsigned depth, struct json *j, bo
 		j->full = true;
 		return 0;
 	}
-	if ((rc = json_put_value(j, json_text(&p->json, p->scratch, (size_t)len, NULL), JSON_ROOM)) != 0) {
+	if ((rc = cjson_put_value(j, cjson_text(&p->json, p->scratch, (size_t)len, NULL), JSON_ROOM)) != 0) {
 		*shown_p = rc == 1;
 		return rc == 1 ? 0 : rc;
 	}
@@ -589,7 +360,7 @@ static int read_string_value(struct parse *p, unsigned depth, struct json *j, bo
 		j->full = true;
 		return 0;
 	}
-	return put_cut_string(&p->json, j, p->scratch, (size_t)len, shown_p);
+	return cjson_put_cut_string(&p->json, j, p->scratch, (size_t)len, shown_p);
 }
 
 /* Read count elements of an array for their checks only. */
@@ -605,7 +376,7 @@ static int skip_elements(struct parse *p, uint32_t type, unsigned depth, uint64_
 	return 0;
 }
 
-static int read_array(struct parse *p, unsigned depth, struct json *j, bool show, bool *shown_p)
+static int read_array(struct parse *p, unsigned depth, struct cjson *j, bool show, bool *shown_p)
 {
 	struct cursor *c = &p->c;
 	uint64_t type_at = c->pos, count, hidden = 0;
@@ -635,7 +406,7 @@ static int read_array(struct parse *p, unsigned depth, struct json *j, bool show
 		j->full = true;
 	if (!show || j->full)
 		return skip_elements(p, type, depth, count);
-	if ((rc = json_put(j, "[", 1)))
+	if ((rc = cjson_put(j, "[", 1)))
 		return rc;
 	*shown_p = true;
 	for (uint64_t i = 0; i < count; i++) {
@@ -647,7 +418,7 @@ static int read_array(struct parse *p, unsigned depth, struct json *j, bool show
 				return rc;
 			break;
 		}
-		if (!ready && (rc = json_put(j, ",", 1)))
+		if (!ready && (rc = cjson_put(j, ",", 1)))
 			return rc;
 		ready = true;
 		if ((rc = read_value(p, type, depth + 1, j, true, &shown)))
@@ -661,11 +432,11 @@ static int read_array(struct parse *p, unsigned depth, struct json *j, bool show
 		char more[64];
 
 		snprintf(more, sizeof more, "\xe2\x80\xa6(%llu more)", (unsigned long long)hidden);
-		if ((!ready && (rc = json_put(j, ",", 1))) ||
-		    (rc = json_put_new(j, json_object_new_string(more), SIZE_MAX)) < 0)
+		if ((!ready && (rc = cjson_put(j, ",", 1))) ||
+		    (rc = cjson_put_new(j, json_object_new_string(more), SIZE_MAX)) < 0)
 			return rc;
 	}
-	return json_put(j, "]", 1);
+	return cjson_put(j, "]", 1);
 }
 
 /* A scalar in its json-c object (NULL when memory ran out); v holds its
@@ -707,7 +478,7 @@ static struct json_object *json_scalar(struct jreuse *r, uint32_t type, uint64_t
 
 /* One value of the given (known) type: its JSON text appended to j when
  * show is set and it fits (*shown_p says which), else only read and checked. */
-static int read_value(struct parse *p, uint32_t type, unsigned depth, struct json *j, bool show,
+static int read_value(struct parse *p, uint32_t type, unsigned depth, struct cjson *j, bool show,
 		      bool *shown_p)
 {
 	struct cursor *c = &p->c;
@@ -743,7 +514,7 @@ static int read_value(struct parse *p, uint32_t type, unsigned depth, struct jso
 				c->name, (unsigned long long)at, (unsigned)v);
 	if (!show)
 		return 0;
-	if ((rc = json_put_value(j, json_scalar(&p->json, type, v), JSON_ROOM)) == 0)
+	if ((rc = cjson_put_value(j, json_scalar(&p->json, type, v), JSON_ROOM)) == 0)
 		j->full = true;
 	*shown_p = rc == 1;
 	return rc == 1 ? 0 : rc;
@@ -850,7 +621,7 @@ static int key_error(struct parse *p, enum name_error fault, uint64_t at, uint64
 
 /* general.alignment: the spec makes it a UINT32, and the data section and
  * every tensor's offset are multiples of it. */
-static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, struct json *j)
+static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, struct cjson *j)
 {
 	struct cursor *c = &p->c;
 	uint64_t at;
@@ -871,7 +642,7 @@ static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, stru
 				  "of two"),
 				c->name, (unsigned long long)at, (unsigned)v);
 	p->mf->alignment = v;
-	rc = json_put_value(j, json_scalar(&p->json, GGUF_UINT32, v), JSON_ROOM);
+	rc = cjson_put_value(j, json_scalar(&p->json, GGUF_UINT32, v), JSON_ROOM);
 	return rc == 1 ? 0 : rc;
 }
 
@@ -880,7 +651,7 @@ static int read_kv(struct parse *p, uint64_t index)
 	struct cursor *c = &p->c;
 	uint64_t key_at = c->pos, type_at, len;
 	enum name_error fault;
-	struct json j = {0};
+	struct cjson j = {0};
 	uint32_t type;
 	size_t *slot;
 	char *key;
