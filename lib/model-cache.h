@@ -106,6 +106,8 @@ bool lease_moved(const struct devcache_model *m);
 /* For devcache_cache_summary(): "", or what protects m's mappings and
  * what does not.  Called with the cache locked, as is lease_moved(). */
 const char *lease_note(const struct devcache_model *m);
+/* The context's model cache, made on first use. */
+int mc_get_cache(devcache_ctx_t *ctx, struct model_cache **c_p);
 /* Stop the watcher thread: first thing at model_cache_destroy(). */
 void lease_stop(struct model_cache *c);
 
