@@ -23,7 +23,7 @@ TEST_TMPDIR_FIXTURE("model-cache");
 static void make_model(const char *path, size_t n, const size_t *sizes, unsigned seed)
 {
 	struct mw_tensor t[8];
-	char names[8][8];
+	char names[8][24]; /* "t%zu" of any size_t */
 	struct mw_opts o = {.seed = seed, .flags = MW_NO_PAD};
 
 	assert_true(n <= 8);
