@@ -108,8 +108,9 @@ int jreuse_init(struct jreuse *r)
 		.str = json_object_new_string(""), .i64 = json_object_new_int64(0),
 		.u64 = json_object_new_uint64(0), .boolean = json_object_new_boolean(0),
 		.f32 = json_new_double(9), .f64 = json_new_double(17),
+		.empty = json_object_new_string(""),
 	};
-	if (r->str && r->i64 && r->u64 && r->boolean && r->f32 && r->f64)
+	if (r->str && r->i64 && r->u64 && r->boolean && r->f32 && r->f64 && r->empty)
 		return 0;
 	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 }
@@ -122,6 +123,7 @@ void jreuse_free(struct jreuse *r)
 	json_object_put(r->boolean);
 	json_object_put(r->f32);
 	json_object_put(r->f64);
+	json_object_put(r->empty);
 	free(r->text);
 }
 
@@ -163,6 +165,8 @@ struct json_object *cjson_text(struct jreuse *r, const unsigned char *s, size_t 
 			in = 1;
 		}
 	}
+	if (len + tn == 0)
+		return r->empty;
 	if (tn)
 		memcpy(r->text + len, tail, tn);
 	return json_object_set_string_len(r->str, r->text ? r->text : "", (int)(len + tn)) ? r->str

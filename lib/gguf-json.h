@@ -41,6 +41,9 @@ struct cjson {
  * 256k tokens costs no allocation per token. */
 struct jreuse {
 	struct json_object *str, *i64, *u64, *boolean, *f32, *f64;
+	/* "", never set: json-c 0.16 leaks the buffer of a string object set
+	 * to the empty string after a longer one (json_object_set_string_len). */
+	struct json_object *empty;
 	char *text;
 	size_t text_cap;
 };
