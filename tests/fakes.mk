@@ -1,11 +1,11 @@
 ## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/fakes.mk - fake vendor runtimes backed by host memory, and the conformance suite every backend passes.
 EXTRA_DIST += tests/fakes/fake-cuda.c tests/fakes/fake-hip.c tests/fakes/fake-ze.c \
-	tests/fakes/fake-controls.h tests/fakes/fake-registry.h
+	tests/fakes/fake-controls.h tests/fakes/fake-registry.h tests/fakes/fake-vmm.h
 if BUILD_CUDA
 check_LTLIBRARIES += tests/fakes/libfake-cuda.la
 tests_fakes_libfake_cuda_la_SOURCES = tests/fakes/fake-cuda.c tests/fakes/fake-controls.h \
-	tests/fakes/fake-registry.h
+	tests/fakes/fake-registry.h tests/fakes/fake-vmm.h
 tests_fakes_libfake_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_fakes_libfake_cuda_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_cuda_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere

@@ -17,6 +17,7 @@
 
 #include "fake-controls.h"
 #include "fake-registry.h"
+#include "fake-vmm.h"
 
 /* Everything not static is the driver's API or a test control, and must stay
  * reachable by dlsym() whatever -fvisibility the build uses. */
@@ -143,14 +144,12 @@ static __thread int ctx_depth;
 
 /* The live objects, all under lock: one tree of non-overlapping address ranges
  * (device and host allocations, registrations, reservations) so that any
- * address inside one finds it, one of the mappings inside reservations, and
- * one tree each of the stream, event and physical memory handles. */
+ * address inside one finds it, one tree each of the stream and event handles,
+ * and in vmem the mappings inside reservations and the physical memory handles. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *ranges;
-static void *mappings;
 static void *streams;
 static void *events;
-static void *physicals;
 
 enum range_kind { R_DEVICE, R_HOST, R_REGISTERED, R_RESERVED, R_MAPPED, R_KINDS };
 static const char *const kind_names[R_KINDS] = {"device allocation", "host allocation",
@@ -163,8 +162,9 @@ static struct fake_registry registry = {
 	.kind_names = kind_names,
 	.n_kinds = R_KINDS,
 };
-static unsigned long live_streams, live_events, live_physicals;
-static size_t physical_bytes;
+static unsigned long live_streams, live_events;
+static struct fake_vmm vmem =
+	FAKE_VMM_INIT(&lock, &registry, &ranges, R_RESERVED, R_MAPPED, "fake-cuda-physical");
 
 /* A primary context per visible device; its handle stays the same across
  * release and retain, as the driver's does. */
@@ -174,20 +174,12 @@ struct CUctx_st {
 };
 static struct CUctx_st primaries[MAX_DEVICES];
 
-struct phys_mem {
-	int dev; /* visible ordinal */
-	size_t size;
-	int fd;   /* a memfd, so that the bytes outlive a mapping and two mappings share them */
-	unsigned long maps;
-	int released; /* cuMemRelease'd while mapped: freed at the last unmap */
-};
-
+/* Physical memory's device (a struct fake_physical's) is a visible ordinal;
+ * mappings are struct fake_mapping, in vmem.mappings. */
 struct range {
 	struct fake_range span; /* first, for the registry; its kind is an enum range_kind */
 	size_t mapped; /* host allocations and reservations: the length given to mmap() */
-	int dev; /* device allocations: visible ordinal */
-	struct phys_mem *pm;         /* mappings: what backs them */
-	uint64_t readers, writers;   /* mappings: devices granted access by cuMemSetAccess */
+	int dev;       /* device allocations and reservations: visible ordinal */
 };
 
 /* A wait on a 32-bit word (cuStreamWaitValue32): what the stream's later
@@ -1105,23 +1097,20 @@ static void word_block(struct word_wait *w)
  * SIGSEGV. */
 static CUresult device_side(uintptr_t p, size_t size, int dev, int write)
 {
-	uint64_t bit = (uint64_t)1 << dev;
-	struct range *r = range_at(p), *m;
+	struct range *r = range_at(p);
 
 	if (!r || (r->span.kind != R_DEVICE && r->span.kind != R_RESERVED) ||
 	    size > r->span.base + r->span.size - p)
 		return misuse(CUDA_ERROR_INVALID_VALUE);
 	if (r->span.kind == R_DEVICE)
 		return CUDA_SUCCESS;
-	for (;;) {
-		if (!(m = fake_range_in(&mappings, p, 1)))
-			return misuse(CUDA_ERROR_INVALID_VALUE);
-		if (!((write ? m->writers : m->readers) & bit))
-			return misuse(CUDA_ERROR_ILLEGAL_ADDRESS);
-		if (size <= m->span.base + m->span.size - p)
-			return CUDA_SUCCESS;
-		size -= m->span.base + m->span.size - p;
-		p = m->span.base + m->span.size;
+	switch (fake_vmm_reach(&vmem, p, size, dev, write)) {
+	case FAKE_VMM_REACHED:
+		return CUDA_SUCCESS;
+	case FAKE_VMM_DENIED:
+		return misuse(CUDA_ERROR_ILLEGAL_ADDRESS);
+	default:
+		return misuse(CUDA_ERROR_INVALID_VALUE);
 	}
 }
 
@@ -1441,7 +1430,7 @@ void fake_cuda_context_current(int dev)
 
 static int vm_aligned(uintptr_t n)
 {
-	return (n & (VM_GRANULARITY - 1)) == 0;
+	return fake_vmm_aligned(n, VM_GRANULARITY);
 }
 
 /* Pinned device memory of a visible device is all the fake makes. */
@@ -1474,9 +1463,8 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
 			     unsigned long long flags)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), len = size;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	struct range *r;
-	void *p = NULL;
 	int dev;
 
 	ENTER(cuMemAddressReserve);
@@ -1488,30 +1476,13 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 		alignment = VM_GRANULARITY;
 	if (!(r = malloc(sizeof *r)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (addr && (addr & (alignment - 1)) == 0) {
-		p = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-		/* Kernels before 4.17 take the flag for a plain hint. */
-		if (p != MAP_FAILED && p != (void *)(uintptr_t)addr)
-			munmap(p, size);
-		if (p != (void *)(uintptr_t)addr)
-			p = NULL;
-	}
-	if (!p && !(p = fake_map_aligned(size, alignment, PROT_NONE, &len))) {
+	*r = (struct range){.dev = dev};
+	if (fake_vmm_reserve(&vmem, &r->span, (void *)(uintptr_t)addr, size, alignment, &r->mapped,
+			     NULL) != FAKE_VMM_OK) {
 		free(r);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_RESERVED},
-			    .mapped = len, .dev = dev};
-	pthread_mutex_lock(&lock);
-	if (fake_range_add(&registry, &ranges, &r->span) != r) {
-		pthread_mutex_unlock(&lock);
-		munmap(p, len);
-		free(r);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	pthread_mutex_unlock(&lock);
-	*ptr = (CUdeviceptr)(uintptr_t)p;
+	*ptr = (CUdeviceptr)r->span.base;
 	return CUDA_SUCCESS;
 }
 
@@ -1524,9 +1495,8 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 
 	ENTER(cuMemAddressFree);
 	pthread_mutex_lock(&lock);
-	r = range_at((uintptr_t)ptr);
-	if (!ptr || !r || r->span.kind != R_RESERVED || r->span.base != ptr ||
-	    r->span.size != size || fake_range_in(&mappings, r->span.base, r->span.size)) {
+	r = fake_vmm_reservation(&vmem, (uintptr_t)ptr, size);
+	if (!r || fake_vmm_mapped(&vmem, r->span.base, r->span.size)) {
 		pthread_mutex_unlock(&lock);
 		return misuse(CUDA_ERROR_INVALID_VALUE);
 	}
@@ -1544,8 +1514,9 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 		     const CUmemAllocationProp *prop, unsigned long long flags)
 {
-	struct phys_mem *pm;
-	int dev, fd, ok;
+	enum fake_vmm_status st;
+	struct fake_physical *pm;
+	int dev;
 
 	ENTER(cuMemCreate);
 	if (!handle || flags || size == 0 || !vm_aligned(size))
@@ -1559,29 +1530,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	dev = prop->location.id;
 	if (!(pm = malloc(sizeof *pm)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	pthread_mutex_lock(&lock);
-	ok = capacity_take(dev, size);
-	pthread_mutex_unlock(&lock);
-	if (!ok) {
-		free(pm);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	fd = memfd_create("fake-cuda-physical", MFD_CLOEXEC);
-	if (fd >= 0 && (size > (size_t)INT64_MAX || ftruncate(fd, (off_t)size) != 0)) {
-		close(fd);
-		fd = -1;
-	}
-	*pm = (struct phys_mem){.dev = dev, .size = size, .fd = fd};
-	pthread_mutex_lock(&lock);
-	ok = fd >= 0 && fake_handle_add(&physicals, pm, &live_physicals);
-	if (ok)
-		physical_bytes += size;
-	else
-		capacity_give(dev, size);
-	pthread_mutex_unlock(&lock);
-	if (!ok) {
-		if (fd >= 0)
-			close(fd);
+	st = fake_physical_create(&vmem, pm, dev, size, &used[visible[dev]], capacity, NULL);
+	if (st != FAKE_VMM_OK) {
 		free(pm);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -1589,39 +1539,19 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	return CUDA_SUCCESS;
 }
 
-/* Frees physical memory, under lock. */
-static void physical_free(struct phys_mem *pm)
+/* The physical memory a handle names, live or not: the registry says. */
+static void *physical_handle(CUmemGenericAllocationHandle handle)
 {
-	fake_handle_remove(&physicals, pm, &live_physicals);
-	physical_bytes -= pm->size;
-	capacity_give(pm->dev, pm->size);
-	close(pm->fd);
-	free(pm);
-}
-
-/* The handle of live, unreleased physical memory, under lock; NULL if none. */
-static struct phys_mem *physical_of(CUmemGenericAllocationHandle handle)
-{
-	struct phys_mem *pm = (struct phys_mem *)(uintptr_t)handle;
-
-	return fake_handle_known(&physicals, pm) && !pm->released ? pm : NULL;
+	return (void *)(uintptr_t)handle;
 }
 
 /* As documented, memory still mapped is freed when its last mapping goes. */
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-	struct phys_mem *pm;
-
 	ENTER(cuMemRelease);
-	pthread_mutex_lock(&lock);
-	if ((pm = physical_of(handle))) {
-		if (pm->maps)
-			pm->released = 1;
-		else
-			physical_free(pm);
-	}
-	pthread_mutex_unlock(&lock);
-	return pm ? CUDA_SUCCESS : misuse(CUDA_ERROR_INVALID_VALUE);
+	if (fake_physical_release(&vmem, physical_handle(handle)))
+		return CUDA_SUCCESS;
+	return misuse(CUDA_ERROR_INVALID_VALUE);
 }
 
 /* Mapped but not accessible, as documented: the pages stay PROT_NONE until
@@ -1632,8 +1562,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 		  unsigned long long flags)
 {
 	CUresult err = CUDA_ERROR_INVALID_VALUE;
-	struct phys_mem *pm;
-	struct range *r, *m;
+	struct fake_physical *pm;
+	struct fake_mapping *m;
 	uintptr_t a = (uintptr_t)ptr;
 
 	ENTER(cuMemMap);
@@ -1643,23 +1573,11 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 	if (!(m = malloc(sizeof *m)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&lock);
-	pm = physical_of(handle);
-	r = range_at(a);
-	if (pm && size <= pm->size && r && r->span.kind == R_RESERVED &&
-	    size <= r->span.base + r->span.size - a && !fake_range_in(&mappings, a, size)) {
-		*m = (struct range){.span = {.base = a, .size = size, .kind = R_MAPPED},
-				    .dev = pm->dev, .pm = pm};
-		if (mmap((void *)a, size, PROT_NONE, MAP_SHARED | MAP_FIXED, pm->fd, 0) == MAP_FAILED) {
-			err = CUDA_ERROR_OUT_OF_MEMORY;
-		} else if (fake_range_add(&registry, &mappings, &m->span) != m) {
-			mmap((void *)a, size, PROT_NONE,
-			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-			err = CUDA_ERROR_OUT_OF_MEMORY;
-		} else {
-			pm->maps++;
-			err = CUDA_SUCCESS;
-		}
-	}
+	pm = fake_physical_of(&vmem, physical_handle(handle));
+	if (fake_vmm_map_target(&vmem, a, size, pm, 0))
+		err = fake_vmm_map(&vmem, m, a, size, pm, 0, PROT_NONE, NULL) ?
+			      CUDA_SUCCESS :
+			      CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_unlock(&lock);
 	if (err != CUDA_SUCCESS)
 		free(m);
@@ -1667,50 +1585,16 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 	return err == CUDA_ERROR_INVALID_VALUE ? misuse(err) : err;
 }
 
-/* Whether [a, a + size) is exactly a run of whole, adjacent mappings, under
- * lock: what cuMemUnmap and cuMemSetAccess take. */
-static int whole_mappings(uintptr_t a, size_t size)
-{
-	uintptr_t end = a + size;
-	struct range *m;
-
-	if (!a || size == 0 || size > UINTPTR_MAX - a)
-		return 0;
-	while (a < end) {
-		m = fake_range_in(&mappings, a, 1);
-		if (!m || m->span.base != a || m->span.size > end - a)
-			return 0;
-		a += m->span.size;
-	}
-	return 1;
-}
-
-/* Removes mapping m, under lock; its pages go back to reserved address space,
- * and released memory whose last mapping this was is freed. */
-static void unmap_one(struct range *m)
-{
-	struct phys_mem *pm = m->pm;
-
-	fake_range_remove(&registry, &mappings, &m->span);
-	mmap((void *)m->span.base, m->span.size, PROT_NONE,
-	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-	free(m);
-	if (--pm->maps == 0 && pm->released)
-		physical_free(pm);
-}
-
 /* Whole mappings only, as documented; a range may cover several adjacent ones. */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-	struct range *m;
 	int ok;
 
 	ENTER(cuMemUnmap);
 	pthread_mutex_lock(&lock);
-	ok = whole_mappings((uintptr_t)ptr, size);
+	ok = fake_vmm_whole_mappings(&vmem, (uintptr_t)ptr, size);
 	if (ok)
-		while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
-			unmap_one(m);
+		fake_vmm_unmap(&vmem, (uintptr_t)ptr, size);
 	pthread_mutex_unlock(&lock);
 	return ok ? CUDA_SUCCESS : misuse(CUDA_ERROR_INVALID_VALUE);
 }
@@ -1719,10 +1603,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
  * allow what any device was given, since the host stands in for them all. */
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
-	uint64_t readers = 0, writers = 0, bit;
-	uintptr_t a = (uintptr_t)ptr;
-	struct range *m;
-	int ok, prot;
+	struct fake_access acc = {0};
 
 	ENTER(cuMemSetAccess);
 	if (!desc || count == 0)
@@ -1736,27 +1617,13 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
 		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 			return misuse(CUDA_ERROR_INVALID_VALUE);
-		/* A device named twice gets what its last entry says. */
-		bit = (uint64_t)1 << desc[i].location.id;
-		readers = (readers & ~bit) | (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE ? bit : 0);
-		writers = (writers & ~bit) |
-			  (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? bit : 0);
+		fake_access_give(&acc, desc[i].location.id,
+				 desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE,
+				 desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	}
-	pthread_mutex_lock(&lock);
-	ok = whole_mappings(a, size);
-	while (ok && a < (uintptr_t)ptr + size) {
-		m = fake_range_in(&mappings, a, 1);
-		for (size_t i = 0; i < count; i++) {
-			bit = (uint64_t)1 << desc[i].location.id;
-			m->readers = (m->readers & ~bit) | (readers & bit);
-			m->writers = (m->writers & ~bit) | (writers & bit);
-		}
-		prot = m->writers ? PROT_READ | PROT_WRITE : m->readers ? PROT_READ : PROT_NONE;
-		mprotect((void *)m->span.base, m->span.size, prot);
-		a += m->span.size;
-	}
-	pthread_mutex_unlock(&lock);
-	return ok ? CUDA_SUCCESS : misuse(CUDA_ERROR_INVALID_VALUE);
+	return fake_vmm_set_access(&vmem, (uintptr_t)ptr, size, &acc) ?
+		       CUDA_SUCCESS :
+		       misuse(CUDA_ERROR_INVALID_VALUE);
 }
 
 /* ---- IPC ---- */
@@ -1855,7 +1722,7 @@ size_t fake_cuda_live(void)
 	pthread_mutex_lock(&lock);
 	for (int k = 0; k < R_KINDS; k++)
 		n += registry.live_count[k];
-	n += live_streams + live_events + live_physicals + live_contexts();
+	n += live_streams + live_events + vmem.live_physicals + live_contexts();
 	pthread_mutex_unlock(&lock);
 	return n;
 }
@@ -1864,7 +1731,7 @@ size_t fake_cuda_live(void)
 static void unload_report(void)
 {
 	const struct fake_leak others[] = {
-		{"physical allocation", live_physicals, 1, physical_bytes, "live"},
+		{"physical allocation", vmem.live_physicals, 1, vmem.physical_bytes, "live"},
 		{"stream", live_streams, 0, 0, "live"},
 		{"event", live_events, 0, 0, "live"},
 		{"primary context", live_contexts(), 0, 0, "retained"},
