@@ -21,7 +21,7 @@ endif
 if BUILD_HIP
 check_LTLIBRARIES += tests/fakes/libfake-hip.la
 tests_fakes_libfake_hip_la_SOURCES = tests/fakes/fake-hip.c tests/fakes/fake-controls.h \
-	tests/fakes/fake-registry.h
+	tests/fakes/fake-registry.h tests/fakes/fake-vmm.h
 tests_fakes_libfake_hip_la_CPPFLAGS = $(AM_CPPFLAGS) $(HIP_CPPFLAGS)
 tests_fakes_libfake_hip_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_hip_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere

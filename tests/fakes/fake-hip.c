@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* fake-hip.c - a host-memory stand-in for libamdhip64.so, with test controls, for the HIP backend's tests. */
-#define _GNU_SOURCE /* twalk_r, secure_getenv, memfd_create */
+#define _GNU_SOURCE /* twalk_r, secure_getenv, memfd_create, MAP_FIXED_NOREPLACE */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -14,6 +14,7 @@
 
 #include "fake-controls.h"
 #include "fake-registry.h"
+#include "fake-vmm.h"
 
 /* Everything not static is the runtime's API or a test control, and must stay
  * reachable by dlsym() whatever -fvisibility the build uses. */
@@ -159,10 +160,8 @@ static int vmm_supported = -1;
  * finds it, and one tree each of the stream and event handles. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *ranges;
-static void *mappings; /* inside reservations */
 static void *streams;
 static void *events;
-static void *physicals;
 
 enum range_kind { R_DEVICE, R_HOST, R_REGISTERED, R_RESERVED, R_MAPPED, R_KINDS };
 static const char *const kind_names[R_KINDS] = {"device allocation", "host allocation",
@@ -175,24 +174,22 @@ static struct fake_registry registry = {
 	.kind_names = kind_names,
 	.n_kinds = R_KINDS,
 };
-static unsigned long live_streams, live_events, live_physicals;
-static size_t physical_bytes;
+static unsigned long live_streams, live_events;
+/* The mappings inside reservations and the physical memory handles. */
+static struct fake_vmm vmem =
+	FAKE_VMM_INIT(&lock, &registry, &ranges, R_RESERVED, R_MAPPED, "fake-hip-physical");
 
-/* What hipMemCreate makes: a memfd, so that the bytes outlive a mapping. */
+/* What hipMemCreate makes; its device is a physical ordinal. */
 struct ihipMemGenericAllocationHandle {
-	int dev; /* physical ordinal */
-	size_t size;
-	int fd;
-	unsigned long maps;
-	int released; /* hipMemRelease'd while mapped: freed at the last unmap */
+	struct fake_physical phys; /* the whole of it */
 };
 
+/* Mappings are struct fake_mapping, in vmem.mappings; their access masks are
+ * of visible devices. */
 struct range {
 	struct fake_range span; /* first, for the registry; its kind is an enum range_kind */
 	size_t mapped; /* host allocations and reservations: the length given to mmap() */
-	int dev; /* device allocations: physical ordinal */
-	hipMemGenericAllocationHandle_t pm; /* mappings: what backs them */
-	uint64_t readers, writers;          /* mappings: visible devices given access */
+	int dev;       /* device allocations and reservations: physical ordinal */
 };
 
 struct ihipStream_t {
@@ -759,18 +756,13 @@ hipError_t hipHostUnregister(void *hostPtr)
  * fails with hipErrorIllegalAddress instead of the fake's own SIGSEGV. */
 static hipError_t mapped_side(uintptr_t p, size_t size, int dev, int write)
 {
-	uint64_t bit = (uint64_t)1 << dev;
-	struct range *m;
-
-	for (;;) {
-		if (!(m = fake_range_in(&mappings, p, 1)))
-			return misuse(hipErrorInvalidValue);
-		if (!((write ? m->writers : m->readers) & bit))
-			return misuse(hipErrorIllegalAddress);
-		if (size <= m->span.base + m->span.size - p)
-			return hipSuccess;
-		size -= m->span.base + m->span.size - p;
-		p = m->span.base + m->span.size;
+	switch (fake_vmm_reach(&vmem, p, size, dev, write)) {
+	case FAKE_VMM_REACHED:
+		return hipSuccess;
+	case FAKE_VMM_DENIED:
+		return misuse(hipErrorIllegalAddress);
+	default:
+		return misuse(hipErrorInvalidValue);
 	}
 }
 
@@ -1085,7 +1077,7 @@ static int vmm(void)
 
 static int vm_aligned(uintptr_t n)
 {
-	return (n & (VM_GRANULARITY - 1)) == 0;
+	return fake_vmm_aligned(n, VM_GRANULARITY);
 }
 
 /* Pinned memory of a visible device is all the fake makes; prop is read in
@@ -1123,9 +1115,8 @@ hipError_t hipMemGetAllocationGranularity(size_t *granularity, const hipMemAlloc
 hipError_t hipMemAddressReserve(void **ptr, size_t size, size_t alignment, void *addr,
 				unsigned long long flags)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), len = size;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	struct range *r;
-	void *p;
 
 	ENTER(hipMemAddressReserve);
 	NEED_DEVICES();
@@ -1136,21 +1127,13 @@ hipError_t hipMemAddressReserve(void **ptr, size_t size, size_t alignment, void 
 		alignment = VM_GRANULARITY;
 	if (!(r = malloc(sizeof *r)))
 		return done(hipErrorOutOfMemory);
-	if (!(p = fake_map_aligned(size, alignment, PROT_NONE, &len))) {
+	*r = (struct range){.dev = visible[current_device]};
+	if (fake_vmm_reserve(&vmem, &r->span, NULL, size, alignment, &r->mapped, NULL) !=
+	    FAKE_VMM_OK) {
 		free(r);
 		return done(hipErrorOutOfMemory);
 	}
-	*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_RESERVED},
-			    .mapped = len, .dev = visible[current_device]};
-	pthread_mutex_lock(&lock);
-	if (fake_range_add(&registry, &ranges, &r->span) != r) {
-		pthread_mutex_unlock(&lock);
-		munmap(p, len);
-		free(r);
-		return done(hipErrorOutOfMemory);
-	}
-	pthread_mutex_unlock(&lock);
-	*ptr = p;
+	*ptr = (void *)r->span.base;
 	return done(hipSuccess);
 }
 
@@ -1158,15 +1141,13 @@ hipError_t hipMemAddressReserve(void **ptr, size_t size, size_t alignment, void 
  * caller unmaps first, and the fake leaves nothing dangling. */
 hipError_t hipMemAddressFree(void *devPtr, size_t size)
 {
-	uintptr_t a = (uintptr_t)devPtr;
 	struct range *r;
 
 	ENTER(hipMemAddressFree);
 	NEED_DEVICES();
 	pthread_mutex_lock(&lock);
-	r = range_at(devPtr);
-	if (!devPtr || !r || r->span.kind != R_RESERVED || r->span.base != a ||
-	    r->span.size != size || fake_range_in(&mappings, r->span.base, r->span.size)) {
+	r = fake_vmm_reservation(&vmem, (uintptr_t)devPtr, size);
+	if (!r || fake_vmm_mapped(&vmem, r->span.base, r->span.size)) {
 		pthread_mutex_unlock(&lock);
 		return done(misuse(hipErrorInvalidValue));
 	}
@@ -1185,7 +1166,7 @@ hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *handle, size_t size,
 	const struct abi_alloc_prop *p = (const void *)prop;
 	hipMemGenericAllocationHandle_t pm;
 	hipError_t err;
-	int dev, fd, ok;
+	int dev;
 
 	ENTER(hipMemCreate);
 	NEED_DEVICES();
@@ -1198,31 +1179,8 @@ hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *handle, size_t size,
 	dev = visible[p->location.id];
 	if (!(pm = malloc(sizeof *pm)))
 		return done(hipErrorOutOfMemory);
-	pthread_mutex_lock(&lock);
-	ok = size <= capacity - used[dev];
-	if (ok)
-		used[dev] += size;
-	pthread_mutex_unlock(&lock);
-	if (!ok) {
-		free(pm);
-		return done(hipErrorOutOfMemory);
-	}
-	fd = memfd_create("fake-hip-physical", MFD_CLOEXEC);
-	if (fd >= 0 && (size > (size_t)INT64_MAX || ftruncate(fd, (off_t)size) != 0)) {
-		close(fd);
-		fd = -1;
-	}
-	*pm = (struct ihipMemGenericAllocationHandle){.dev = dev, .size = size, .fd = fd};
-	pthread_mutex_lock(&lock);
-	ok = fd >= 0 && fake_handle_add(&physicals, pm, &live_physicals);
-	if (ok)
-		physical_bytes += size;
-	else
-		used[dev] -= size;
-	pthread_mutex_unlock(&lock);
-	if (!ok) {
-		if (fd >= 0)
-			close(fd);
+	if (fake_physical_create(&vmem, &pm->phys, dev, size, &used[dev], capacity, NULL) !=
+	    FAKE_VMM_OK) {
 		free(pm);
 		return done(hipErrorOutOfMemory);
 	}
@@ -1230,38 +1188,13 @@ hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *handle, size_t size,
 	return done(hipSuccess);
 }
 
-/* Frees physical memory, under lock. */
-static void physical_free(hipMemGenericAllocationHandle_t pm)
-{
-	fake_handle_remove(&physicals, pm, &live_physicals);
-	physical_bytes -= pm->size;
-	used[pm->dev] -= pm->size;
-	close(pm->fd);
-	free(pm);
-}
-
-/* handle, if it is live, unreleased physical memory; under lock. */
-static hipMemGenericAllocationHandle_t physical_of(hipMemGenericAllocationHandle_t handle)
-{
-	return fake_handle_known(&physicals, handle) && !handle->released ? handle : NULL;
-}
-
 /* Memory still mapped is freed when its last mapping goes. */
 hipError_t hipMemRelease(hipMemGenericAllocationHandle_t handle)
 {
-	hipMemGenericAllocationHandle_t pm;
-
 	ENTER(hipMemRelease);
 	NEED_DEVICES();
-	pthread_mutex_lock(&lock);
-	if ((pm = physical_of(handle))) {
-		if (pm->maps)
-			pm->released = 1;
-		else
-			physical_free(pm);
-	}
-	pthread_mutex_unlock(&lock);
-	return done(pm ? hipSuccess : misuse(hipErrorInvalidValue));
+	return done(fake_physical_release(&vmem, handle) ? hipSuccess :
+							  misuse(hipErrorInvalidValue));
 }
 
 /* Mapped but not accessible: the pages stay PROT_NONE until hipMemSetAccess.
@@ -1271,9 +1204,9 @@ hipError_t hipMemMap(void *ptr, size_t size, size_t offset, hipMemGenericAllocat
 		     unsigned long long flags)
 {
 	hipError_t err = hipErrorInvalidValue;
-	hipMemGenericAllocationHandle_t pm;
 	uintptr_t a = (uintptr_t)ptr;
-	struct range *r, *m;
+	struct fake_physical *pm;
+	struct fake_mapping *m;
 
 	ENTER(hipMemMap);
 	NEED_DEVICES();
@@ -1282,23 +1215,10 @@ hipError_t hipMemMap(void *ptr, size_t size, size_t offset, hipMemGenericAllocat
 	if (!(m = malloc(sizeof *m)))
 		return done(hipErrorOutOfMemory);
 	pthread_mutex_lock(&lock);
-	pm = physical_of(handle);
-	r = range_at(ptr);
-	if (pm && size <= pm->size && r && r->span.kind == R_RESERVED &&
-	    size <= r->span.base + r->span.size - a && !fake_range_in(&mappings, a, size)) {
-		*m = (struct range){.span = {.base = a, .size = size, .kind = R_MAPPED},
-				    .dev = pm->dev, .pm = pm};
-		if (mmap(ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, pm->fd, 0) == MAP_FAILED) {
-			err = hipErrorOutOfMemory;
-		} else if (fake_range_add(&registry, &mappings, &m->span) != m) {
-			mmap(ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-			     -1, 0);
-			err = hipErrorOutOfMemory;
-		} else {
-			pm->maps++;
-			err = hipSuccess;
-		}
-	}
+	pm = fake_physical_of(&vmem, handle);
+	if (fake_vmm_map_target(&vmem, a, size, pm, 0))
+		err = fake_vmm_map(&vmem, m, a, size, pm, 0, PROT_NONE, NULL) ? hipSuccess :
+									       hipErrorOutOfMemory;
 	pthread_mutex_unlock(&lock);
 	if (err != hipSuccess)
 		free(m);
@@ -1306,50 +1226,16 @@ hipError_t hipMemMap(void *ptr, size_t size, size_t offset, hipMemGenericAllocat
 	return done(err == hipErrorInvalidValue ? misuse(err) : err);
 }
 
-/* Whether [a, a + size) is exactly a run of whole, adjacent mappings, under
- * lock: what hipMemUnmap and hipMemSetAccess take. */
-static int whole_mappings(uintptr_t a, size_t size)
-{
-	uintptr_t end = a + size;
-	struct range *m;
-
-	if (!a || size == 0 || size > UINTPTR_MAX - a)
-		return 0;
-	while (a < end) {
-		m = fake_range_in(&mappings, a, 1);
-		if (!m || m->span.base != a || m->span.size > end - a)
-			return 0;
-		a += m->span.size;
-	}
-	return 1;
-}
-
-/* Removes mapping m, under lock; its pages go back to reserved address space,
- * and released memory whose last mapping this was is freed. */
-static void unmap_one(struct range *m)
-{
-	hipMemGenericAllocationHandle_t pm = m->pm;
-
-	fake_range_remove(&registry, &mappings, &m->span);
-	mmap((void *)m->span.base, m->span.size, PROT_NONE,
-	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-	free(m);
-	if (--pm->maps == 0 && pm->released)
-		physical_free(pm);
-}
-
 hipError_t hipMemUnmap(void *ptr, size_t size)
 {
-	struct range *m;
 	int ok;
 
 	ENTER(hipMemUnmap);
 	NEED_DEVICES();
 	pthread_mutex_lock(&lock);
-	ok = whole_mappings((uintptr_t)ptr, size);
+	ok = fake_vmm_whole_mappings(&vmem, (uintptr_t)ptr, size);
 	if (ok)
-		while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
-			unmap_one(m);
+		fake_vmm_unmap(&vmem, (uintptr_t)ptr, size);
 	pthread_mutex_unlock(&lock);
 	return done(ok ? hipSuccess : misuse(hipErrorInvalidValue));
 }
@@ -1358,11 +1244,8 @@ hipError_t hipMemUnmap(void *ptr, size_t size)
  * any device was given, since the host stands in for them all. */
 hipError_t hipMemSetAccess(void *ptr, size_t size, const hipMemAccessDesc *desc, size_t count)
 {
-	uint64_t readers = 0, writers = 0, bit;
-	uintptr_t a = (uintptr_t)ptr;
-	struct range *m;
+	struct fake_access acc = {0};
 	hipError_t err;
-	int ok, prot;
 
 	ENTER(hipMemSetAccess);
 	NEED_DEVICES();
@@ -1377,27 +1260,13 @@ hipError_t hipMemSetAccess(void *ptr, size_t size, const hipMemAccessDesc *desc,
 		    desc[i].flags != hipMemAccessFlagsProtRead &&
 		    desc[i].flags != hipMemAccessFlagsProtReadWrite)
 			return done(misuse(hipErrorInvalidValue));
-		/* A device named twice gets what its last entry says. */
-		bit = (uint64_t)1 << desc[i].location.id;
-		readers = (readers & ~bit) | (desc[i].flags != hipMemAccessFlagsProtNone ? bit : 0);
-		writers = (writers & ~bit) |
-			  (desc[i].flags == hipMemAccessFlagsProtReadWrite ? bit : 0);
+		fake_access_give(&acc, desc[i].location.id,
+				 desc[i].flags != hipMemAccessFlagsProtNone,
+				 desc[i].flags == hipMemAccessFlagsProtReadWrite);
 	}
-	pthread_mutex_lock(&lock);
-	ok = whole_mappings(a, size);
-	while (ok && a < (uintptr_t)ptr + size) {
-		m = fake_range_in(&mappings, a, 1);
-		for (size_t i = 0; i < count; i++) {
-			bit = (uint64_t)1 << desc[i].location.id;
-			m->readers = (m->readers & ~bit) | (readers & bit);
-			m->writers = (m->writers & ~bit) | (writers & bit);
-		}
-		prot = m->writers ? PROT_READ | PROT_WRITE : m->readers ? PROT_READ : PROT_NONE;
-		mprotect((void *)m->span.base, m->span.size, prot);
-		a += m->span.size;
-	}
-	pthread_mutex_unlock(&lock);
-	return done(ok ? hipSuccess : misuse(hipErrorInvalidValue));
+	return done(fake_vmm_set_access(&vmem, (uintptr_t)ptr, size, &acc) ?
+			    hipSuccess :
+			    misuse(hipErrorInvalidValue));
 }
 
 /* ---- IPC ---- */
@@ -1482,7 +1351,7 @@ size_t fake_hip_live(void)
 
 	pthread_mutex_lock(&lock);
 	n = registry.live_count[R_DEVICE] + registry.live_count[R_HOST] +
-	    registry.live_count[R_RESERVED] + registry.live_count[R_MAPPED] + live_physicals +
+	    registry.live_count[R_RESERVED] + registry.live_count[R_MAPPED] + vmem.live_physicals +
 	    live_streams + live_events;
 	pthread_mutex_unlock(&lock);
 	return n;
@@ -1492,7 +1361,7 @@ size_t fake_hip_live(void)
 static void unload_report(void)
 {
 	const struct fake_leak others[] = {
-		{"physical allocation", live_physicals, 1, physical_bytes, "live"},
+		{"physical allocation", vmem.live_physicals, 1, vmem.physical_bytes, "live"},
 		{"stream", live_streams, 0, 0, "live"},
 		{"event", live_events, 0, 0, "live"},
 	};
