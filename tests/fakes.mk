@@ -13,7 +13,7 @@ endif
 if BUILD_ZE
 check_LTLIBRARIES += tests/fakes/libfake-ze.la
 tests_fakes_libfake_ze_la_SOURCES = tests/fakes/fake-ze.c tests/fakes/fake-controls.h \
-	tests/fakes/fake-registry.h
+	tests/fakes/fake-registry.h tests/fakes/fake-vmm.h
 tests_fakes_libfake_ze_la_CPPFLAGS = $(AM_CPPFLAGS) $(ZE_CPPFLAGS)
 tests_fakes_libfake_ze_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_ze_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere

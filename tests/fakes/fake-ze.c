@@ -15,6 +15,7 @@
 
 #include "fake-controls.h"
 #include "fake-registry.h"
+#include "fake-vmm.h"
 
 /* Everything not static is the loader's API or a test control, and must stay
  * reachable by dlsym() whatever -fvisibility the build uses. */
@@ -133,11 +134,8 @@ struct _ze_event_handle_t {
 };
 
 struct _ze_physical_mem_handle_t {
+	struct fake_physical phys; /* first, for fake-vmm.h; its device is a physical ordinal */
 	ze_context_handle_t ctx;
-	int phys; /* the device's physical ordinal */
-	size_t size;
-	int fd; /* a memfd, so that two mappings of one object share its bytes */
-	unsigned long maps;
 };
 
 static struct _ze_driver_handle_t the_driver;
@@ -156,17 +154,15 @@ static int hold_events;
 
 /* The live objects, all under lock: one tree of non-overlapping address
  * ranges (device and host allocations, reservations) so that any address
- * inside one finds it, one of the mappings inside reservations, and one tree
- * each of the other handles. */
+ * inside one finds it, one tree each of the other handles, and in vmem the
+ * mappings inside reservations and the physical memory handles. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t event_cond; /* signalled events; on CLOCK_MONOTONIC */
 static void *ranges;
-static void *mappings;
 static void *contexts;
 static void *lists;
 static void *pools;
 static void *events;
-static void *physicals;
 
 enum range_kind { R_DEVICE, R_HOST, R_RESERVED, R_MAPPED, R_KINDS };
 static const char *const kind_names[R_KINDS] = {"device allocation", "host allocation",
@@ -178,16 +174,17 @@ static struct fake_registry registry = {
 	.kind_names = kind_names,
 	.n_kinds = R_KINDS,
 };
-static unsigned long live_contexts, live_lists, live_pools, live_events, live_physicals;
-static size_t physical_bytes;
+static unsigned long live_contexts, live_lists, live_pools, live_events;
+static struct fake_vmm vmem =
+	FAKE_VMM_INIT(&lock, &registry, &ranges, R_RESERVED, R_MAPPED, "fake-ze-physical");
 
+/* Mappings are struct fake_mapping, in vmem.mappings; their owner is the
+ * context. */
 struct range {
 	struct fake_range span; /* first, for the registry; its kind is an enum range_kind */
 	size_t mapped; /* host allocations and reservations: the length given to mmap() */
 	ze_context_handle_t ctx;
-	int phys;                       /* device allocations: physical ordinal */
-	int prot;                       /* mappings: what the pages allow */
-	ze_physical_mem_handle_t pmem;  /* mappings: what backs them */
+	int phys; /* device allocations: physical ordinal */
 };
 
 /* What an IPC handle carries; it must fit ZE_MAX_IPC_HANDLE_SIZE. */
@@ -880,6 +877,8 @@ ze_result_t zeMemGetAllocProperties(ze_context_handle_t hContext, const void *pt
 {
 	ze_memory_allocation_properties_t *p = pMemAllocProperties;
 	ze_device_handle_t dev = NULL;
+	struct fake_mapping *m = NULL;
+	struct fake_range *span;
 	ze_result_t res;
 	struct range *r;
 
@@ -896,22 +895,23 @@ ze_result_t zeMemGetAllocProperties(ze_context_handle_t hContext, const void *pt
 	p->id = 0;
 	p->pageSize = 0;
 	r = range_at(ptr);
+	span = r ? &r->span : NULL;
 	if (r && r->span.kind == R_RESERVED)
-		r = fake_range_in(&mappings, (uintptr_t)ptr, 1);
-	if (r && r->span.kind == R_DEVICE) {
+		span = (m = fake_vmm_mapping_at(&vmem, (uintptr_t)ptr)) ? &m->span : NULL;
+	if (span && span->kind == R_DEVICE) {
 		p->type = ZE_MEMORY_TYPE_DEVICE;
 		p->pageSize = DEVICE_PAGE;
 		dev = device_of(r->phys);
-	} else if (r && r->span.kind == R_HOST) {
+	} else if (span && span->kind == R_HOST) {
 		p->type = ZE_MEMORY_TYPE_HOST;
 		p->pageSize = (uint64_t)sysconf(_SC_PAGESIZE);
-	} else if (r && r->span.kind == R_MAPPED) {
+	} else if (m) {
 		p->type = ZE_MEMORY_TYPE_DEVICE;
 		p->pageSize = VM_PAGE;
-		dev = device_of(r->pmem->phys);
+		dev = device_of(m->pm->dev);
 	}
-	if (r)
-		p->id = r->span.serial;
+	if (span)
+		p->id = span->serial;
 	pthread_mutex_unlock(&lock);
 	if (phDevice)
 		*phDevice = dev;
@@ -924,8 +924,8 @@ ze_result_t zeMemGetAllocProperties(ze_context_handle_t hContext, const void *pt
 ze_result_t zeMemGetAddressRange(ze_context_handle_t hContext, const void *ptr, void **pBase,
 				 size_t *pSize)
 {
+	struct fake_range *span;
 	ze_result_t res;
-	struct range *r;
 
 	ENTER(zeMemGetAddressRange);
 	pthread_mutex_lock(&lock);
@@ -933,17 +933,17 @@ ze_result_t zeMemGetAddressRange(ze_context_handle_t hContext, const void *ptr, 
 	if (res == ZE_RESULT_SUCCESS && !ptr)
 		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (res == ZE_RESULT_SUCCESS) {
-		r = range_at(ptr);
-		if (r && r->span.kind == R_RESERVED)
-			r = fake_range_in(&mappings, (uintptr_t)ptr, 1);
-		if (!r || (r->span.kind != R_DEVICE && r->span.kind != R_HOST &&
-			   r->span.kind != R_MAPPED)) {
+		span = fake_range_in(&ranges, (uintptr_t)ptr, 1);
+		if (span && span->kind == R_RESERVED)
+			span = fake_range_in(&vmem.mappings, (uintptr_t)ptr, 1);
+		if (!span || (span->kind != R_DEVICE && span->kind != R_HOST &&
+			      span->kind != R_MAPPED)) {
 			res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 		} else {
 			if (pBase)
-				*pBase = (void *)r->span.base;
+				*pBase = (void *)span->base;
 			if (pSize)
-				*pSize = r->span.size;
+				*pSize = span->size;
 		}
 	}
 	pthread_mutex_unlock(&lock);
@@ -1067,7 +1067,7 @@ static int copy_side_ok(const void *p, size_t size, int prot)
 	if (r->span.kind != R_RESERVED)
 		return 1;
 	while (a < end) {
-		struct range *m = fake_range_in(&mappings, a, 1);
+		struct fake_mapping *m = fake_vmm_mapping_at(&vmem, a);
 
 		if (!m || (m->prot & prot) != prot)
 			return 0;
@@ -1487,7 +1487,7 @@ ze_result_t zeVirtualMemQueryPageSize(ze_context_handle_t hContext, ze_device_ha
 
 static int vm_aligned(uintptr_t n)
 {
-	return (n & (VM_PAGE - 1)) == 0;
+	return fake_vmm_aligned(n, VM_PAGE);
 }
 
 /* Address space only, PROT_NONE, aligned to the page size. The header lists
@@ -1498,10 +1498,10 @@ static int vm_aligned(uintptr_t n)
  * a size that is not, with ZE_RESULT_ERROR_UNSUPPORTED_SIZE. */
 ze_result_t zeVirtualMemReserve(ze_context_handle_t hContext, const void *pStart, size_t size, void **pptr)
 {
-	ze_result_t res = ZE_RESULT_SUCCESS;
+	struct fake_vmm_owner owner;
+	enum fake_vmm_status st;
+	ze_result_t res;
 	struct range *r;
-	size_t len = size;
-	void *p = NULL;
 
 	ENTER(zeVirtualMemReserve);
 	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS)
@@ -1514,46 +1514,16 @@ ze_result_t zeVirtualMemReserve(ze_context_handle_t hContext, const void *pStart
 		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
 	if (!(r = malloc(sizeof *r)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	if (pStart) {
-		p = mmap((void *)pStart, size, PROT_NONE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-		/* Kernels before 4.17 take the flag for a plain hint. */
-		if (p != MAP_FAILED && p != pStart)
-			munmap(p, size);
-		if (p != pStart)
-			p = NULL;
-	}
-	if (!p && !(p = fake_map_aligned(size, VM_PAGE, PROT_NONE, &len))) {
+	*r = (struct range){.ctx = hContext};
+	owner = (struct fake_vmm_owner){&contexts, hContext, &hContext->objects};
+	st = fake_vmm_reserve(&vmem, &r->span, pStart, size, VM_PAGE, &r->mapped, &owner);
+	if (st != FAKE_VMM_OK) {
 		free(r);
-		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+		return st == FAKE_VMM_NO_OWNER ? misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT) :
+						 ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	}
-	*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_RESERVED},
-			    .mapped = len, .ctx = hContext};
-	pthread_mutex_lock(&lock);
-	if (!fake_handle_known(&contexts, hContext))
-		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
-	else if (fake_range_add(&registry, &ranges, &r->span) != r)
-		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	else
-		hContext->objects++;
-	pthread_mutex_unlock(&lock);
-	if (res != ZE_RESULT_SUCCESS) {
-		munmap(p, len);
-		free(r);
-		return res;
-	}
-	*pptr = p;
+	*pptr = (void *)r->span.base;
 	return ZE_RESULT_SUCCESS;
-}
-
-/* Removes mapping m, under lock; its pages go back to reserved address space. */
-static void unmap_one(struct range *m)
-{
-	fake_range_remove(&registry, &mappings, &m->span);
-	m->pmem->maps--;
-	mmap((void *)m->span.base, m->span.size, PROT_NONE,
-	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-	free(m);
 }
 
 /* Whole reservations only (the spec allows part of one; the backend frees
@@ -1562,7 +1532,7 @@ static void unmap_one(struct range *m)
 ze_result_t zeVirtualMemFree(ze_context_handle_t hContext, const void *ptr, size_t size)
 {
 	ze_result_t res;
-	struct range *r = NULL, *m;
+	struct range *r;
 
 	ENTER(zeVirtualMemFree);
 	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS)
@@ -1574,14 +1544,12 @@ ze_result_t zeVirtualMemFree(ze_context_handle_t hContext, const void *ptr, size
 	if (!vm_aligned((uintptr_t)ptr) || !vm_aligned(size))
 		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
 	pthread_mutex_lock(&lock);
-	r = range_at(ptr);
-	if (!r || r->span.kind != R_RESERVED || r->span.base != (uintptr_t)ptr ||
-	    r->span.size != size || r->ctx != hContext) {
+	r = fake_vmm_reservation(&vmem, (uintptr_t)ptr, size);
+	if (!r || r->ctx != hContext) {
 		pthread_mutex_unlock(&lock);
 		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	}
-	while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
-		unmap_one(m);
+	fake_vmm_unmap(&vmem, (uintptr_t)ptr, size);
 	fake_range_remove(&registry, &ranges, &r->span);
 	hContext->objects--;
 	pthread_mutex_unlock(&lock);
@@ -1597,8 +1565,8 @@ ze_result_t zePhysicalMemCreate(ze_context_handle_t hContext, ze_device_handle_t
 			       ze_physical_mem_desc_t *desc, ze_physical_mem_handle_t *phPhysicalMemory)
 {
 	ze_physical_mem_handle_t pm;
+	enum fake_vmm_status st;
 	ze_result_t res;
-	int fd;
 
 	ENTER(zePhysicalMemCreate);
 	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
@@ -1614,43 +1582,20 @@ ze_result_t zePhysicalMemCreate(ze_context_handle_t hContext, ze_device_handle_t
 		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT);
 	if (!(pm = malloc(sizeof *pm)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	pthread_mutex_lock(&lock);
-	res = capacity_take(hDevice->phys, desc->size) ? ZE_RESULT_SUCCESS :
-							 ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
-	pthread_mutex_unlock(&lock);
-	if (res != ZE_RESULT_SUCCESS) {
-		free(pm);
-		return res;
+	*pm = (struct _ze_physical_mem_handle_t){.ctx = hContext};
+	st = fake_physical_create(&vmem, &pm->phys, hDevice->phys, desc->size, &used[hDevice->phys],
+				  capacity,
+				  &(const struct fake_vmm_owner){&contexts, hContext,
+								 &hContext->objects});
+	if (st == FAKE_VMM_OK) {
+		*phPhysicalMemory = pm;
+		return ZE_RESULT_SUCCESS;
 	}
-	fd = memfd_create("fake-ze-physical", MFD_CLOEXEC);
-	if (fd >= 0 && (desc->size > (size_t)INT64_MAX || ftruncate(fd, (off_t)desc->size) != 0)) {
-		close(fd);
-		fd = -1;
-	}
-	*pm = (struct _ze_physical_mem_handle_t){.ctx = hContext, .phys = hDevice->phys,
-						  .size = desc->size, .fd = fd};
-	pthread_mutex_lock(&lock);
-	if (fd < 0)
-		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	else if (!fake_handle_known(&contexts, hContext))
-		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
-	else if (!fake_handle_add(&physicals, pm, &live_physicals))
-		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	if (res == ZE_RESULT_SUCCESS) {
-		hContext->objects++;
-		physical_bytes += desc->size;
-	} else {
-		used[hDevice->phys] -= desc->size;
-	}
-	pthread_mutex_unlock(&lock);
-	if (res != ZE_RESULT_SUCCESS) {
-		if (fd >= 0)
-			close(fd);
-		free(pm);
-		return res;
-	}
-	*phPhysicalMemory = pm;
-	return ZE_RESULT_SUCCESS;
+	free(pm);
+	if (st == FAKE_VMM_NO_DEVICE_MEMORY)
+		return ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
+	return st == FAKE_VMM_NO_OWNER ? misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT) :
+					 ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 }
 
 /* Refused while mapped: the real driver would leave the mapping dangling. */
@@ -1662,22 +1607,16 @@ ze_result_t zePhysicalMemDestroy(ze_context_handle_t hContext, ze_physical_mem_h
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS)
-		res = check_handle(&physicals, hPhysicalMemory);
+		res = check_handle(&vmem.physicals, hPhysicalMemory);
 	if (res == ZE_RESULT_SUCCESS && hPhysicalMemory->ctx != hContext)
 		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
-	if (res == ZE_RESULT_SUCCESS && hPhysicalMemory->maps)
+	if (res == ZE_RESULT_SUCCESS && hPhysicalMemory->phys.maps)
 		res = misuse(ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE);
 	if (res == ZE_RESULT_SUCCESS) {
-		fake_handle_remove(&physicals, hPhysicalMemory, &live_physicals);
-		physical_bytes -= hPhysicalMemory->size;
-		used[hPhysicalMemory->phys] -= hPhysicalMemory->size;
+		fake_physical_free(&vmem, &hPhysicalMemory->phys);
 		hContext->objects--;
 	}
 	pthread_mutex_unlock(&lock);
-	if (res == ZE_RESULT_SUCCESS) {
-		close(hPhysicalMemory->fd);
-		free(hPhysicalMemory);
-	}
 	return res;
 }
 
@@ -1691,9 +1630,10 @@ ze_result_t zeVirtualMemMap(ze_context_handle_t hContext, const void *ptr, size_
 {
 	static const int prots[] = {PROT_NONE, PROT_READ | PROT_WRITE, PROT_READ};
 	uintptr_t a = (uintptr_t)ptr;
-	struct range *r, *m;
+	ze_physical_mem_handle_t pm = hPhysicalMemory;
+	struct fake_mapping *m;
 	ze_result_t res;
-	void *p;
+	struct range *r;
 
 	ENTER(zeVirtualMemMap);
 	if (!hPhysicalMemory)
@@ -1711,30 +1651,15 @@ ze_result_t zeVirtualMemMap(ze_context_handle_t hContext, const void *ptr, size_
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS)
-		res = check_handle(&physicals, hPhysicalMemory);
+		res = check_handle(&vmem.physicals, pm);
 	if (res == ZE_RESULT_SUCCESS) {
-		r = range_at(ptr);
-		if (hPhysicalMemory->ctx != hContext || offset > hPhysicalMemory->size ||
-		    size > hPhysicalMemory->size - offset || !r || r->span.kind != R_RESERVED ||
-		    r->ctx != hContext || size > r->span.base + r->span.size - a ||
-		    fake_range_in(&mappings, (uintptr_t)ptr, size))
+		r = fake_vmm_map_target(&vmem, a, size, &pm->phys, offset);
+		if (pm->ctx != hContext || !r || r->ctx != hContext)
 			res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	}
-	if (res == ZE_RESULT_SUCCESS) {
-		*m = (struct range){.span = {.base = a, .size = size, .kind = R_MAPPED},
-				    .ctx = hContext, .prot = prots[access], .pmem = hPhysicalMemory};
-		p = mmap((void *)ptr, size, prots[access], MAP_SHARED | MAP_FIXED, hPhysicalMemory->fd,
-			 (off_t)offset);
-		if (p == MAP_FAILED) {
-			res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-		} else if (fake_range_add(&registry, &mappings, &m->span) != m) {
-			mmap((void *)ptr, size, PROT_NONE,
-			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-			res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-		} else {
-			hPhysicalMemory->maps++;
-		}
-	}
+	if (res == ZE_RESULT_SUCCESS &&
+	    !fake_vmm_map(&vmem, m, a, size, &pm->phys, offset, prots[access], hContext))
+		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	pthread_mutex_unlock(&lock);
 	if (res != ZE_RESULT_SUCCESS)
 		free(m);
@@ -1747,8 +1672,8 @@ ze_result_t zeVirtualMemMap(ze_context_handle_t hContext, const void *ptr, size_
 ze_result_t zeVirtualMemUnmap(ze_context_handle_t hContext, const void *ptr, size_t size)
 {
 	uintptr_t a = (uintptr_t)ptr, end;
+	struct fake_mapping *m;
 	ze_result_t res;
-	struct range *m;
 
 	ENTER(zeVirtualMemUnmap);
 	if (!ptr)
@@ -1762,17 +1687,16 @@ ze_result_t zeVirtualMemUnmap(ze_context_handle_t hContext, const void *ptr, siz
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS) {
 		/* The first and last mappings touched are the only ones that could stick out. */
-		struct range *first = fake_range_in(&mappings, (uintptr_t)ptr, 1);
-		struct range *last = fake_range_in(&mappings, end - 1, 1);
+		struct fake_mapping *first = fake_vmm_mapping_at(&vmem, a);
+		struct fake_mapping *last = fake_vmm_mapping_at(&vmem, end - 1);
 
 		if ((first && first->span.base < a) ||
 		    (last && last->span.base + last->span.size > end) ||
-		    !(m = fake_range_in(&mappings, a, size)) || m->ctx != hContext)
+		    !(m = fake_range_in(&vmem.mappings, a, size)) || m->owner != hContext)
 			res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	}
 	if (res == ZE_RESULT_SUCCESS)
-		while ((m = fake_range_in(&mappings, (uintptr_t)ptr, size)))
-			unmap_one(m);
+		fake_vmm_unmap(&vmem, a, size);
 	pthread_mutex_unlock(&lock);
 	return res;
 }
@@ -1785,7 +1709,7 @@ size_t fake_ze_live(void)
 
 	pthread_mutex_lock(&lock);
 	n = registry.live_count[R_DEVICE] + registry.live_count[R_HOST] +
-	    registry.live_count[R_RESERVED] + live_physicals +
+	    registry.live_count[R_RESERVED] + vmem.live_physicals +
 	    live_lists + live_pools + live_events + live_contexts;
 	pthread_mutex_unlock(&lock);
 	return n;
@@ -1795,7 +1719,7 @@ size_t fake_ze_live(void)
 static void unload_report(void)
 {
 	const struct fake_leak others[] = {
-		{"physical memory object", live_physicals, 1, physical_bytes, "live"},
+		{"physical memory object", vmem.live_physicals, 1, vmem.physical_bytes, "live"},
 		{"command list", live_lists, 0, 0, "live"},
 		{"event", live_events, 0, 0, "live"},
 		{"event pool", live_pools, 0, 0, "live"},
