@@ -21,9 +21,11 @@ mkdir "$dir/sub"
 cd "$dir" && TOOL=$TEST_TOOL SCRIPT=$script bash -c '
 	. "$SCRIPT" || exit 1
 	n=0
-	check() {
-		local want=$1
-		shift
+	# Complete the words given (COMP_WORDS), and compare what came back,
+	# sorted, with want; name: the case in the TAP line.
+	complete_and_compare() {
+		local want=$1 name=$2
+		shift 2
 		COMP_WORDS=("$TOOL" "$@")
 		COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
 		COMPREPLY=()
@@ -32,31 +34,25 @@ cd "$dir" && TOOL=$TEST_TOOL SCRIPT=$script bash -c '
 		got=$(printf "%s\n" "${COMPREPLY[@]}" | sort | tr "\n" " ")
 		n=$((n + 1))
 		if [ "$got" = "$want" ]; then
-			echo "ok $n - devcache $*"
+			echo "ok $n - $name"
 		else
-			echo "not ok $n - devcache $*"
+			echo "not ok $n - $name"
 			echo "# expected [$want], got [$got]"
 		fi
+	}
+	check() {
+		local want=$1
+		shift
+		complete_and_compare "$want" "devcache $*" "$@"
 	}
 	# As bash calls it at a prompt: the line and the cursor, the words
 	# split at COMP_WORDBREAKS (":" among them).
 	check_line() {
 		local want=$1 line=$2
 		shift 2
-		COMP_LINE="$TOOL $line" COMP_POINT=$((${#TOOL} + 1 + ${#line})) COMP_WORDS=("$TOOL" "$@")
-		COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
-		COMPREPLY=()
-		_devcache
-		local got
-		got=$(printf "%s\n" "${COMPREPLY[@]}" | sort | tr "\n" " ")
+		COMP_LINE="$TOOL $line" COMP_POINT=$((${#TOOL} + 1 + ${#line}))
+		complete_and_compare "$want" "at a prompt: devcache $line" "$@"
 		unset COMP_LINE COMP_POINT
-		n=$((n + 1))
-		if [ "$got" = "$want" ]; then
-			echo "ok $n - at a prompt: devcache $line"
-		else
-			echo "not ok $n - at a prompt: devcache $line"
-			echo "# expected [$want], got [$got]"
-		fi
 	}
 	check "info inspect " in
 	check "config " con
