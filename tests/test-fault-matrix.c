@@ -140,6 +140,11 @@ static const struct vendor vendors[] = {
 	 hip_unfailed},
 	{"ze", "ze:0", "libfake-ze.so", 0x70000001 /* ZE_RESULT_ERROR_DEVICE_LOST */, ze_tolerated,
 	 ze_releases, 3 /* an event, its pool, their context */, no_describers, none},
+	/* The same module on the fake ROCm 6, whose hipMemAllocationProp is
+	 * laid out otherwise: its virtual-memory paths fail cleanly too. */
+	{"hip", "hip:0", "libfake-hip6.so", 700 /* hipErrorIllegalAddress */, hip_tolerated,
+	 hip_releases, 3 /* a mapping, its memory, its address range */, no_describers,
+	 hip_unfailed},
 };
 
 /* One matrix: a vendor, and the options that choose the allocator's paths. */
@@ -149,7 +154,8 @@ struct matrix {
 };
 
 /* Expandable segments map pages where plain ones allocate: other calls,
- * other error paths.  The HIP matrices run on the fake ROCm 5.2. */
+ * other error paths.  The HIP matrices run on the fake ROCm 5.2, and with
+ * expandable segments on the fake ROCm 6 as well. */
 static const struct matrix matrices[] = {
 	{&vendors[0], ""},
 	{&vendors[1], ""},
@@ -160,6 +166,7 @@ static const struct matrix matrices[] = {
 	{&vendors[0], ",load_workers:2"},
 	{&vendors[1], ",load_workers:2"},
 	{&vendors[2], ",load_workers:2"},
+	{&vendors[3], ",expandable_segments:True"},
 };
 
 /* Whether a matrix's loads run on more than one thread: then the calls
@@ -706,9 +713,20 @@ static char covered[sizeof vendors / sizeof *vendors][MAX_COVERED][64];
 static unsigned n_covered[sizeof vendors / sizeof *vendors];
 static bool vendor_ran[sizeof vendors / sizeof *vendors];
 
+/* The first vendor of v's backend: the one that keeps what the matrices
+ * of every runtime of that backend covered. */
+static size_t canon(const struct vendor *v)
+{
+	size_t vi = 0;
+
+	while (strcmp(vendors[vi].backend, v->backend) != 0)
+		vi++;
+	return vi;
+}
+
 static bool is_covered(const struct vendor *v, const char *name)
 {
-	size_t vi = (size_t)(v - vendors);
+	size_t vi = canon(v);
 
 	for (unsigned i = 0; i < n_covered[vi]; i++)
 		if (strcmp(covered[vi][i], name) == 0)
@@ -718,7 +736,7 @@ static bool is_covered(const struct vendor *v, const char *name)
 
 static void covered_add(const struct vendor *v, const char *function)
 {
-	size_t vi = (size_t)(v - vendors);
+	size_t vi = canon(v);
 	char name[64];
 
 	written_name(function, name, sizeof name);
@@ -845,7 +863,7 @@ static void fault_matrix(const struct matrix *mx)
 		skip_because("the fake runtime %s is not built", v->fake);
 	}
 	assert_true(fake_controls(v, &f));
-	vendor_ran[v - vendors] = !only;
+	vendor_ran[canon(v)] = vendor_ran[canon(v)] || !only;
 	/* What runs before left with the fake, refused releases, stays. */
 	size_t live0 = f.live();
 	unsigned long misuses0 = f.misuses(NULL);
@@ -938,10 +956,10 @@ static void fault_matrix(const struct matrix *mx)
 		for (const char *const *d = v->describers; *d; d++)
 			covered_add(v, *d);
 	}
-	print_message("# %s%s: %u functions called, %u runs each failing one call (%u with the "
-		      "descriptions of errors failing too): %u failed, %u recovered with a message, "
-		      "%u tolerated, %u reported at close, %u did not strike\n",
-		      v->backend, mx->options, t.functions, t.runs, described, t.failed, t.recovered,
+	print_message("# %s%s (%s): %u functions called, %u runs each failing one call (%u with "
+		      "the descriptions of errors failing too): %u failed, %u recovered with a "
+		      "message, %u tolerated, %u reported at close, %u did not strike\n",
+		      v->backend, mx->options, v->fake, t.functions, t.runs, described, t.failed, t.recovered,
 		      t.tolerated, t.at_close, t.missed);
 	if (t.wrong)
 		fail_msg("%s: %u of %u runs broke a rule (listed above)", v->backend, t.wrong,
@@ -988,6 +1006,7 @@ MATRIX(every_hip_call_fails_cleanly_with_expandable_segments, 5)
 MATRIX(every_cuda_call_fails_cleanly_with_two_load_workers, 6)
 MATRIX(every_hip_call_fails_cleanly_with_two_load_workers, 7)
 MATRIX(every_ze_call_fails_cleanly_with_two_load_workers, 8)
+MATRIX(every_rocm6_hip_call_fails_cleanly_with_expandable_segments, 9)
 
 /* Why the backend calls function and no matrix fails it, or NULL. */
 static const char *unfailed_why(const struct vendor *v, const char *function)
@@ -1073,6 +1092,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(every_ze_call_fails_cleanly_with_two_load_workers,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			every_rocm6_hip_call_fails_cleanly_with_expandable_segments, setup, teardown),
 		cmocka_unit_test(every_call_site_of_every_backend_is_failed),
 	};
 
