@@ -106,7 +106,8 @@ summary() {
 	while IFS="	" read -r kind name n reason; do
 		test "$kind" = B || continue
 		if test "$n" -gt 0 2>/dev/null; then
-			echo "- $name: $n device(s): $(awk -F'\t' -v b="$name:" 'index($2, b) == 1 { printf "%s%s (%s)", s, $2, $3; s = ", " }' "$work/devices")"
+			s=s; test "$n" = 1 && s=
+			echo "- $name: $n device$s: $(awk -F'\t' -v b="$name:" 'index($2, b) == 1 { printf "%s%s (%s)", s, $2, $3; s = ", " }' "$work/devices")"
 		else
 			echo "- $name: no device: $reason"
 		fi

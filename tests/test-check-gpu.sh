@@ -20,7 +20,7 @@ run() {  # name, then environment assignments: the script's output in $out/name,
 }
 rc() { test "$(cat "$out/$1.rc")" = "$2" || { echo "# $1: exit status $(cat "$out/$1.rc"), not $2"; return 1; }; }
 
-echo 1..6
+echo 1..7
 # (a) The vendors' runtimes named where there are none: SKIP, each built
 # backend's reason, status 0.
 run none CHECK_GPU_OPTIONS="cuda_library:/nonexistent/libcuda.so.1,hip_library:/nonexistent/libamdhip64.so,ze_library:/nonexistent/libze_loader.so.1"
@@ -63,4 +63,17 @@ else
 	echo "ok 6 # SKIP the cuda backend or its fake is not built"
 	n=6
 fi
+
+# (c) The bundle (make check-gpu-bundle), moved elsewhere and run with
+# nothing of the build tree's environment: the same checks on the fakes.
+sh "$src/check-gpu-bundle.sh" "$top" "$src/.." "$out/bundle" >"$out/bundle.log" 2>&1 &&
+	mv "$out/bundle" "$out/moved" &&
+	env -i PATH=/usr/bin:/bin HOME="$out" TMPDIR="$out" CHECK_GPU_FAKES=1 \
+		sh "$out/moved/run.sh" >"$out/moved.txt" 2>&1
+echo $? >"$out/moved.txt.rc"
+sed "s/^/# bundle: /" "$out/bundle.log" "$out/moved.txt"
+check "the bundle, moved: every step on the fakes, no failure, nothing of the build tree" \
+	sh -c "test \"\$(cat '$out/moved.txt.rc')\" = 0 && \
+		grep -q '| conformance suite (fake runtimes) | PASS |' '$out/moved.txt' && \
+		! grep -q '| FAIL |' '$out/moved.txt' && ! grep -q -F '$(cd "$top" && pwd)/' '$out/moved.txt'"
 exit 0
