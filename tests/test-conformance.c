@@ -721,8 +721,9 @@ static void hip_without_virtual_memory_falls_back(void **state)
 	hip_backend(ctx, &b);
 	assert_int_equal(b.status, DEVCACHE_BACKEND_LOADED);
 	assert_int_equal(b.device_count, 2);
-	assert_contains(b.reason, "hip:0: no expandable segments: ");
-	assert_contains(b.reason, "hip:1: no expandable segments: ");
+	/* The two devices give one reason, said once for both. */
+	assert_contains(b.reason, "hip:0, hip:1: no expandable segments: ");
+	assert_null(strstr(b.reason, "; "));
 	assert_contains(b.reason, strcmp(t->fake, "libfake-hip6.so") == 0
 					  ? "hipDeviceAttributeVirtualMemoryManagementSupported: 0"
 					  : "hipMemGetAllocationGranularity: operation not supported "

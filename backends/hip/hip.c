@@ -230,24 +230,43 @@ static void probe_vmm(struct hip_state *s, int dev, char *why, size_t size)
 }
 
 /* Probes every device; those that cannot map are named in why, which a
- * backend with devices gives as its note in devcache info. */
+ * backend with devices gives as its note in devcache info: devices that
+ * give the same reason share it ("hip:0, hip:1: no expandable segments:
+ * ..."), as a machine's devices of one kind do. */
 static int probe_devices(struct hip_state *s, char *why, size_t why_size)
 {
-	size_t n = 0;
+	enum { REASON = 384 };
+	size_t n = 0, count = (size_t)s->n_devices;
+	char *reasons;
 
-	if (!(s->devices = calloc((size_t)s->n_devices, sizeof *s->devices)))
+	if (!(s->devices = calloc(count, sizeof *s->devices)) ||
+	    !(reasons = calloc(count ? count : 1, REASON)))
 		return s->host->error(DEVCACHE_ENOMEM, _("hip: out of memory"));
-	for (int i = 0; i < s->n_devices; i++) {
-		char one[384] = "";
+	for (size_t i = 0; i < count; i++)
+		probe_vmm(s, (int)i, reasons + i * REASON, REASON);
+	for (size_t i = 0; i < count && n < why_size; i++) {
+		const char *r = reasons + i * REASON;
+		char ids[256] = "";
+		size_t k = 0;
 
-		probe_vmm(s, i, one, sizeof one);
-		if (!*one || n >= why_size)
+		if (!*r)
 			continue;
+		for (size_t j = i; j < count; j++) {
+			char *rj = reasons + j * REASON;
+
+			if (strcmp(rj, r) != 0 || k >= sizeof ids)
+				continue;
+			k += (size_t)snprintf(ids + k, sizeof ids - k, "%ship:%zu", k ? ", " : "", j);
+			if (j > i)
+				*rj = '\0'; /* said with device i */
+		}
 		n += (size_t)snprintf(why + n, why_size - n, "%s", n ? "; " : "");
 		if (n < why_size)
-			n += (size_t)snprintf(why + n, why_size - n,
-					      _("hip:%d: no expandable segments: %s"), i, one);
+			/* TRANSLATORS: the devices (hip:0, hip:1), then the runtime's reason. */
+			n += (size_t)snprintf(why + n, why_size - n, _("%s: no expandable segments: %s"),
+					      ids, r);
 	}
+	free(reasons);
 	return 0;
 }
 
