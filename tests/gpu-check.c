@@ -264,8 +264,10 @@ static const char *cu_name(const struct cu *cu, CUresult e)
 	} while (0)
 
 /* Stream b waits, in the driver, until a word of pinned host memory is at
- * least 1 (cuStreamWaitValue32); the test writes 1 to let it go. */
-static void held_on_cuda(devcache_ctx_t *ctx, devcache_device_t *dev, int ordinal)
+ * least 1 (cuStreamWaitValue32); the test writes 1 to let it go.  NULL, or
+ * why the check cannot be made here (the caller skips, once it has closed
+ * its context: a skip leaves the function). */
+static const char *held_on_cuda(devcache_ctx_t *ctx, devcache_device_t *dev, int ordinal)
 {
 	struct cu cu;
 	void *lib = runtime_loaded(ctx, "cuda_library");
@@ -300,8 +302,9 @@ static void held_on_cuda(devcache_ctx_t *ctx, devcache_device_t *dev, int ordina
 		cu.cuMemFreeHost(word);
 		cu.cuCtxPopCurrent(&popped);
 		cu.cuDevicePrimaryCtxRelease(d);
-		skip_because("the driver cannot wait on memory (cuStreamWaitValue32: "
-			     "CUDA_ERROR_NOT_SUPPORTED)");
+		dlclose(lib);
+		return "the driver cannot wait on memory (cuStreamWaitValue32: "
+		       "CUDA_ERROR_NOT_SUPPORTED)";
 	}
 	if (e != CUDA_SUCCESS)
 		fail_msg("cuStreamWaitValue32: %s", cu_name(&cu, e));
@@ -312,6 +315,7 @@ static void held_on_cuda(devcache_ctx_t *ctx, devcache_device_t *dev, int ordina
 	CU(cuCtxPopCurrent(&popped));
 	CU(cuDevicePrimaryCtxRelease(d));
 	dlclose(lib);
+	return NULL;
 }
 #endif
 
@@ -324,7 +328,7 @@ typedef int (*hip_wait_fn)(void *stream, void *ptr, uint32_t value, unsigned fla
 #define HIP_HOST_MALLOC_MAPPED 0x2u
 #define HIP_STREAM_WAIT_VALUE_GTE 0x0u
 
-static void held_on_hip(devcache_ctx_t *ctx, devcache_device_t *dev, int ordinal)
+static const char *held_on_hip(devcache_ctx_t *ctx, devcache_device_t *dev, int ordinal)
 {
 	void *lib = runtime_loaded(ctx, "hip_library");
 	hip_set_device_fn set_device;
@@ -343,7 +347,7 @@ static void held_on_hip(devcache_ctx_t *ctx, devcache_device_t *dev, int ordinal
 	*(void **)&host_free = dlsym(lib, "hipHostFree");
 	if (!wait) {
 		dlclose(lib);
-		skip_because("the HIP runtime has no hipStreamWaitValue32");
+		return "the HIP runtime has no hipStreamWaitValue32";
 	}
 	if (!set_device || !host_malloc || !host_free)
 		fail_msg("the HIP runtime lacks hipSetDevice, hipHostMalloc or hipHostFree");
@@ -361,6 +365,7 @@ static void held_on_hip(devcache_ctx_t *ctx, devcache_device_t *dev, int ordinal
 	assert_int_equal(devcache_stream_destroy(dev, b), 0);
 	assert_int_equal(host_free(word), 0);
 	dlclose(lib);
+	return NULL;
 }
 
 /* The held-back record_stream check of test-conformance, with the other
@@ -371,24 +376,25 @@ static void record_stream_is_held_by_the_driver(void **state)
 	devcache_device_t *dev;
 	devcache_ctx_t *ctx = open_device(NULL, &dev);
 
+	const char *skip;
+
 	(void)state;
 	assert_int_equal(devcache_device_info(dev, &info), 0);
 	if (strcmp(info.backend, "cuda") == 0) {
 #ifdef GPU_CHECK_CUDA
-		held_on_cuda(ctx, dev, info.ordinal);
+		skip = held_on_cuda(ctx, dev, info.ordinal);
 #else
-		devcache_close(ctx);
-		skip_because("built without cuda.h (configure found no CUDA headers)");
+		skip = "built without cuda.h (configure found no CUDA headers)";
 #endif
 	} else if (strcmp(info.backend, "hip") == 0) {
-		held_on_hip(ctx, dev, info.ordinal);
+		skip = held_on_hip(ctx, dev, info.ordinal);
 	} else {
-		devcache_close(ctx);
-		skip_because("%s: no wait on a host word that a program can queue on the "
-			     "backend's streams (Level Zero's needs the backend's own context)",
-			     info.id);
+		skip = "no wait on a host word that a program can queue on the backend's "
+		       "streams (Level Zero's needs the backend's own context)";
 	}
 	devcache_close(ctx);
+	if (skip)
+		skip_because("%s: %s", info.id, skip);
 }
 
 /* ---- expandable segments ------------------------------------------------------------------ */
