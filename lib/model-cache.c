@@ -830,16 +830,27 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 	if ((rc = mc_get_cache(ctx, &c)))
 		return mf_name_oom(path, rc);
 	bool writable = mc_is_host(dev) && (args.flags & DEVCACHE_LOAD_WRITABLE);
+	char *resolved = NULL;
+	const char *named = path;
 	struct stat st;
 
-	/* A hit by the files' identity first, without parsing them. */
-	if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-		pthread_mutex_lock(&c->lock);
-		rc = lookup(c, NULL, path, &st, dev, writable, &args, &m, &res);
-		pthread_mutex_unlock(&c->lock);
-		if (rc || m)
-			goto done;
+	/* A hit by the files' identity first, without parsing them; a folder
+	 * by the file it holds (a Hugging Face snapshot's folder, say). */
+	bool found = stat(path, &st) == 0;
+	if (found && S_ISDIR(st.st_mode)) {
+		found = mf_resolve_folder(path, &resolved) == 0 && stat(resolved, &st) == 0;
+		named = resolved;
 	}
+	if (found && S_ISREG(st.st_mode)) {
+		pthread_mutex_lock(&c->lock);
+		rc = lookup(c, NULL, named, &st, dev, writable, &args, &m, &res);
+		pthread_mutex_unlock(&c->lock);
+		if (rc || m) {
+			free(resolved);
+			goto done;
+		}
+	}
+	free(resolved);
 	if ((rc = devcache_model_file_open(path, &mf))) {
 		pthread_mutex_lock(&c->lock);
 		c->stats.failed_loads++;

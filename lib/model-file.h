@@ -76,6 +76,9 @@ static inline struct devcache_model_file *mf_part(const struct devcache_model_fi
 /* Open and check one file (devcache_model_file_open, in model-set.c, opens
  * sets and folders through it). */
 int mf_open_file(const char *path, struct devcache_model_file **mf_p);
+/* The path of the one model the folder dir holds (newly allocated), or an
+ * error naming the folder: none, several, a diffusers pipeline. */
+int mf_resolve_folder(const char *dir, char **path_p);
 
 /* model-file.c: for the parsers. */
 

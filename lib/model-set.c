@@ -787,7 +787,7 @@ static int pipeline_refusal(const char *dir)
 }
 
 /* The one model a folder holds, as a path to open. */
-static int resolve_folder(const char *dir, char **path_p)
+int mf_resolve_folder(const char *dir, char **path_p)
 {
 	struct candidates c = {0};
 	int rc;
@@ -959,7 +959,7 @@ int devcache_model_file_open(const char *path, devcache_model_file_t **mf_p)
 		return err_set(DEVCACHE_EINVAL, _("devcache_model_file_open: NULL argument"));
 	*mf_p = NULL;
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-		if ((rc = resolve_folder(path, &resolved)))
+		if ((rc = mf_resolve_folder(path, &resolved)))
 			return mf_name_oom(given, rc);
 		path = resolved;
 	}

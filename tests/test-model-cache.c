@@ -142,13 +142,18 @@ static void a_hit_is_found_by_identity_without_parsing(void **state)
 	assert_int_equal(devcache_model_load(ctx, path, host, NULL, &again), 0);
 	assert_ptr_equal(again, m);
 	devcache_model_release(again);
+	/* Its folder, which holds only it, names the same model: a hit too. */
+	assert_int_equal(devcache_model_load(ctx, dir, host, NULL, &again), 0);
+	assert_ptr_equal(again, m);
+	devcache_model_release(again);
 	/* A new time: a new file to the cache, which parses it and refuses it. */
 	set_mtime(path, NULL);
 	assert_int_not_equal(devcache_model_load(ctx, path, host, NULL, &again), 0);
 	assert_contains(devcache_last_error(), "id.safetensors");
 	assert_int_equal(devcache_cache_stats(ctx, &s), 0);
-	assert_int_equal(s.hits, 1);
+	assert_int_equal(s.hits, 2);
 	assert_int_equal(s.misses, 1);
+	assert_int_equal(unlink(path), 0);
 
 	/* A set, loaded by its index: a hit while every file is the same... */
 	mw_sharded(dir, "set", set, 2, 2, 3, 0, index, sizeof index);
@@ -165,7 +170,7 @@ static void a_hit_is_found_by_identity_without_parsing(void **state)
 	assert_ptr_not_equal(again, m);
 	devcache_model_release(again);
 	assert_int_equal(devcache_cache_stats(ctx, &s), 0);
-	assert_int_equal(s.hits, 2);
+	assert_int_equal(s.hits, 3);
 	assert_int_equal(s.misses, 3);
 	devcache_close(ctx);
 }
