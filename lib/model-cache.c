@@ -542,22 +542,15 @@ static struct devcache_model *find(struct model_cache *c, const devcache_model_f
 	return NULL;
 }
 
-/* Whether the file at path is x, by its identity (not its contents). */
-static bool still(const devcache_model_file_t *x, const char *path, const struct stat *st_in)
+/* Whether st is x's file, by its identity, as same_id() compares two
+ * opened files (not its contents). */
+static bool is_file(const devcache_model_file_t *x, const struct stat *st)
 {
-	struct stat st;
-
-	if (!st_in) {
-		if (stat(path, &st) != 0)
-			return false;
-		st_in = &st;
-	}
-	return x->dev == st_in->st_dev && x->ino == st_in->st_ino &&
-	       x->mtime.tv_sec == st_in->st_mtim.tv_sec &&
-	       x->mtime.tv_nsec == st_in->st_mtim.tv_nsec;
+	return x->dev == st->st_dev && x->ino == st->st_ino &&
+	       x->mtime.tv_sec == st->st_mtim.tv_sec && x->mtime.tv_nsec == st->st_mtim.tv_nsec;
 }
 
-/* The cached model that path (st: its stat) names, found by identity
+/* The cached model whose own file st is (the stat of a path), found by identity
  * alone: path is a cached model's own file (its single file, its index,
  * the shard it was opened by) and each of the model's files is unchanged,
  * by device, inode, size and modification time, as same_files() compares
@@ -565,20 +558,20 @@ static bool still(const devcache_model_file_t *x, const char *path, const struct
  * vocabulary to learn that it is cached took as long as the hit itself
  * should take a thousand times over.  NULL: not found this way (the
  * caller opens the file and compares). */
-static struct devcache_model *find_by_path(struct model_cache *c, const char *path,
-					   const struct stat *st, devcache_device_t *dev,
-					   bool writable)
+static struct devcache_model *find_by_path(struct model_cache *c, const struct stat *st,
+					   devcache_device_t *dev, bool writable)
 {
 	for (struct devcache_model *m = c->head; m; m = m->next) {
-		bool same = m->dev == dev && m->writable == writable && still(m->mf, path, st);
+		bool same = m->dev == dev && m->writable == writable && is_file(m->mf, st);
 
 		for (size_t i = 0; same && i < mf_part_count(m->mf); i++) {
 			const devcache_model_file_t *x = mf_part(m->mf, i);
+			const struct stat *xs = st; /* a single file is its own part */
 			struct stat pst;
 
-			same = x == m->mf ? x->size == (uint64_t)st->st_size
-					  : stat(x->path, &pst) == 0 && still(x, x->path, &pst) &&
-						    x->size == (uint64_t)pst.st_size;
+			if (x != m->mf)
+				xs = stat(x->path, &pst) == 0 ? &pst : NULL;
+			same = xs && is_file(x, xs) && x->size == (uint64_t)xs->st_size;
 		}
 		if (same && !lease_moved(m))
 			return m;
@@ -625,7 +618,7 @@ static int lookup(struct model_cache *c, const devcache_model_file_t *mf, const 
 
 	*m_p = NULL;
 	for (;;) {
-		m = mf ? find(c, mf, dev, writable) : find_by_path(c, path, st, dev, writable);
+		m = mf ? find(c, mf, dev, writable) : find_by_path(c, st, dev, writable);
 		if (!m || m->state == ENTRY_READY)
 			break;
 		/* Waiting for ourselves would never end: a progress callback
