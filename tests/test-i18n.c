@@ -164,7 +164,7 @@ static void german_help_fits_80_columns(void **state)
 	char lc_all[64], cmds[32][16];
 	const char *env[] = {"LANGUAGE=de", lc_all, NULL};
 	struct result *r = malloc(sizeof *r);
-	int n = 0, bad = 0, checked = 0;
+	int n = 0, bad = 0, checked = 0, failed = 0;
 	bool listing = false;
 
 	(void)state;
@@ -200,9 +200,10 @@ static void german_help_fits_80_columns(void **state)
 
 		spawn_tool(r, env, (const char *const[]){cmds[k], "--help", NULL});
 		if (r->status != 0) {
-			/* Not every command has --help yet; say which. */
-			printf("# devcache %s --help: exit status %d, not checked\n", cmds[k],
-			       r->status);
+			/* Every command has --help; one that fails is a fault. */
+			printf("# devcache %s --help: exit status %d\n%s", cmds[k], r->status,
+			       r->err);
+			failed++;
 			continue;
 		}
 		snprintf(what, sizeof what, "devcache %.15s --help", cmds[k]);
@@ -210,8 +211,9 @@ static void german_help_fits_80_columns(void **state)
 		checked++;
 	}
 	printf("# %d of %d commands' --help checked\n", checked, n);
-	assert_true(checked >= 5);
 	free(r);
+	if (failed)
+		fail_msg("%d command(s) fail their German --help", failed);
 	if (bad)
 		fail_msg("%d line(s) of the German --help pass 80 columns", bad);
 }
