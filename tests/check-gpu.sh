@@ -18,6 +18,9 @@
 #   CHECK_GPU_OPTIONS    more tunables for every context ("key:value,...")
 #   CHECK_GPU_DIR        where the benchmark's 1 GiB model is kept
 #                        (default: the build tree's bench/, as make bench)
+#   CHECK_GPU_TIMEOUT    seconds each step may take (default 240): a step
+#                        that hangs (a stream the driver never lets go) is
+#                        killed and fails, and the summary is still printed
 #
 # Exit status: 0 when nothing failed, a machine without a GPU included (its
 # summary says SKIP and why: it is safe to run anywhere); 1 when a check
@@ -31,6 +34,18 @@ fakes=$top/tests/fakes/.libs
 work=$(mktemp -d "${TMPDIR:-/tmp}/check-gpu-XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 quick=${CHECK_GPU_QUICK:-0}
+limit=${CHECK_GPU_TIMEOUT:-240}
+case $limit in ''|*[!0-9]*|0) echo "check-gpu: CHECK_GPU_TIMEOUT=$limit: not a number of seconds" >&2; exit 2 ;; esac
+# Each step under timeout(1) where there is one (coreutils); its status 124
+# says it ran out of time.
+limited() {
+	if command -v timeout >/dev/null 2>&1; then
+		timeout -k 10 "$limit" "$@"
+	else
+		"$@"
+	fi
+}
+timed_out() { test "$1" = 124 || test "$1" = 137; }
 
 for f in "$tool" "$top/tests/gpu-check" "$top/tests/test-conformance" "$top/bench/loadbench"; do
 	if test ! -x "$f"; then
@@ -65,7 +80,7 @@ results=$work/results   # lines: VERDICT<TAB>check<TAB>detail
 result() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$results"; echo "check-gpu: $1 $2${3:+: $3}"; }
 
 # ---- the devices --------------------------------------------------------------------
-if ! "$tool" -o "$opts" info --json >"$work/info.json" 2>"$work/info.err"; then
+if ! limited "$tool" -o "$opts" info --json >"$work/info.json" 2>"$work/info.err"; then
 	echo "check-gpu: devcache info failed: $(cat "$work/info.err")" >&2
 	exit 1
 fi
@@ -142,7 +157,7 @@ run_tap() {  # check-label log names... -- command...
 	names=
 	while test "$1" != --; do names="$names|$1"; shift; done
 	shift
-	env AWK="${AWK:-awk}" "$@" >"$log" 2>&1
+	limited env AWK="${AWK:-awk}" "$@" >"$log" 2>&1
 	rc=$?
 	awk -v label="$label" -v names="$names" '
 		BEGIN { n = split(substr(names, 2), nm, "|") }
@@ -152,7 +167,12 @@ run_tap() {  # check-label log names... -- command...
 		/^not ok [0-9]+/ { print "FAIL\t" label " " name($3) "\tsee " FILENAME; next }
 	' "$log" | sed "s|see $log|see its log|" >"$log.results"
 	cat "$log.results" >>"$results"
-	if test "$rc" != 0 && ! grep -q '^FAIL' "$log.results"; then
+	if timed_out "$rc"; then
+		# The test that was running: the one after the last reported.
+		k=$(($(wc -l <"$log.results") + 1))
+		running=$(echo "$names" | cut -d'|' -f$((k + 1)))
+		result FAIL "$label${running:+ $running}" "killed after $limit s (CHECK_GPU_TIMEOUT), see its log"
+	elif test "$rc" != 0 && ! grep -q '^FAIL' "$log.results"; then
 		result FAIL "$label" "exit status $rc, see its log"
 	fi
 	if grep -q '^FAIL' "$log.results" || test "$rc" != 0; then
@@ -173,13 +193,14 @@ run_tap conformance "$work/conformance.log" -- env TEST_CONFORMANCE_ONLY=$only \
 c_pass=$(grep -c '^PASS' "$work/conformance.log.results")
 c_skip=$(grep -c '^SKIP' "$work/conformance.log.results")
 c_fail=$(grep -c '^FAIL' "$work/conformance.log.results")
+killed=$(grep "^FAIL	conformance	killed" "$results" | cut -f3 | sed 's/, see its log$//')
 grep -v '^PASS' "$work/conformance.log.results" | grep -v '^SKIP' >"$work/c.keep"
-grep -v "	conformance " "$results" >"$work/r.keep"
+grep -v "	conformance[ 	]" "$results" >"$work/r.keep"
 cat "$work/r.keep" "$work/c.keep" >"$results"
-if test "$c_fail" -gt 0; then v=FAIL; elif test "$c_pass" -gt 0; then v=PASS; else v=SKIP; fi
+if test "$c_fail" -gt 0 || test -n "$killed"; then v=FAIL; elif test "$c_pass" -gt 0; then v=PASS; else v=SKIP; fi
 why=$(grep '^SKIP' "$work/conformance.log.results" | head -1 | cut -f3)
 result "$v" "conformance suite ($only runtimes)" \
-	"$c_pass passed, $c_skip skipped${why:+ (first: $why)}, $c_fail failed"
+	"${killed:+$killed: }$c_pass passed, $c_skip skipped${why:+ (first: $why)}, $c_fail failed"
 
 for id in $(cat "$work/ids"); do
 	backend=${id%%:*}
@@ -192,11 +213,18 @@ for id in $(cat "$work/ids"); do
 	sweep="$work/sweep-$id.txt"
 	set -- -S "$id" -o "$opts,backends:$backend" -d "${CHECK_GPU_DIR:-$top/bench}"
 	test "$quick" = 1 && set -- "$@" -q -d "$work"
-	if "$top/bench/loadbench" "$@" >"$sweep" 2>&1; then
+	limited "$top/bench/loadbench" "$@" >"$sweep" 2>&1
+	rc=$?
+	if test "$rc" = 0; then
 		result PASS "$id staging sweep" "$(sed -n 's/^recommended \(.*\) (.*/\1/p' "$sweep")"
 	else
-		result FAIL "$id staging sweep" "bench/loadbench -S failed"
+		if timed_out "$rc"; then
+			result FAIL "$id staging sweep" "killed after $limit s (CHECK_GPU_TIMEOUT)"
+		else
+			result FAIL "$id staging sweep" "bench/loadbench -S failed"
+		fi
 		sed 's/^/    /' "$sweep" >&2
+		sed -i '/^== summary$/,$d' "$sweep"
 	fi
 	test "$quick" = 1 && sed -i '/^== summary$/a (fake device or quick run: a small model, one run a figure; not figures to keep)' "$sweep"
 done

@@ -20,7 +20,7 @@ run() {  # name, then environment assignments: the script's output in $out/name,
 }
 rc() { test "$(cat "$out/$1.rc")" = "$2" || { echo "# $1: exit status $(cat "$out/$1.rc"), not $2"; return 1; }; }
 
-echo 1..7
+echo 1..8
 # (a) The vendors' runtimes named where there are none: SKIP, each built
 # backend's reason, status 0.
 run none CHECK_GPU_OPTIONS="cuda_library:/nonexistent/libcuda.so.1,hip_library:/nonexistent/libamdhip64.so,ze_library:/nonexistent/libze_loader.so.1"
@@ -62,6 +62,20 @@ if test -f "$top/tests/fakes/.libs/libfake-cuda.so"; then
 else
 	echo "ok 6 # SKIP the cuda backend or its fake is not built"
 	n=6
+fi
+
+# A step that does not end (here: every copy of the fake CUDA driver takes
+# 5 s) is killed after CHECK_GPU_TIMEOUT, fails, and the summary still comes.
+if test -f "$top/tests/fakes/.libs/libfake-cuda.so"; then
+	run hang CHECK_GPU_FAKES=1 CHECK_GPU_TIMEOUT=2 CHECK_GPU_OPTIONS=backends:cuda FAKE_CUDA_COPY_MS=5000
+	check "a step that hangs: killed, named in the summary, exit status 1" \
+		sh -c "test \"\$(cat '$out/hang.rc')\" = 1 && \
+			grep -q '| cuda:0 models of every format | FAIL | killed after 2 s (CHECK_GPU_TIMEOUT)' '$out/hang' && \
+			grep -q '| conformance suite (fake runtimes) | FAIL | killed after 2 s' '$out/hang' && \
+			grep -q '^- cuda: 2 devices: ' '$out/hang'"
+else
+	echo "ok 7 # SKIP the cuda backend or its fake is not built"
+	n=7
 fi
 
 # (c) The bundle (make check-gpu-bundle), moved elsewhere and run with
