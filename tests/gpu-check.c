@@ -4,12 +4,14 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <devcache.h>
@@ -200,6 +202,62 @@ static void *runtime_loaded(devcache_ctx_t *ctx, const char *tunable)
 	return lib;
 }
 
+/* A failed assertion leaves the test at once, with stream b still held:
+ * the driver would then wait on it for ever in the next test's first
+ * synchronisation.  The watchdog lets b go after WATCHDOG_S seconds
+ * unless the check has ended; on a failure it is left running, and so is
+ * its memory (and the word it writes) left allocated. */
+enum { WATCHDOG_S = 20 };
+struct watchdog {
+	pthread_mutex_t lock;
+	pthread_cond_t done;
+	bool ended;
+	void (*release)(void *);
+	void *arg;
+	pthread_t thread;
+};
+
+static void *watchdog_main(void *p)
+{
+	struct watchdog *w = p;
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += WATCHDOG_S;
+	pthread_mutex_lock(&w->lock);
+	while (!w->ended && pthread_cond_timedwait(&w->done, &w->lock, &until) == 0)
+		;
+	if (!w->ended)
+		w->release(w->arg);
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+static struct watchdog *watchdog_start(void (*release)(void *), void *arg)
+{
+	struct watchdog *w = calloc(1, sizeof *w);
+
+	assert_non_null(w);
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->done, NULL);
+	w->release = release;
+	w->arg = arg;
+	assert_int_equal(pthread_create(&w->thread, NULL, watchdog_main, w), 0);
+	return w;
+}
+
+static void watchdog_end(struct watchdog *w)
+{
+	pthread_mutex_lock(&w->lock);
+	w->ended = true;
+	pthread_cond_signal(&w->done);
+	pthread_mutex_unlock(&w->lock);
+	pthread_join(w->thread, NULL);
+	pthread_cond_destroy(&w->done);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}
+
 /* The allocator's side, the same on every backend: a block used on stream
  * b and freed is not handed out again while b is held, and is once b has
  * been released and synchronised.  release() lets b go. */
@@ -209,16 +267,16 @@ static void check_held_block(devcache_device_t *dev, devcache_stream_t a, devcac
 	enum { SIZE = 4 << 20 };
 	void *p, *q, *r;
 	devcache_stats_t st;
+	struct watchdog *w = watchdog_start(release, arg);
 
 	assert_int_equal(devcache_alloc(dev, SIZE, a, &p), 0);
 	assert_int_equal(devcache_record_stream(dev, p, b), 0);
 	assert_int_equal(devcache_free(dev, p), 0);
 	assert_int_equal(devcache_alloc(dev, SIZE, a, &q), 0);
-	if (q == p) {
-		release(arg);
-		fail_msg("the block freed while stream b was held was handed out again");
-	}
+	watchdog_end(w);
 	release(arg);
+	if (q == p)
+		fail_msg("the block freed while stream b was held was handed out again");
 	assert_int_equal(devcache_stream_synchronize(dev, b), 0);
 	assert_int_equal(devcache_free(dev, q), 0);
 	assert_int_equal(devcache_alloc(dev, SIZE, a, &r), 0);
