@@ -105,6 +105,17 @@ static bool is_blank(const char *s)
 	return *skip_space(s) == '\0';
 }
 
+static uint64_t gcd_u64(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t r = a % b;
+
+		a = b;
+		b = r;
+	}
+	return a;
+}
+
 /* A size: digits, an optional fraction, an optional binary unit. */
 static int parse_size_text(const char *text, bool bare_mib, uint64_t *out)
 {
@@ -158,13 +169,18 @@ static int parse_size_text(const char *text, bool bare_mib, uint64_t *out)
 	if (whole > UINT64_MAX / mult)
 		return -1;
 	uint64_t bytes = whole * mult;
-	unsigned __int128 extra = (unsigned __int128)frac_num * mult;
-	if (extra % frac_den)
-		return -1; /* a fraction of a byte */
-	extra /= frac_den;
+	/* frac_num * mult / frac_den in 64 bits (no __int128 on 32-bit
+	 * targets): in lowest terms the denominator must divide mult, or the
+	 * size has a fraction of a byte. */
+	uint64_t g = gcd_u64(frac_num, frac_den), num = frac_num / g, den = frac_den / g;
+	if (mult % den)
+		return -1;
+	if (num > UINT64_MAX / (mult / den))
+		return -1;
+	uint64_t extra = num * (mult / den);
 	if (extra > UINT64_MAX - bytes)
 		return -1;
-	*out = bytes + (uint64_t)extra;
+	*out = bytes + extra;
 	return 0;
 }
 

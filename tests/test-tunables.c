@@ -242,6 +242,12 @@ static void size_decimal_rounding(void **state)
 	assert_int_equal(parse_size_value(TUN_max_cache_ram, "1.75G"), 7 * GiB / 4);
 	assert_int_equal(parse_size_value(TUN_max_cache_ram, "0.75M"), 3 * MiB / 4);
 	assert_int_equal(parse_size_value(TUN_max_split_size_mb, "1.75G"), 7 * GiB / 4);
+	/* 18 digits of fraction times 2^40 pass 64 bits before they are
+	 * reduced: the parser works in 64 bits (32-bit targets have no
+	 * __int128) and still gets them exactly. */
+	assert_int_equal(parse_size_value(TUN_max_cache_ram, "0.500000000000000000T"), 1ULL << 39);
+	assert_int_equal(parse_size_value(TUN_max_cache_ram, "16777215.5T"),
+			 (16777215ULL << 40) + (1ULL << 39));
 }
 
 static void size_mib_default(void **state)
@@ -318,6 +324,8 @@ static void size_errors(void **state)
 		"0.3K",                 /* 307.2 bytes */
 		"1.5",                  /* 1.5 bytes */
 		"1.5B",
+		"16777215.999999999999999999T", /* 18 digits, not a whole byte */
+		"0.000000000000000001T",        /* a millionth of a byte */
 		"12X", "1KBB", "1BB", "1BiB", "1Ki", "1KiBs", "1 K B",
 		"1.K", ".5G", "-1K", "K", "1e3", "1,5G",
 	};
