@@ -90,7 +90,8 @@ static int read_chunk(struct upload *u, const struct chunk *ch, char *buf, char 
 	if (direct) {
 		start &= ~(DIRECT_ALIGN - 1);
 		end = (end + DIRECT_ALIGN - 1) & ~(DIRECT_ALIGN - 1);
-		buf = (char *)(((uintptr_t)buf + DIRECT_ALIGN - 1) & ~(uintptr_t)(DIRECT_ALIGN - 1));
+		buf = (char *)(((uintptr_t)buf + (uintptr_t)(DIRECT_ALIGN - 1)) &
+			       ~(uintptr_t)(DIRECT_ALIGN - 1));
 	}
 	*data_p = buf + (ch->file_off - start);
 	for (uint64_t pos = start; pos < end;) {
