@@ -137,7 +137,7 @@ static int take_space(struct arena *a, uint64_t size, void **ptr_p)
 		return a->host->error(DEVCACHE_ENOMEM, "arena: %s for %llu bytes",
 				      rc == -1 ? "no address space left" : "out of host memory",
 				      (unsigned long long)size);
-	*ptr_p = (void *)(a->base + offset);
+	*ptr_p = (void *)(a->base + (uintptr_t)offset);
 	return 0;
 }
 
