@@ -147,7 +147,7 @@ def write_safetensors_set(directory, shards, stem="model", metadata=None, total_
 # ---- GGUF ---------------------------------------------------------------------------
 
 # ggml's types that the tests use: number, elements per block, bytes per block
-# (lib/gguf.c's table).
+# (lib/gguf-tensors.c's table).
 GGML_TYPES = {
     "F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20),
     "Q5_0": (6, 32, 22), "Q5_1": (7, 32, 24), "Q8_0": (8, 32, 34), "Q8_1": (9, 32, 36),
