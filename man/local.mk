@@ -56,8 +56,9 @@ devcache.conf.example: man/mkman$(EXEEXT) Makefile
 noinst_DATA += man/tunable-pages.list
 
 noinst_PROGRAMS += man/mkman
-man_mkman_SOURCES = man/mkman.c man/doc-tunables.c man/doc-tunables.h lib/tunable-table.c \
-	lib/tunable-table.h lib/tunables.def $(module_tunable_defs)
+man_mkman_SOURCES = man/mkman.h man/mkman.c man/mkman-roff.c man/mkman-conf.c man/mkman-tunable.c \
+	man/doc-tunables.c man/doc-tunables.h lib/tunable-table.c lib/tunable-table.h lib/tunables.def \
+	$(module_tunable_defs)
 
 man/devcache.1: man/devcache.1.in man/mkman$(EXEEXT) Makefile
 	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache.1.in -O $@
