@@ -77,7 +77,7 @@ static const char *example_value(const struct tunable_def *t)
 		return buf;
 	}
 	if (!*t->defval) {
-		warn("%s: no example value; add one to examples[] in mkman.c", t->name);
+		warn("%s: no example value; add an EXAMPLE() line to its tunables.def", t->name);
 		return "value";
 	}
 	return t->defval;
