@@ -39,7 +39,7 @@ void put_chars(FILE *f, const char *s, size_t n, unsigned flags)
 			unsigned long cp;
 
 			if (len == 0 || i + (size_t)len > n) {
-				warn("invalid UTF-8 in the tunable table");
+				mk_warn("invalid UTF-8 in the tunable table");
 				fputs("\\[uFFFD]", f);
 				continue;
 			}
@@ -236,7 +236,7 @@ static char *bound_words(const char *v, const struct tunable_def *t)
 		snprintf(buf, sizeof buf, "\\-%s", v + 1);
 		return xstrdup(buf);
 	}
-	warn("%s: bad bound '%s' in range '%s'", t->name, v, t->range);
+	mk_warn("%s: bad bound '%s' in range '%s'", t->name, v, t->range);
 	return xstrdup("?");
 }
 
@@ -287,7 +287,7 @@ static void put_interval(FILE *f, const struct tunable_def *t)
 	const char *comma = strchr(r, ',');
 
 	if (n < 3 || !strchr("[(", r[0]) || !strchr("])", r[n - 1]) || !comma) {
-		warn("%s: bad range '%s' (expected an interval such as [0,1))", t->name, r);
+		mk_warn("%s: bad range '%s' (expected an interval such as [0,1))", t->name, r);
 		put_chars(f, r, n, ESC_CODE);
 		return;
 	}
@@ -326,7 +326,7 @@ void put_range(FILE *f, const struct tunable_def *t)
 		const char *p = t->range;
 
 		if (!*p) {
-			warn("%s: an enum without values", t->name);
+			mk_warn("%s: an enum without values", t->name);
 			fputs("(none listed)", f);
 			return;
 		}

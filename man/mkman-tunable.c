@@ -77,7 +77,7 @@ static const char *example_value(const struct tunable_def *t)
 		return buf;
 	}
 	if (!*t->defval) {
-		warn("%s: no example value; add an EXAMPLE() line to its tunables.def", t->name);
+		mk_warn("%s: no example value; add an EXAMPLE() line to its tunables.def", t->name);
 		return "value";
 	}
 	return t->defval;
@@ -299,22 +299,22 @@ void check_table(void)
 {
 	for (size_t i = 0; i < sizeof examples / sizeof examples[0]; i++)
 		if (!is_tunable(examples[i].name, strlen(examples[i].name)))
-			warn("examples[] names '%s', which is not a tunable", examples[i].name);
+			mk_warn("examples[] names '%s', which is not a tunable", examples[i].name);
 	for (size_t i = 0; i < sizeof tunable_env / sizeof tunable_env[0]; i++)
 		if (!is_tunable(tunable_env[i].name, strlen(tunable_env[i].name)))
-			warn("tunable_env[] names '%s', which is not a tunable", tunable_env[i].name);
+			mk_warn("tunable_env[] names '%s', which is not a tunable", tunable_env[i].name);
 	for (size_t i = 0; i < DOC_TUNABLE_COUNT; i++) {
 		const struct tunable_def *t = &doc_tunable_defs[i];
 
 		if (!*t->summary || !*t->doc)
-			warn("%s: the summary or the description is empty", t->name);
+			mk_warn("%s: the summary or the description is empty", t->name);
 		if (t->type == TT_ENUM && !enum_has(t->range, t->defval))
-			warn("%s: the default '%s' is not one of '%s'", t->name, t->defval, t->range);
+			mk_warn("%s: the default '%s' is not one of '%s'", t->name, t->defval, t->range);
 		if (*t->range && t->type != TT_ENUM && t->type != TT_INT && t->type != TT_FLOAT &&
 		    t->type != TT_SIZE)
-			warn("%s: only numeric and enum tunables have a range", t->name);
+			mk_warn("%s: only numeric and enum tunables have a range", t->name);
 	}
 	for (size_t i = 0; i < compat_count; i++)
 		if (!*compat_defs[i].note)
-			warn("%s: a PyTorch key without a note", compat_defs[i].name);
+			mk_warn("%s: a PyTorch key without a note", compat_defs[i].name);
 }

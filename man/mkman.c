@@ -60,7 +60,7 @@ void die(const char *fmt, ...)
 
 /* A fault in the table is the documentation test's to report (it fails
  * there, with the rest of the suite); the build goes on. */
-void warn(const char *fmt, ...)
+void mk_warn(const char *fmt, ...)
 {
 	va_list ap;
 

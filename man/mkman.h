@@ -15,7 +15,7 @@
 /* mkman.c: the substitutions, errors and memory */
 const char *param(const char *name);
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void mk_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *xmalloc(size_t n);
 char *xstrndup(const char *s, size_t n);
 char *xstrdup(const char *s);
