@@ -301,12 +301,10 @@ static inline bool events_pending(const struct allocator *a)
 size_t alloc_round_size(const struct allocator *a, size_t size);
 /* DEVCACHE_EINVAL, naming fn, for a NULL device. */
 int alloc_check_dev(devcache_device_t *dev, const char *fn);
-void alloc_driver_free(struct allocator *a, void *ptr);
 /* b, freed and used on no other stream now, goes back to its pool. */
 void pool_return(struct allocator *a, struct block *b);
-/* What alloc-expand.c shares with the rest: the driver's refusal kept for
- * the error message, block structs, the free lists and the segment list. */
-int driver_refused(struct allocator *a, int rc);
+/* What alloc-expand.c and alloc-miss.c share with the rest: block
+ * structs and the free lists. */
 struct block *block_new(struct stream_pool *pool);
 void block_delete(struct stream_pool *pool, struct block *b);
 void make_free(struct allocator *a, struct block *b);
@@ -314,6 +312,22 @@ void take_free(struct allocator *a, struct block *b);
 /* Merge b, in no free list, with its free neighbours, and make it free:
  * the free block that holds it is returned. */
 struct block *free_merged(struct allocator *a, struct block *b);
+/* A hit's best fit in pool, or NULL, and taking it (b) for the request:
+ * allocate() calls them off the hot path. */
+struct block *find_free(struct allocator *a, struct stream_pool *pool, bool small, size_t rsize);
+int block_hand_out(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+		   struct block *b, size_t rsize, size_t size, struct hit *hit, void **ptr_p);
+
+/* alloc-miss.c: the allocation path past a hit, growing and shrinking */
+/* The whole allocation path, for a request the hit path could not take;
+ * called and returns under world_lock. */
+int allocate(struct allocator *a, size_t size, devcache_stream_t stream, struct hit *hit,
+	     void **ptr_p);
+/* Give a whole free segment back to the driver. */
+void release_segment(struct allocator *a, struct block *b);
+void alloc_driver_free(struct allocator *a, void *ptr);
+/* The driver's refusal kept for the error message, and the segment list. */
+int driver_refused(struct allocator *a, int rc);
 void segment_add(struct allocator *a, struct segment *seg, struct block *b);
 
 /* alloc-expand.c: expandable segments */
@@ -467,6 +481,19 @@ ALLOC_INLINE void link_before(struct block *n, struct block *at, uintptr_t addr,
 	else
 		at->seg->first = n;
 	at->prev = n;
+}
+
+ALLOC_INLINE bool whole_segment(const struct block *b)
+{
+	return !b->prev && !b->next && !b->seg->expandable;
+}
+
+/* A hit takes b: what the thread cache needs to know of it as it was. */
+ALLOC_INLINE void note_hit(struct hit *hit, const struct block *b)
+{
+	hit->hit = true;
+	hit->whole = whole_segment(b);
+	hit->size = b->size;
 }
 
 static inline size_t round_up(size_t size, size_t unit)
