@@ -47,6 +47,7 @@ struct tunable_set {
 	size_t n_pending;
 };
 
+/* tunable-names.c */
 int tunable_find(const char *name);
 int compat_find(const char *name);
 /* Case-insensitive edit distance, capped: enough to catch typos.  SIZE_MAX
@@ -55,6 +56,7 @@ size_t name_distance(const char *a, const char *b);
 /* The known name closest to name, or NULL when none is close. */
 const char *tunable_suggest(const char *name);
 
+/* tunables.c */
 /* Parse text as the value of tunable id into out.  On failure returns
  * DEVCACHE_ECONFIG and writes what is wrong and what is accepted to why. */
 int tunable_parse(enum tunable_id id, const char *text, struct tunable_value *out, char *why,
@@ -74,5 +76,17 @@ void tunable_set_free(struct tunable_set *set);
 void tunable_format(enum tunable_id id, const struct tunable_value *v, char *buf, size_t size);
 void tunable_format_def(const struct tunable_def *def, const struct tunable_value *v, char *buf,
 			size_t size);
+/* s past its leading white space. */
+const char *skip_space(const char *s);
+
+/* tunable-lists.c: what tunable_parse_def() hands on */
+/* A copy of len bytes at s without the white space at either end; NULL
+ * when out of memory. */
+char *trim_dup(const char *s, size_t len);
+/* Parse text as the list value of def into v: its items, v->str the
+ * list as it is written back, and for roundup_power2_divisions
+ * v->divisions; DEVCACHE_ECONFIG or DEVCACHE_ENOMEM with why written. */
+int parse_list(const struct tunable_def *def, const char *text, struct tunable_value *v,
+	       char *why, size_t why_size);
 
 #endif
