@@ -80,6 +80,41 @@ int mf_open_file(const char *path, struct devcache_model_file **mf_p);
  * error naming the folder: none, several, a diffusers pipeline. */
 int mf_resolve_folder(const char *dir, char **path_p);
 
+/* model-set.c: what the set's files (model-split.c, model-folder.c) share. */
+
+struct json_object;
+
+bool mf_ends_with(const char *s, const char *suffix);
+/* dir/name, newly allocated; NULL without memory. */
+char *mf_join(const char *dir, const char *name);
+/* DEVCACHE_ENOMEM, "out of memory". */
+int mf_oom(void);
+/* qsort()'s comparison of two strings (const char *). */
+int mf_by_string(const void *x, const void *y);
+/* A new, empty set named path. */
+int mf_new_set(const char *path, struct devcache_model_file **set_p);
+/* Append a part (taken over: closed on failure). */
+int mf_add_part(struct devcache_model_file *set, struct devcache_model_file *part);
+/* Merge the parts' tensors, in shard then file order, and index them by
+ * name; a name in two shards makes the set bad. */
+int mf_merge_tensors(struct devcache_model_file *set);
+/* The set's figures from its parts: size, format, data offset. */
+void mf_sum_parts(struct devcache_model_file *set);
+/* The part's metadata pairs into the set, but for keys the set has. */
+int mf_copy_part_meta(struct devcache_model_file *set, const struct devcache_model_file *part);
+/* Read a JSON object from the file path (a safetensors index, a
+ * diffusers model_index.json): its root, for json_object_put(). */
+int mf_read_index(const char *path, struct json_object **root_p);
+
+/* model-split.c: GGUF splits. */
+
+/* Where the name says "-NNNNN-of-MMMMM.gguf": the prefix's length and the
+ * two numbers; false for a name that does not follow it. */
+bool mf_split_name(const char *path, size_t *prefix_len_p, unsigned *no_p, unsigned *count_p);
+/* A GGUF file that is one of a split becomes the split (*out_p); anything
+ * else stays itself.  Takes mf over. */
+int mf_maybe_split(struct devcache_model_file *mf, struct devcache_model_file **out_p);
+
 /* model-file.c: for the parsers. */
 
 /* Fail with DEVCACHE_EFORMAT: "PATH: " and the formatted fault.  fmt is
