@@ -74,15 +74,39 @@ uint64_t mc_budget_of(struct model_cache *c, const devcache_device_t *dev);
  * Called with the cache locked; returns the bytes freed. */
 uint64_t mc_evict_for(struct model_cache *c, devcache_device_t *dev, uint64_t need,
 		      uint64_t want);
+
+/* Drop m from the cache altogether.  Called with the cache locked. */
+void mc_drop(struct model_cache *c, struct devcache_model *m);
+/* The list, most recently used first.  Called with the cache locked. */
+void mc_lru_unlink(struct model_cache *c, struct devcache_model *m);
+void mc_lru_push_front(struct model_cache *c, struct devcache_model *m);
+/* Charge m where it counts (a partial model: its host side to RAM too),
+ * or take the charge back.  Called with the cache locked. */
+void mc_charge(struct model_cache *c, const struct devcache_model *m);
+void mc_uncharge(struct model_cache *c, const struct devcache_model *m);
+/* Give back what an entry holds; the caller has unlinked and uncharged it. */
+void mc_entry_free(struct devcache_model *m);
+
+/* What log_memory_usage reports, before and after a load or an eviction. */
+struct mem_use {
+	uint64_t rss, cached, heap;
+};
+
+/* Called with the cache locked. */
+void mc_mem_use(struct model_cache *c, struct mem_use *u);
+void mc_log_mem_use(struct model_cache *c, const char *what, const char *path,
+		    const struct mem_use *before);
+
+/* ---- model-place.c: a new model's bytes on the host or a device ------------------ */
+
 /* Every file of m in host memory: mapped in place, or copied (mmap false). */
 int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args);
+/* m's tensors uploaded to its device through the staging ring. */
+int mc_place_on_device(struct devcache_model *m, const devcache_load_args_t *args);
 /* The stage_file of each of mf's files, to free; NULL without memory. */
 struct stage_file *mc_stage_files(const devcache_model_file_t *mf);
 /* A failed upload's message names the file as well as the device. */
 int mc_upload_failed(const struct devcache_model *m, int rc);
-
-/* Drop m from the cache altogether.  Called with the cache locked. */
-void mc_drop(struct model_cache *c, struct devcache_model *m);
 
 /* ---- model-lease.c: read leases on mapped files ------------------------------------ */
 

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* model-place.c - a new model's bytes where they go: its files mapped or copied into host memory, or its tensors uploaded to a device through the staging ring. */
+#include "model-cache.h"
+#include "model-file.h"
+#include "alloc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* ---- host placement: the file in place ---------------------------------------- */
+
+/* A copy of a file in anonymous memory: it survives the file being
+ * replaced.  done and total count the whole model, for progress. */
+static int copy_file(struct devcache_model *m, size_t part, const devcache_load_args_t *args,
+		     uint64_t *done, uint64_t total)
+{
+	const devcache_model_file_t *f = mf_part(m->mf, part);
+	struct host_map *hm = &m->maps[part];
+	void *p;
+
+	hm->len = f->size ? (size_t)f->size : 1;
+	p = mmap(NULL, hm->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes: %s"), f->path,
+			       hm->len, strerror(errno));
+	hm->p = p;
+	for (uint64_t off = 0; off < f->size;) {
+		size_t chunk = f->size - off > (64u << 20) ? (64u << 20) : (size_t)(f->size - off);
+		int rc = mf_read(f, (char *)p + off, chunk, off, _("tensor data"));
+
+		if (rc)
+			return rc;
+		off += chunk;
+		*done += chunk;
+		m->read += chunk;
+		if (args->progress && args->progress(args->progress_user, *done, total))
+			return err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), m->mf->path);
+	}
+	if (!(args->flags & DEVCACHE_LOAD_WRITABLE))
+		mprotect(p, hm->len, PROT_READ);
+	return 0;
+}
+
+/* Zero-copy.  Pages come from the page cache as they are touched, so the
+ * file must keep its size while it is mapped: a file truncated under a
+ * mapping raises SIGBUS on access (devcache.conf(5), mmap).  Its size is
+ * checked here, once the mapping exists. */
+static int map_file(struct devcache_model *m, size_t part, bool writable)
+{
+	const devcache_model_file_t *f = mf_part(m->mf, part);
+	struct host_map *hm = &m->maps[part];
+	struct stat st;
+	void *p;
+
+	hm->len = f->size ? (size_t)f->size : 1;
+	p = writable ? mmap(NULL, hm->len, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, 0)
+		     : mmap(NULL, hm->len, PROT_READ, MAP_SHARED, f->fd, 0);
+	if (p == MAP_FAILED)
+		return err_set(DEVCACHE_EIO, _("%s: cannot map: %s"), f->path, strerror(errno));
+	hm->p = p;
+	lease_take(m->cache, f, hm);
+	if (fstat(f->fd, &st) != 0 || (uint64_t)st.st_size != f->size)
+		return mf_error(f, _("the file changed size while it was being opened"));
+	return 0;
+}
+
+/* Every file of the model in host memory, mapped in place or copied. */
+int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
+{
+	devcache_ctx_t *ctx = m->dev->ctx;
+	size_t n = mf_part_count(m->mf);
+	uint64_t done = 0, total = m->mf->size;
+	int rc = 0;
+
+	if (!(m->maps = calloc(n, sizeof *m->maps)))
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = ctx->tun.v[TUN_mmap].u.b
+			     ? map_file(m, i, args->flags & DEVCACHE_LOAD_WRITABLE)
+			     : copy_file(m, i, args, &done, total);
+	if (rc == 0 && ctx->tun.v[TUN_mmap].u.b && args->progress &&
+	    args->progress(args->progress_user, total, total))
+		rc = err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), m->mf->path);
+	return rc;
+}
+
+/* ---- device placement: the staging ring ------------------------------------------ */
+
+struct stage_file *mc_stage_files(const devcache_model_file_t *mf)
+{
+	struct stage_file *files = calloc(mf_part_count(mf), sizeof *files);
+
+	for (size_t i = 0; files && i < mf_part_count(mf); i++)
+		files[i] = (struct stage_file){.path = mf_part(mf, i)->path, .fd = mf_part(mf, i)->fd};
+	return files;
+}
+
+int mc_place_on_device(struct devcache_model *m, const devcache_load_args_t *args)
+{
+	devcache_ctx_t *ctx = m->dev->ctx;
+	devcache_model_file_t *mf = m->mf;
+	size_t n_files = mf_part_count(mf);
+	struct stage_file *files = mc_stage_files(mf);
+	struct stage_item *items = NULL;
+	struct stage_job job = {.dev = m->dev, .files = files, .n_files = n_files,
+				.n_items = mf->n_tensors, .stream = args->stream,
+				.progress = args->progress, .progress_user = args->progress_user,
+				.name = mf->path};
+	int rc;
+
+	items = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *items);
+	if (!files || !items) {
+		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		goto out;
+	}
+	if ((rc = chunks_plan(m, alloc_max_request(m->dev))) ||
+	    (rc = chunks_alloc(m, args->stream)))
+		goto out;
+	for (size_t i = 0; i < mf->n_tensors; i++)
+		items[i] = (struct stage_item){.file = mf->tensors[i].part,
+					       .offset = mf->tensors[i].offset,
+					       .size = mf->tensors[i].size,
+					       .dst = chunks_tensor(m, i)};
+	job.items = items;
+	if ((rc = stage_upload(&job)) == 0) {
+		m->read = job.bytes_read;
+		m->uploaded = job.bytes_uploaded;
+		for (size_t i = 0; ctx->tun.v[TUN_evict_page_cache].u.b && i < n_files; i++)
+			posix_fadvise(files[i].fd, 0, 0, POSIX_FADV_DONTNEED);
+	}
+out:
+	free(items);
+	free(files);
+	return mc_upload_failed(m, rc);
+}
+
+int mc_upload_failed(const struct devcache_model *m, int rc)
+{
+	const char *path = m->mf->path;
+
+	/* A failure of the driver or the allocator names the device, not the
+	 * file being loaded: say which file it was. */
+	if (rc && rc != DEVCACHE_ECANCELED &&
+	    strncmp(devcache_last_error(), path, strlen(path)) != 0) {
+		char why[1024];
+
+		snprintf(why, sizeof why, "%s", devcache_last_error());
+		rc = err_set(rc, _("%s: cannot upload it to %s: %s"), path, m->dev->id, why);
+	}
+	return rc;
+}
