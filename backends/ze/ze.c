@@ -1,94 +1,20 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* ze.c - the Level Zero backend: Intel GPUs through the oneAPI Level Zero loader, which it dlopen()s; built against the Level Zero headers, linked against nothing of Intel's. */
-#include "../runtime.h"
-
-#include <level_zero/ze_api.h>
+/*
+ * The backend in three files, which ze.h joins: this one dlopen()s the
+ * loader, finds the GPUs, allocates device and pinned host memory and
+ * holds the ops table; ze-stream.c has the streams (immediate command
+ * lists), the copies and the events (from per-device pools); ze-vm.c the
+ * virtual memory of expandable segments.
+ */
+#include "ze.h"
 
 #include <dlfcn.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Every loader function the backend calls, resolved by name; the pointers
- * take their types from the vendor's declarations. */
-#define ZE_FUNCTIONS(X)                                                                    \
-	X(zeInit) X(zeDriverGet) X(zeDeviceGet) X(zeDeviceGetProperties)                     \
-	X(zeDeviceGetMemoryProperties) X(zeDeviceGetCommandQueueGroupProperties)           \
-	X(zeContextCreate) X(zeContextDestroy) X(zeMemAllocDevice) X(zeMemAllocHost)         \
-	X(zeMemFree) X(zeMemGetAddressRange) X(zeCommandListCreateImmediate)                 \
-	X(zeCommandListDestroy) X(zeCommandListAppendMemoryCopy) X(zeCommandListAppendBarrier) \
-	X(zeEventPoolCreate) X(zeEventPoolDestroy) X(zeEventCreate) X(zeEventDestroy)        \
-	X(zeEventHostSynchronize) X(zeEventQueryStatus) X(zeEventHostReset)
-/* Capabilities: present where these resolve. */
-#define ZE_IPC_FUNCTIONS(X) X(zeMemGetIpcHandle) X(zeMemOpenIpcHandle) X(zeMemCloseIpcHandle)
-#define ZE_VMM_FUNCTIONS(X)                                                                \
-	X(zeVirtualMemQueryPageSize) X(zeVirtualMemReserve) X(zeVirtualMemFree)              \
-	X(zePhysicalMemCreate) X(zePhysicalMemDestroy) X(zeVirtualMemMap) X(zeVirtualMemUnmap)
-#define ZE_OPTIONAL_FUNCTIONS(X) X(zeDevicePciGetPropertiesExt) X(zeDriverGetExtensionProperties)
-
-/* Events come from pools of this many; a pool is made when the last is full. */
-#define POOL_EVENTS 64
-
-struct ze_pool {
-	ze_event_pool_handle_t pool;
-	uint64_t used; /* a bit per event index */
-	uint64_t lost; /* events the loader would not destroy: never reused */
-	struct ze_pool *next;
-};
-
-/* A stream is an immediate command list.  Command lists are not
- * thread-safe, and the allocator and the model loader's workers copy on
- * one stream from several threads, so each has a lock. */
-struct ze_stream {
-	ze_command_list_handle_t list;
-	pthread_mutex_t lock;
-	int dev;
-};
-
-/* A Level Zero event starts unsignalled, and waiting for one never
- * signalled waits for ever; a libdevcache event, as a CUDA or HIP one, is
- * complete until it is first recorded.  recorded bridges the two. */
-struct ze_event {
-	ze_event_handle_t event;
-	struct ze_pool *pool;
-	uint32_t index;
-	bool recorded; /* atomic */
-};
-
-struct ze_dev {
-	ze_driver_handle_t driver;
-	ze_device_handle_t device;
-	ze_context_handle_t context;
-	uint32_t copy_ordinal;       /* the queue group copies go to */
-	struct ze_stream dflt;       /* the default stream */
-	pthread_mutex_t pool_lock;
-	struct ze_pool *pools;
-	uint64_t allocated;          /* atomic: bytes of zeMemAllocDevice live */
-	uint64_t total;
-	uint64_t max_alloc;          /* maxMemAllocSize */
-	bool relaxed;                /* its driver relaxes maxMemAllocSize on request */
-	unsigned lost;               /* atomic: objects of its context the loader would not free */
-};
-
-struct ze_state {
-	const struct devcache_backend_host *host;
-	void *lib;
-	char lib_name[256];
-	int n_devices;
-	struct ze_dev *devs;
-	ze_context_handle_t *contexts; /* one per driver */
-	uint32_t n_contexts;
-	bool ipc, vmm;
-#define FIELD(name) __typeof__(name) *name;
-	ZE_FUNCTIONS(FIELD)
-	ZE_IPC_FUNCTIONS(FIELD)
-	ZE_VMM_FUNCTIONS(FIELD)
-	ZE_OPTIONAL_FUNCTIONS(FIELD)
-#undef FIELD
-};
 
 /* Level Zero 1.4 has no error-string function: the names of the results. */
 static const char *result_name(ze_result_t r)
@@ -113,7 +39,7 @@ static const char *result_name(ze_result_t r)
 	}
 }
 
-static int fail(struct ze_state *s, ze_result_t r, const char *what, int dev)
+int fail(struct ze_state *s, ze_result_t r, const char *what, int dev)
 {
 	int code = r == ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY || r == ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY
 			   ? DEVCACHE_ENOMEM
@@ -139,18 +65,11 @@ static int fail(struct ze_state *s, ze_result_t r, const char *what, int dev)
 /* The loader would not give an object back: nothing else can be done than
  * to say so; what holds it (a pool, the context) is then left too.  what is
  * the whole sentence ("the loader refused to ..."), translated. */
-static void left(struct ze_state *s, int dev, const char *what, const char *call, ze_result_t r)
+void left(struct ze_state *s, int dev, const char *what, const char *call, ze_result_t r)
 {
 	s->host->log(s->host->cookie, DEVCACHE_LOG_ERROR, "ze:%d: %s: %s: %s (0x%x)", dev, what,
 		     call, result_name(r), (unsigned)r);
 }
-
-#define CHECK(s, call, what, dev)                                                          \
-	do {                                                                               \
-		ze_result_t r_ = (call);                                                   \
-		if (r_ != ZE_RESULT_SUCCESS)                                               \
-			return fail((s), r_, (what), (dev));                               \
-	} while (0)
 
 /* ---- loading -------------------------------------------------------------------- */
 
@@ -204,21 +123,6 @@ static uint32_t copy_ordinal(struct ze_state *s, ze_device_handle_t device)
 		}
 	}
 	return best;
-}
-
-static int stream_open(struct ze_state *s, int dev, struct ze_stream *st)
-{
-	struct ze_dev *d = &s->devs[dev];
-	ze_command_queue_desc_t desc = {.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC,
-					.ordinal = d->copy_ordinal,
-					.mode = ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS,
-					.priority = ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
-
-	CHECK(s, s->zeCommandListCreateImmediate(d->context, d->device, &desc, &st->list),
-	      "zeCommandListCreateImmediate", dev);
-	pthread_mutex_init(&st->lock, NULL);
-	st->dev = dev;
-	return 0;
 }
 
 static void teardown(struct ze_state *s)
@@ -586,321 +490,6 @@ static int ze_host_free(void *state, void *ptr)
 		__atomic_add_fetch(&s->devs[0].lost, 1, __ATOMIC_RELAXED);
 		return fail(s, r, "zeMemFree (host)", -1);
 	}
-	return 0;
-}
-
-/* ---- streams and events ------------------------------------------------------------ */
-
-static struct ze_stream *stream_of(struct ze_state *s, int dev, devcache_stream_t stream)
-{
-	return stream ? stream : &s->devs[dev].dflt;
-}
-
-/* A copy, then a barrier: immediate lists of Level Zero 1.4 do not promise
- * to run in order, and a stream must. */
-static int copy(struct ze_state *s, int dev, void *dst, const void *src, size_t size,
-		devcache_stream_t stream, const char *direction)
-{
-	struct ze_stream *st = stream_of(s, dev, stream);
-	const char *call = "zeCommandListAppendMemoryCopy";
-	char what[80];
-	ze_result_t r;
-
-	pthread_mutex_lock(&st->lock);
-	r = s->zeCommandListAppendMemoryCopy(st->list, dst, src, size, NULL, 0, NULL);
-	if (r == ZE_RESULT_SUCCESS) {
-		call = "zeCommandListAppendBarrier";
-		r = s->zeCommandListAppendBarrier(st->list, NULL, 0, NULL);
-	}
-	pthread_mutex_unlock(&st->lock);
-	if (r == ZE_RESULT_SUCCESS)
-		return 0;
-	snprintf(what, sizeof what, "%s (%s)", call, direction);
-	return fail(s, r, what, dev);
-}
-
-static int ze_memcpy_htod(void *state, int dev, void *dst, const void *src, size_t size,
-			  devcache_stream_t stream)
-{
-	return copy(state, dev, dst, src, size, stream, _("a copy to the device"));
-}
-
-static int ze_memcpy_dtoh(void *state, int dev, void *dst, const void *src, size_t size,
-			  devcache_stream_t stream)
-{
-	return copy(state, dev, dst, src, size, stream, _("a copy to the host"));
-}
-
-static int ze_stream_create(void *state, int dev, devcache_stream_t *stream_p)
-{
-	struct ze_state *s = state;
-	struct ze_stream *st = calloc(1, sizeof *st);
-	int rc;
-
-	if (!st)
-		return s->host->error(DEVCACHE_ENOMEM, _("ze: out of memory"));
-	if ((rc = stream_open(s, dev, st))) {
-		free(st);
-		return rc;
-	}
-	*stream_p = st;
-	return 0;
-}
-
-static int ze_stream_destroy(void *state, int dev, devcache_stream_t stream)
-{
-	struct ze_state *s = state;
-	struct ze_stream *st = stream;
-
-	ze_result_t r;
-
-	if (!st)
-		return 0;
-	/* Refused, the list is the loader's for good: the stream is gone
-	 * all the same, and its context cannot be destroyed. */
-	if ((r = s->zeCommandListDestroy(st->list)) != ZE_RESULT_SUCCESS)
-		__atomic_add_fetch(&s->devs[dev].lost, 1, __ATOMIC_RELAXED);
-	pthread_mutex_destroy(&st->lock);
-	free(st);
-	return r == ZE_RESULT_SUCCESS ? 0 : fail(s, r, "zeCommandListDestroy", dev);
-}
-
-/* An event from the device's pools: a free index, or a new pool. */
-static int event_take(struct ze_state *s, int dev, struct ze_event *e)
-{
-	struct ze_dev *d = &s->devs[dev];
-	struct ze_pool *p;
-	ze_result_t r = ZE_RESULT_SUCCESS;
-
-	pthread_mutex_lock(&d->pool_lock);
-	for (p = d->pools; p && p->used == UINT64_MAX; p = p->next)
-		;
-	if (!p && (p = calloc(1, sizeof *p))) {
-		ze_event_pool_desc_t desc = {.stype = ZE_STRUCTURE_TYPE_EVENT_POOL_DESC,
-					     .flags = ZE_EVENT_POOL_FLAG_HOST_VISIBLE,
-					     .count = POOL_EVENTS};
-
-		r = s->zeEventPoolCreate(d->context, &desc, 1, &d->device, &p->pool);
-		if (r != ZE_RESULT_SUCCESS) {
-			free(p);
-			p = NULL;
-		} else {
-			p->next = d->pools;
-			d->pools = p;
-		}
-	}
-	if (p) {
-		e->index = (uint32_t)__builtin_ctzll(~p->used);
-		e->pool = p;
-		p->used |= 1ull << e->index;
-	}
-	pthread_mutex_unlock(&d->pool_lock);
-	if (!p)
-		return r ? fail(s, r, "zeEventPoolCreate", dev)
-			 : s->host->error(DEVCACHE_ENOMEM, _("ze: out of memory"));
-	ze_event_desc_t desc = {.stype = ZE_STRUCTURE_TYPE_EVENT_DESC,
-				.index = e->index,
-				.signal = ZE_EVENT_SCOPE_FLAG_HOST,
-				.wait = ZE_EVENT_SCOPE_FLAG_HOST};
-	r = s->zeEventCreate(e->pool->pool, &desc, &e->event);
-	if (r != ZE_RESULT_SUCCESS) {
-		pthread_mutex_lock(&d->pool_lock);
-		e->pool->used &= ~(1ull << e->index);
-		pthread_mutex_unlock(&d->pool_lock);
-		return fail(s, r, "zeEventCreate", dev);
-	}
-	return 0;
-}
-
-/* An event back to its pool; one the loader would not destroy keeps its
- * index, which a new event cannot then take, and its pool. */
-static void event_give(struct ze_state *s, int dev, struct ze_event *e)
-{
-	struct ze_dev *d = &s->devs[dev];
-	ze_result_t r = s->zeEventDestroy(e->event);
-
-	if (r != ZE_RESULT_SUCCESS)
-		left(s, dev, _("the loader refused to destroy an event"), "zeEventDestroy", r);
-	pthread_mutex_lock(&d->pool_lock);
-	if (r == ZE_RESULT_SUCCESS)
-		e->pool->used &= ~(1ull << e->index);
-	else
-		e->pool->lost |= 1ull << e->index;
-	pthread_mutex_unlock(&d->pool_lock);
-}
-
-/* Signal ev once everything queued on the stream so far is done. */
-static int record(struct ze_state *s, int dev, ze_event_handle_t ev, devcache_stream_t stream)
-{
-	struct ze_stream *st = stream_of(s, dev, stream);
-	ze_result_t r;
-
-	CHECK(s, s->zeEventHostReset(ev), "zeEventHostReset", dev);
-	pthread_mutex_lock(&st->lock);
-	r = s->zeCommandListAppendBarrier(st->list, ev, 0, NULL);
-	pthread_mutex_unlock(&st->lock);
-	CHECK(s, r, "zeCommandListAppendBarrier", dev);
-	return 0;
-}
-
-static int ze_stream_synchronize(void *state, int dev, devcache_stream_t stream)
-{
-	struct ze_state *s = state;
-	struct ze_event e;
-	int rc = event_take(s, dev, &e);
-
-	if (rc)
-		return rc;
-	if ((rc = record(s, dev, e.event, stream)) == 0) {
-		ze_result_t r = s->zeEventHostSynchronize(e.event, UINT64_MAX);
-
-		if (r != ZE_RESULT_SUCCESS)
-			rc = fail(s, r, "zeEventHostSynchronize", dev);
-	}
-	event_give(s, dev, &e);
-	return rc;
-}
-
-static int ze_event_create(void *state, int dev, devcache_event_t *event_p)
-{
-	struct ze_state *s = state;
-	struct ze_event *e = malloc(sizeof *e);
-	int rc;
-
-	if (!e)
-		return s->host->error(DEVCACHE_ENOMEM, _("ze: out of memory"));
-	if ((rc = event_take(s, dev, e))) {
-		free(e);
-		return rc;
-	}
-	e->recorded = false;
-	*event_p = e;
-	return 0;
-}
-
-static int ze_event_destroy(void *state, int dev, devcache_event_t event)
-{
-	struct ze_event *e = event;
-
-	event_give(state, dev, e);
-	free(e);
-	return 0;
-}
-
-static int ze_event_record(void *state, int dev, devcache_event_t event, devcache_stream_t stream)
-{
-	struct ze_event *e = event;
-	int rc = record(state, dev, e->event, stream);
-
-	if (rc == 0)
-		__atomic_store_n(&e->recorded, true, __ATOMIC_RELEASE);
-	return rc;
-}
-
-static int ze_event_query(void *state, int dev, devcache_event_t event)
-{
-	struct ze_state *s = state;
-	struct ze_event *e = event;
-
-	if (!__atomic_load_n(&e->recorded, __ATOMIC_ACQUIRE))
-		return 0;
-	ze_result_t r = s->zeEventQueryStatus(e->event);
-	if (r == ZE_RESULT_NOT_READY)
-		return DEVCACHE_EAGAIN;
-	CHECK(s, r, "zeEventQueryStatus", dev);
-	return 0;
-}
-
-static int ze_event_synchronize(void *state, int dev, devcache_event_t event)
-{
-	struct ze_state *s = state;
-	struct ze_event *e = event;
-
-	if (!__atomic_load_n(&e->recorded, __ATOMIC_ACQUIRE))
-		return 0;
-	CHECK(s, s->zeEventHostSynchronize(e->event, UINT64_MAX), "zeEventHostSynchronize", dev);
-	return 0;
-}
-
-/* ---- virtual memory: expandable segments ------------------------------------------- */
-
-static int ze_vm_granularity(void *state, int dev, size_t *granularity_p)
-{
-	struct ze_state *s = state;
-	struct ze_dev *d = &s->devs[dev];
-
-	/* The page size the driver uses for 2 MiB mappings, the allocator's
-	 * smallest unit. */
-	CHECK(s, s->zeVirtualMemQueryPageSize(d->context, d->device, 2u << 20, granularity_p),
-	      "zeVirtualMemQueryPageSize", dev);
-	return 0;
-}
-
-static int ze_vm_reserve(void *state, int dev, size_t size, void **va_p)
-{
-	struct ze_state *s = state;
-
-	CHECK(s, s->zeVirtualMemReserve(s->devs[dev].context, NULL, size, va_p), "zeVirtualMemReserve",
-	      dev);
-	return 0;
-}
-
-static int ze_vm_release(void *state, int dev, void *va, size_t size)
-{
-	struct ze_state *s = state;
-
-	ze_result_t r = s->zeVirtualMemFree(s->devs[dev].context, va, size);
-
-	if (r != ZE_RESULT_SUCCESS) {
-		__atomic_add_fetch(&s->devs[dev].lost, 1, __ATOMIC_RELAXED);
-		return fail(s, r, "zeVirtualMemFree", dev);
-	}
-	return 0;
-}
-
-static int ze_vm_create(void *state, int dev, size_t size, void **handle_p)
-{
-	struct ze_state *s = state;
-	struct ze_dev *d = &s->devs[dev];
-	ze_physical_mem_desc_t desc = {.stype = ZE_STRUCTURE_TYPE_PHYSICAL_MEM_DESC, .size = size};
-
-	CHECK(s, s->zePhysicalMemCreate(d->context, d->device, &desc,
-					(ze_physical_mem_handle_t *)handle_p),
-	      "zePhysicalMemCreate", dev);
-	return 0;
-}
-
-static int ze_vm_destroy(void *state, int dev, void *handle)
-{
-	struct ze_state *s = state;
-
-	ze_result_t r = s->zePhysicalMemDestroy(s->devs[dev].context, (ze_physical_mem_handle_t)handle);
-
-	if (r != ZE_RESULT_SUCCESS) {
-		__atomic_add_fetch(&s->devs[dev].lost, 1, __ATOMIC_RELAXED);
-		return fail(s, r, "zePhysicalMemDestroy", dev);
-	}
-	return 0;
-}
-
-static int ze_vm_map(void *state, int dev, void *va, size_t size, void *handle)
-{
-	struct ze_state *s = state;
-
-	CHECK(s, s->zeVirtualMemMap(s->devs[dev].context, va, size, (ze_physical_mem_handle_t)handle, 0,
-				    ZE_MEMORY_ACCESS_ATTRIBUTE_READWRITE),
-	      "zeVirtualMemMap", dev);
-	/* Mapped memory is in use, as an allocation is (ze_mem_get_info). */
-	__atomic_add_fetch(&s->devs[dev].allocated, size, __ATOMIC_RELAXED);
-	return 0;
-}
-
-static int ze_vm_unmap(void *state, int dev, void *va, size_t size)
-{
-	struct ze_state *s = state;
-
-	CHECK(s, s->zeVirtualMemUnmap(s->devs[dev].context, va, size), "zeVirtualMemUnmap", dev);
-	__atomic_sub_fetch(&s->devs[dev].allocated, size, __ATOMIC_RELAXED);
 	return 0;
 }
 
