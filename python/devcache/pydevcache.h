@@ -13,6 +13,10 @@
  * The GIL is released around every library call that may block or take a
  * lock the loading thread holds while it calls back into Python (the
  * progress callback).
+ *
+ * Files.  _devcache.c: the module, its exceptions and the pdc_ helpers;
+ * pycontext.c: Context; pydevice.c: Device; pymodel.c: load, Model and
+ * inspect; pytensor.c: Tensor views; pypickle.c: the pickle check.
  */
 #ifndef PYDEVCACHE_H
 #define PYDEVCACHE_H
