@@ -228,9 +228,9 @@ static int read_value(struct parse *p, uint32_t type, unsigned depth, struct cjs
 {
 	struct cursor *c = &p->c;
 	uint64_t at = c->pos, v = 0;
-	uint32_t u32;
-	uint16_t u16;
-	uint8_t u8;
+	uint32_t u32 = 0;
+	uint16_t u16 = 0;
+	uint8_t u8 = 0;
 	int rc;
 
 	if (type == GGUF_STRING)
