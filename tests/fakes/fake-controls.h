@@ -11,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Everything here is static: a fake exports the vendor's API and its own
- * fake_<vendor>_* controls, and nothing of this header. The helpers are
- * inline so that a fake using only some of them compiles without warnings. */
+/* Everything here is static, or hidden (FAKE_INTERNAL): a fake exports the
+ * vendor's API and its own fake_<vendor>_* controls (which
+ * FAKE_CONTROLS_EXPORTS defines), and nothing else of this header. The
+ * helpers are inline so that a fake using only some of them compiles
+ * without warnings. */
 
 /* Or'ed into nth, it makes every call from the nth on fail, not the nth
  * alone; each fake names it FAKE_<VENDOR>_FAIL_ON for its tests. */
@@ -37,8 +39,15 @@ struct fake_counter {
 	unsigned long misuses; /* calls refused as a misuse of the API */
 };
 
-/* The function the calling thread is in, for fake_controls_misuse. */
-static __thread int fake_controls_current = -1;
+/* What a fake keeps to itself: a fake built from several files shares its
+ * state between them, and exports none of it, whatever -fvisibility the
+ * build uses. */
+#define FAKE_INTERNAL __attribute__((visibility("hidden")))
+
+/* The function the calling thread is in, for fake_controls_misuse: one per
+ * fake library (FAKE_CONTROLS_EXPORTS defines it), as a misuse may be said
+ * in another of the fake's files than the one its call entered in. */
+extern __thread int fake_controls_current FAKE_INTERNAL;
 
 /* What a fake tells the shared controls about itself. */
 struct fake_controls {
@@ -232,6 +241,29 @@ static inline void fake_controls_load(const struct fake_controls *c)
 		fake_controls_parse_entry(c, entry);
 	free(copy);
 }
+
+/* Defines, in one file of a fake, the test controls every fake exports on
+ * its controls c: fake_<vendor>_fail(function, nth, code), _calls(function),
+ * _function(i) and _misuses(function), which the fake declares beside its
+ * own; and the calling thread's current function. */
+#define FAKE_CONTROLS_EXPORTS(vendor, c)                                                           \
+	__thread int fake_controls_current = -1;                                                   \
+	void fake_##vendor##_fail(const char *function, unsigned nth, int code)                    \
+	{                                                                                          \
+		fake_controls_fail(&(c), function, nth, code);                                     \
+	}                                                                                          \
+	unsigned long fake_##vendor##_calls(const char *function)                                 \
+	{                                                                                          \
+		return fake_controls_calls(&(c), function);                                        \
+	}                                                                                          \
+	const char *fake_##vendor##_function(unsigned i)                                           \
+	{                                                                                          \
+		return fake_controls_function(&(c), i);                                            \
+	}                                                                                          \
+	unsigned long fake_##vendor##_misuses(const char *function)                               \
+	{                                                                                          \
+		return fake_controls_misuses(&(c), function);                                      \
+	}
 
 /* A decimal number from the environment variable name, or dflt where it is
  * unset or empty; a value that is no number from min to max is said, not

@@ -267,25 +267,7 @@ static const struct fake_controls controls = {
 	.n_codes = sizeof error_table / sizeof *error_table,
 };
 
-void fake_cuda_fail(const char *function, unsigned nth, int error)
-{
-	fake_controls_fail(&controls, function, nth, error);
-}
-
-unsigned long fake_cuda_calls(const char *function)
-{
-	return fake_controls_calls(&controls, function);
-}
-
-const char *fake_cuda_function(unsigned i)
-{
-	return fake_controls_function(&controls, i);
-}
-
-unsigned long fake_cuda_misuses(const char *function)
-{
-	return fake_controls_misuses(&controls, function);
-}
+FAKE_CONTROLS_EXPORTS(cuda, controls)
 
 /* The call being made refuses error as the caller's misuse: counted, said. */
 static CUresult misuse(CUresult error)
@@ -465,21 +447,6 @@ static int is_default_stream(CUstream s)
 static int stream_known(CUstream s)
 {
 	return is_default_stream(s) || fake_handle_known(&streams, s);
-}
-
-static int capacity_take(int dev, size_t size)
-{
-	int phys = visible[dev];
-
-	if (size > capacity - used[phys])
-		return 0;
-	used[phys] += size;
-	return 1;
-}
-
-static void capacity_give(int dev, size_t size)
-{
-	used[visible[dev]] -= size;
 }
 
 /* ---- contexts ---- */
@@ -818,60 +785,27 @@ CUresult cuMemGetInfo(size_t *free, size_t *total)
 CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 {
 	struct range *r;
-	void *p;
 	int dev;
 
 	ENTER(cuMemAlloc);
 	if (!dptr || bytesize == 0)
 		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(&dev));
-	/* Capacity counts the bytes asked for, so that a test can fill a device exactly. */
-	pthread_mutex_lock(&lock);
-	if (!capacity_take(dev, bytesize)) {
-		pthread_mutex_unlock(&lock);
+	if ((r = malloc(sizeof *r)))
+		*r = (struct range){.dev = dev};
+	if (fake_vmm_alloc_device(&vmem, r ? &r->span : NULL, R_DEVICE, bytesize, DEVICE_ALIGN,
+				  &used[visible[dev]], capacity, NULL) != FAKE_VMM_OK) {
+		free(r);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	pthread_mutex_unlock(&lock);
-
-	r = malloc(sizeof *r);
-	p = bytesize > SIZE_MAX - DEVICE_ALIGN ?
-		    NULL :
-		    aligned_alloc(DEVICE_ALIGN,
-				  (bytesize + DEVICE_ALIGN - 1) & ~(size_t)(DEVICE_ALIGN - 1));
-	pthread_mutex_lock(&lock);
-	if (r && p) {
-		*r = (struct range){
-			.span = {.base = (uintptr_t)p, .size = bytesize, .kind = R_DEVICE},
-			.dev = dev};
-		if (fake_range_add(&registry, &ranges, &r->span) == r) {
-			pthread_mutex_unlock(&lock);
-			*dptr = (CUdeviceptr)(uintptr_t)p;
-			return CUDA_SUCCESS;
-		}
-	}
-	capacity_give(dev, bytesize);
-	pthread_mutex_unlock(&lock);
-	free(p);
-	free(r);
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	*dptr = (CUdeviceptr)r->span.base;
+	return CUDA_SUCCESS;
 }
 
 /* Removes the range based at p if it is of kind; takes the lock. */
 static struct range *take_range(uintptr_t p, enum range_kind kind)
 {
-	struct range *r;
-
-	pthread_mutex_lock(&lock);
-	r = range_at(p);
-	if (r && (r->span.base != p || r->span.kind != kind))
-		r = NULL;
-	if (r) {
-		fake_range_remove(&registry, &ranges, &r->span);
-		if (kind == R_DEVICE)
-			capacity_give(r->dev, r->span.size);
-	}
-	pthread_mutex_unlock(&lock);
-	return r;
+	return fake_vmm_take(&vmem, p, kind);
 }
 
 /* No context needed: the pointer names its allocation. 0 is freed as
@@ -899,35 +833,20 @@ CUresult cuMemFree(CUdeviceptr dptr)
  * documents for device memory. */
 static CUresult host_alloc(void **pp, size_t bytesize, unsigned flags)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), len;
 	struct range *r;
-	void *p;
 	int dev;
 
 	if (!pp || bytesize == 0 || (flags & ~(unsigned)HOST_ALLOC_FLAGS))
 		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(&dev));
-	if (bytesize > SIZE_MAX - page)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	len = (bytesize + page - 1) & ~(page - 1);
 	if (!(r = malloc(sizeof *r)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
+	*r = (struct range){.dev = dev};
+	if (fake_vmm_alloc_host(&vmem, &r->span, R_HOST, bytesize, &r->mapped) != FAKE_VMM_OK) {
 		free(r);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	*r = (struct range){.span = {.base = (uintptr_t)p, .size = bytesize, .kind = R_HOST},
-			    .mapped = len, .dev = dev};
-	pthread_mutex_lock(&lock);
-	if (fake_range_add(&registry, &ranges, &r->span) != r) {
-		pthread_mutex_unlock(&lock);
-		munmap(p, len);
-		free(r);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	pthread_mutex_unlock(&lock);
-	*pp = p;
+	*pp = (void *)r->span.base;
 	return CUDA_SUCCESS;
 }
 
@@ -1494,14 +1413,8 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 	struct range *r;
 
 	ENTER(cuMemAddressFree);
-	pthread_mutex_lock(&lock);
-	r = fake_vmm_reservation(&vmem, (uintptr_t)ptr, size);
-	if (!r || fake_vmm_mapped(&vmem, r->span.base, r->span.size)) {
-		pthread_mutex_unlock(&lock);
+	if (!(r = fake_vmm_unreserve(&vmem, (uintptr_t)ptr, size)))
 		return misuse(CUDA_ERROR_INVALID_VALUE);
-	}
-	fake_range_remove(&registry, &ranges, &r->span);
-	pthread_mutex_unlock(&lock);
 	munmap((void *)(uintptr_t)ptr, r->mapped);
 	free(r);
 	return CUDA_SUCCESS;
@@ -1686,18 +1599,14 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
 	CUresult err = CUDA_ERROR_INVALID_VALUE;
-	struct range *r;
 
 	ENTER(cuIpcCloseMemHandle);
 	if (!dptr)
 		return misuse(CUDA_ERROR_INVALID_VALUE);
 	TRY(current_device(NULL));
 	pthread_mutex_lock(&lock);
-	r = range_at((uintptr_t)dptr);
-	if (r && r->span.kind == R_DEVICE && r->span.ipc_opens) {
-		fake_range_ipc_close(&registry, &r->span);
+	if (fake_vmm_ipc_close(&vmem, (uintptr_t)dptr, R_DEVICE, 0))
 		err = CUDA_SUCCESS;
-	}
 	pthread_mutex_unlock(&lock);
 	/* Nothing matched: the caller named what is not there. */
 	return err == CUDA_ERROR_INVALID_VALUE ? misuse(err) : err;

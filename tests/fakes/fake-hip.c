@@ -265,25 +265,7 @@ static const struct fake_controls controls = {
 	.n_codes = sizeof error_table / sizeof *error_table,
 };
 
-void fake_hip_fail(const char *function, unsigned nth, int error)
-{
-	fake_controls_fail(&controls, function, nth, error);
-}
-
-unsigned long fake_hip_calls(const char *function)
-{
-	return fake_controls_calls(&controls, function);
-}
-
-const char *fake_hip_function(unsigned i)
-{
-	return fake_controls_function(&controls, i);
-}
-
-unsigned long fake_hip_misuses(const char *function)
-{
-	return fake_controls_misuses(&controls, function);
-}
+FAKE_CONTROLS_EXPORTS(hip, controls)
 
 /* The call being made refuses error as the caller's misuse: counted, said. */
 static hipError_t misuse(hipError_t error)
@@ -572,7 +554,6 @@ hipError_t hipMemGetInfo(size_t *free, size_t *total)
 hipError_t hipMalloc(void **ptr, size_t size)
 {
 	struct range *r;
-	void *p;
 	int dev;
 
 	ENTER(hipMalloc);
@@ -583,51 +564,21 @@ hipError_t hipMalloc(void **ptr, size_t size)
 	if (size == 0)
 		return done(hipSuccess);
 	dev = visible[current_device];
-	/* Capacity counts the bytes asked for, so that a test can fill a device exactly. */
-	pthread_mutex_lock(&lock);
-	if (size > capacity - used[dev]) {
-		pthread_mutex_unlock(&lock);
+	if ((r = malloc(sizeof *r)))
+		*r = (struct range){.dev = dev};
+	if (fake_vmm_alloc_device(&vmem, r ? &r->span : NULL, R_DEVICE, size, DEVICE_ALIGN, &used[dev],
+				  capacity, NULL) != FAKE_VMM_OK) {
+		free(r);
 		return done(hipErrorOutOfMemory);
 	}
-	used[dev] += size;
-	pthread_mutex_unlock(&lock);
-
-	r = malloc(sizeof *r);
-	p = size > SIZE_MAX - DEVICE_ALIGN ? NULL :
-		aligned_alloc(DEVICE_ALIGN, (size + DEVICE_ALIGN - 1) & ~(size_t)(DEVICE_ALIGN - 1));
-	pthread_mutex_lock(&lock);
-	if (r && p) {
-		*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_DEVICE},
-				    .dev = dev};
-		if (fake_range_add(&registry, &ranges, &r->span) == r) {
-			pthread_mutex_unlock(&lock);
-			*ptr = p;
-			return done(hipSuccess);
-		}
-	}
-	used[dev] -= size;
-	pthread_mutex_unlock(&lock);
-	free(p);
-	free(r);
-	return done(hipErrorOutOfMemory);
+	*ptr = (void *)r->span.base;
+	return done(hipSuccess);
 }
 
 /* Removes the range based at ptr if it is of kind; under no lock. */
 static struct range *take_range(void *ptr, enum range_kind kind)
 {
-	struct range *r;
-
-	pthread_mutex_lock(&lock);
-	r = range_at(ptr);
-	if (r && (r->span.base != (uintptr_t)ptr || r->span.kind != kind))
-		r = NULL;
-	if (r) {
-		fake_range_remove(&registry, &ranges, &r->span);
-		if (kind == R_DEVICE)
-			used[r->dev] -= r->span.size;
-	}
-	pthread_mutex_unlock(&lock);
-	return r;
+	return fake_vmm_take(&vmem, (uintptr_t)ptr, kind);
 }
 
 hipError_t hipFree(void *ptr)
@@ -653,9 +604,7 @@ hipError_t hipFree(void *ptr)
 
 hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), len;
 	struct range *r;
-	void *p;
 
 	ENTER(hipHostMalloc);
 	NEED_DEVICES();
@@ -667,27 +616,14 @@ hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags)
 		return done(misuse(hipErrorInvalidValue));
 	if (size == 0)
 		return done(hipSuccess);
-	if (size > SIZE_MAX - page)
-		return done(hipErrorOutOfMemory);
-	len = (size + page - 1) & ~(page - 1);
 	if (!(r = malloc(sizeof *r)))
 		return done(hipErrorOutOfMemory);
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
+	*r = (struct range){0};
+	if (fake_vmm_alloc_host(&vmem, &r->span, R_HOST, size, &r->mapped) != FAKE_VMM_OK) {
 		free(r);
 		return done(hipErrorOutOfMemory);
 	}
-	*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_HOST},
-			    .mapped = len};
-	pthread_mutex_lock(&lock);
-	if (fake_range_add(&registry, &ranges, &r->span) != r) {
-		pthread_mutex_unlock(&lock);
-		munmap(p, len);
-		free(r);
-		return done(hipErrorOutOfMemory);
-	}
-	pthread_mutex_unlock(&lock);
-	*ptr = p;
+	*ptr = (void *)r->span.base;
 	return done(hipSuccess);
 }
 
@@ -1145,14 +1081,8 @@ hipError_t hipMemAddressFree(void *devPtr, size_t size)
 
 	ENTER(hipMemAddressFree);
 	NEED_DEVICES();
-	pthread_mutex_lock(&lock);
-	r = fake_vmm_reservation(&vmem, (uintptr_t)devPtr, size);
-	if (!r || fake_vmm_mapped(&vmem, r->span.base, r->span.size)) {
-		pthread_mutex_unlock(&lock);
+	if (!(r = fake_vmm_unreserve(&vmem, (uintptr_t)devPtr, size)))
 		return done(misuse(hipErrorInvalidValue));
-	}
-	fake_range_remove(&registry, &ranges, &r->span);
-	pthread_mutex_unlock(&lock);
 	munmap(devPtr, r->mapped);
 	free(r);
 	return done(hipSuccess);
@@ -1326,18 +1256,14 @@ hipError_t hipIpcOpenMemHandle(void **devPtr, hipIpcMemHandle_t handle, unsigned
 hipError_t hipIpcCloseMemHandle(void *devPtr)
 {
 	hipError_t err = hipErrorInvalidValue;
-	struct range *r;
 
 	ENTER(hipIpcCloseMemHandle);
 	NEED_DEVICES();
 	if (!devPtr)
 		return done(misuse(hipErrorInvalidValue));
 	pthread_mutex_lock(&lock);
-	r = range_at(devPtr);
-	if (r && r->span.kind == R_DEVICE && r->span.ipc_opens) {
-		fake_range_ipc_close(&registry, &r->span);
+	if (fake_vmm_ipc_close(&vmem, (uintptr_t)devPtr, R_DEVICE, 0))
 		err = hipSuccess;
-	}
 	pthread_mutex_unlock(&lock);
 	/* Nothing matched: the caller named what is not there. */
 	return done(err == hipErrorInvalidValue ? misuse(err) : err);

@@ -32,6 +32,7 @@ struct fake_range {
 	unsigned kind; /* the fake's range kind, an index into kind_names */
 	unsigned ipc_opens;
 	unsigned long serial; /* tells a reused address from the one an IPC handle named */
+	size_t *used; /* device memory: what counts its device's capacity in use; else NULL */
 };
 
 /* The counts behind a fake's leak report and live count; all but the names
@@ -87,10 +88,13 @@ static inline void *fake_range_add(struct fake_registry *reg, void **tree, struc
 	return r;
 }
 
-/* Takes r out of tree, under lock; IPC handles still open on it close with it. */
+/* Takes r out of tree, under lock; IPC handles still open on it close with
+ * it, and device memory goes back to its device. */
 static inline void fake_range_remove(struct fake_registry *reg, void **tree, struct fake_range *r)
 {
 	tdelete(r, tree, fake_range_cmp);
+	if (r->used)
+		*r->used -= r->size;
 	reg->live_count[r->kind]--;
 	reg->live_bytes[r->kind] -= r->size;
 	reg->open_ipc -= r->ipc_opens;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* fake-vmm.h - the fake vendor runtimes' shared virtual-memory bookkeeping: reservations, physical memory, mappings. */
+/* fake-vmm.h - the fake vendor runtimes' shared memory bookkeeping: allocations, reservations, physical memory, mappings. */
 #ifndef FAKE_VMM_H
 #define FAKE_VMM_H
 
@@ -16,7 +16,7 @@
 #include "fake-registry.h"
 
 /* Everything here is static inline, as in fake-registry.h.  What the three
- * virtual-memory APIs share lives here: address space reserved PROT_NONE,
+ * memory APIs share lives here: device and host allocations, address space reserved PROT_NONE,
  * physical memory backed by a memfd and counted against a device's capacity,
  * and mappings of the one in the other.  Each fake keeps its entry points,
  * its argument checks, its error codes and its misuse reports: the helpers
@@ -101,6 +101,125 @@ static inline int fake_vmm_aligned(uintptr_t n, size_t align)
 	return (n & (align - 1)) == 0;
 }
 
+/* Enters r, the first member of the fake's range, which the caller has
+ * made and filled, in the fake's ranges, counted in owner. Takes the lock.
+ * On failure r is the caller's to free. */
+static inline enum fake_vmm_status fake_vmm_add(struct fake_vmm *vmm, struct fake_range *r,
+						const struct fake_vmm_owner *owner)
+{
+	enum fake_vmm_status st = FAKE_VMM_OK;
+
+	pthread_mutex_lock(vmm->lock);
+	if (!fake_vmm_owner_known(owner))
+		st = FAKE_VMM_NO_OWNER;
+	else if (fake_range_add(vmm->registry, vmm->ranges, r) != r)
+		st = FAKE_VMM_NO_HOST_MEMORY;
+	else
+		fake_vmm_owner_count(owner);
+	pthread_mutex_unlock(vmm->lock);
+	return st;
+}
+
+/* The range of kind based at a, taken out of the fake's ranges (device
+ * memory goes back to its device), taking the lock; NULL if none. It is
+ * the fake's own range, hence void: the caller frees what it holds, and it. */
+static inline void *fake_vmm_take(struct fake_vmm *vmm, uintptr_t a, unsigned kind)
+{
+	struct fake_range *r;
+
+	pthread_mutex_lock(vmm->lock);
+	r = fake_range_in(vmm->ranges, a, 1);
+	if (r && (r->base != a || r->kind != kind))
+		r = NULL;
+	if (r)
+		fake_range_remove(vmm->registry, vmm->ranges, r);
+	pthread_mutex_unlock(vmm->lock);
+	return r;
+}
+
+/* ---- allocations ---- */
+
+/* Device memory: size bytes aligned to align (a power of two), taken from
+ * the capacity *used counts -- the bytes asked for, so that a test can fill a
+ * device exactly -- and entered as r of kind, the first member of the
+ * fake's range, which the caller has made (NULL where malloc failed) and
+ * filled but for r. r->base is then the memory, which the caller free()s
+ * when it takes the range out; the removal gives the bytes back to the
+ * device. Takes the lock. On failure r is the caller's to free. */
+static inline enum fake_vmm_status fake_vmm_alloc_device(struct fake_vmm *vmm, struct fake_range *r,
+							 unsigned kind, size_t size, size_t align,
+							 size_t *used, size_t capacity,
+							 const struct fake_vmm_owner *owner)
+{
+	enum fake_vmm_status st = FAKE_VMM_OK;
+	void *p;
+
+	pthread_mutex_lock(vmm->lock);
+	if (size > capacity - *used)
+		st = FAKE_VMM_NO_DEVICE_MEMORY;
+	else
+		*used += size;
+	pthread_mutex_unlock(vmm->lock);
+	if (st != FAKE_VMM_OK)
+		return st;
+	p = size > SIZE_MAX - align ? NULL : aligned_alloc(align, (size + align - 1) & ~(align - 1));
+	pthread_mutex_lock(vmm->lock);
+	if (!r || !p) {
+		st = FAKE_VMM_NO_HOST_MEMORY;
+	} else if (!fake_vmm_owner_known(owner)) {
+		st = FAKE_VMM_NO_OWNER;
+	} else {
+		*r = (struct fake_range){.base = (uintptr_t)p, .size = size, .kind = kind, .used = used};
+		if (fake_range_add(vmm->registry, vmm->ranges, r) != r)
+			st = FAKE_VMM_NO_HOST_MEMORY;
+		else
+			fake_vmm_owner_count(owner);
+	}
+	if (st != FAKE_VMM_OK)
+		*used -= size;
+	pthread_mutex_unlock(vmm->lock);
+	if (st != FAKE_VMM_OK)
+		free(p);
+	return st;
+}
+
+/* Host memory: size bytes of page-aligned, mmap()ed pages, entered as r of
+ * kind (as in fake_vmm_alloc_device); the length to munmap() goes to
+ * *mapped_p. Takes the lock. On failure r is the caller's to free. */
+static inline enum fake_vmm_status fake_vmm_alloc_host(struct fake_vmm *vmm, struct fake_range *r,
+						       unsigned kind, size_t size, size_t *mapped_p)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), len;
+	enum fake_vmm_status st;
+	void *p;
+
+	if (size > SIZE_MAX - page)
+		return FAKE_VMM_NO_HOST_MEMORY;
+	len = (size + page - 1) & ~(page - 1);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return FAKE_VMM_NO_HOST_MEMORY;
+	*r = (struct fake_range){.base = (uintptr_t)p, .size = size, .kind = kind};
+	st = fake_vmm_add(vmm, r, NULL);
+	if (st != FAKE_VMM_OK)
+		munmap(p, len);
+	else
+		*mapped_p = len;
+	return st;
+}
+
+/* Closes an IPC handle opened on the range of kind that holds a (that is
+ * based at a, if exact), under lock; 0 if there is none open on it. */
+static inline int fake_vmm_ipc_close(struct fake_vmm *vmm, uintptr_t a, unsigned kind, int exact)
+{
+	struct fake_range *r = fake_range_in(vmm->ranges, a, 1);
+
+	if (!r || r->kind != kind || (exact && r->base != a) || !r->ipc_opens)
+		return 0;
+	fake_range_ipc_close(vmm->registry, r);
+	return 1;
+}
+
 /* ---- reservations ---- */
 
 /* Reserves size bytes of address space, PROT_NONE, aligned to align (a power
@@ -114,7 +233,7 @@ static inline enum fake_vmm_status fake_vmm_reserve(struct fake_vmm *vmm, struct
 						    size_t *mapped_p,
 						    const struct fake_vmm_owner *owner)
 {
-	enum fake_vmm_status st = FAKE_VMM_OK;
+	enum fake_vmm_status st;
 	size_t len = size;
 	void *p = NULL;
 
@@ -130,14 +249,7 @@ static inline enum fake_vmm_status fake_vmm_reserve(struct fake_vmm *vmm, struct
 	if (!p && !(p = fake_map_aligned(size, align, PROT_NONE, &len)))
 		return FAKE_VMM_NO_HOST_MEMORY;
 	*r = (struct fake_range){.base = (uintptr_t)p, .size = size, .kind = vmm->reserved_kind};
-	pthread_mutex_lock(vmm->lock);
-	if (!fake_vmm_owner_known(owner))
-		st = FAKE_VMM_NO_OWNER;
-	else if (fake_range_add(vmm->registry, vmm->ranges, r) != r)
-		st = FAKE_VMM_NO_HOST_MEMORY;
-	else
-		fake_vmm_owner_count(owner);
-	pthread_mutex_unlock(vmm->lock);
+	st = fake_vmm_add(vmm, r, owner);
 	if (st != FAKE_VMM_OK)
 		munmap(p, len);
 	else
@@ -160,6 +272,23 @@ static inline void *fake_vmm_reservation(struct fake_vmm *vmm, uintptr_t a, size
 static inline int fake_vmm_mapped(struct fake_vmm *vmm, uintptr_t a, size_t size)
 {
 	return fake_range_in(&vmm->mappings, a, size) != NULL;
+}
+
+/* The reservation that is exactly [a, a + size), taken out of the fake's
+ * ranges unless mappings are still in it, taking the lock; NULL if not. The
+ * caller munmap()s and frees it. */
+static inline void *fake_vmm_unreserve(struct fake_vmm *vmm, uintptr_t a, size_t size)
+{
+	struct fake_range *r;
+
+	pthread_mutex_lock(vmm->lock);
+	r = fake_vmm_reservation(vmm, a, size);
+	if (r && fake_vmm_mapped(vmm, r->base, r->size))
+		r = NULL;
+	if (r)
+		fake_range_remove(vmm->registry, vmm->ranges, r);
+	pthread_mutex_unlock(vmm->lock);
+	return r;
 }
 
 /* ---- physical memory ---- */

@@ -247,25 +247,7 @@ static const struct fake_controls controls = {
 	.n_codes = sizeof result_table / sizeof *result_table,
 };
 
-void fake_ze_fail(const char *function, unsigned nth, int result)
-{
-	fake_controls_fail(&controls, function, nth, result);
-}
-
-unsigned long fake_ze_calls(const char *function)
-{
-	return fake_controls_calls(&controls, function);
-}
-
-const char *fake_ze_function(unsigned i)
-{
-	return fake_controls_function(&controls, i);
-}
-
-unsigned long fake_ze_misuses(const char *function)
-{
-	return fake_controls_misuses(&controls, function);
-}
+FAKE_CONTROLS_EXPORTS(ze, controls)
 
 /* The call being made refuses result as the caller's misuse: counted, said. */
 static ze_result_t misuse(ze_result_t result)
@@ -701,22 +683,36 @@ static size_t alloc_limit(const ze_device_mem_alloc_desc_t *device_desc)
 	return limit;
 }
 
-/* Takes size bytes of the device's capacity, under lock; 0 if they are not there. */
-static int capacity_take(int phys, size_t size)
+/* What a shared memory helper's status is in the API's terms: an owner gone
+ * is a context the caller destroyed meanwhile, a race in the caller, refused. */
+static ze_result_t vmm_result(enum fake_vmm_status st)
 {
-	if (size > capacity - used[phys])
-		return 0;
-	used[phys] += size;
-	return 1;
+	switch (st) {
+	case FAKE_VMM_OK:
+		return ZE_RESULT_SUCCESS;
+	case FAKE_VMM_NO_DEVICE_MEMORY:
+		return ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
+	case FAKE_VMM_NO_OWNER:
+		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
+	default:
+		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	}
+}
+
+/* The owner a context is to the shared memory helpers. */
+static struct fake_vmm_owner owner_of(ze_context_handle_t ctx)
+{
+	return (struct fake_vmm_owner){&contexts, ctx, &ctx->objects};
 }
 
 ze_result_t zeMemAllocDevice(ze_context_handle_t hContext, const ze_device_mem_alloc_desc_t *device_desc,
 			     size_t size, size_t alignment, ze_device_handle_t hDevice, void **pptr)
 {
+	struct fake_vmm_owner owner;
+	enum fake_vmm_status st;
 	ze_result_t res;
 	struct range *r;
 	size_t align;
-	void *p;
 	int phys;
 
 	ENTER(zeMemAllocDevice);
@@ -745,34 +741,17 @@ ze_result_t zeMemAllocDevice(ze_context_handle_t hContext, const ze_device_mem_a
 	if (size > SIZE_MAX - align)
 		return misuse(ZE_RESULT_ERROR_UNSUPPORTED_SIZE);
 	phys = hDevice->phys;
-	/* Capacity counts the bytes asked for, so that a test can fill a device exactly. */
-	pthread_mutex_lock(&lock);
-	res = capacity_take(phys, size) ? ZE_RESULT_SUCCESS : ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
-	pthread_mutex_unlock(&lock);
-	if (res != ZE_RESULT_SUCCESS)
-		return res;
-
-	r = malloc(sizeof *r);
-	p = aligned_alloc(align, (size + align - 1) & ~(align - 1));
-	pthread_mutex_lock(&lock);
-	/* The context may have gone meanwhile: a race in the caller, refused. */
-	if (r && p && fake_handle_known(&contexts, hContext)) {
-		*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_DEVICE},
-				    .ctx = hContext, .phys = phys};
-		if (fake_range_add(&registry, &ranges, &r->span) == r) {
-			hContext->objects++;
-			pthread_mutex_unlock(&lock);
-			*pptr = p;
-			return ZE_RESULT_SUCCESS;
-		}
+	if ((r = malloc(sizeof *r)))
+		*r = (struct range){.ctx = hContext, .phys = phys};
+	owner = owner_of(hContext);
+	st = fake_vmm_alloc_device(&vmem, r ? &r->span : NULL, R_DEVICE, size, align, &used[phys],
+				   capacity, &owner);
+	if (st != FAKE_VMM_OK) {
+		free(r);
+		return vmm_result(st);
 	}
-	res = r && p && !fake_handle_known(&contexts, hContext) ? misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT) :
-						       ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	used[phys] -= size;
-	pthread_mutex_unlock(&lock);
-	free(p);
-	free(r);
-	return res;
+	*pptr = (void *)r->span.base;
+	return ZE_RESULT_SUCCESS;
 }
 
 #define HOST_ALLOC_FLAGS                                                                           \
@@ -782,7 +761,9 @@ ze_result_t zeMemAllocDevice(ze_context_handle_t hContext, const ze_device_mem_a
 ze_result_t zeMemAllocHost(ze_context_handle_t hContext, const ze_host_mem_alloc_desc_t *host_desc,
 			   size_t size, size_t alignment, void **pptr)
 {
-	ze_result_t res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	struct fake_vmm_owner owner;
+	enum fake_vmm_status st;
+	ze_result_t res;
 	struct range *r;
 	size_t len;
 	void *p;
@@ -807,18 +788,11 @@ ze_result_t zeMemAllocHost(ze_context_handle_t hContext, const ze_host_mem_alloc
 	}
 	*r = (struct range){.span = {.base = (uintptr_t)p, .size = size, .kind = R_HOST},
 			    .mapped = len, .ctx = hContext};
-	pthread_mutex_lock(&lock);
-	if (!fake_handle_known(&contexts, hContext))
-		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
-	else if (fake_range_add(&registry, &ranges, &r->span) != r)
-		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	else
-		hContext->objects++;
-	pthread_mutex_unlock(&lock);
-	if (res != ZE_RESULT_SUCCESS) {
+	owner = owner_of(hContext);
+	if ((st = fake_vmm_add(&vmem, &r->span, &owner)) != FAKE_VMM_OK) {
 		munmap(p, len);
 		free(r);
-		return res;
+		return vmm_result(st);
 	}
 	*pptr = p;
 	return ZE_RESULT_SUCCESS;
@@ -845,8 +819,6 @@ ze_result_t zeMemFree(ze_context_handle_t hContext, void *ptr)
 	}
 	if (res == ZE_RESULT_SUCCESS) {
 		fake_range_remove(&registry, &ranges, &r->span);
-		if (r->span.kind == R_DEVICE)
-			used[r->phys] -= r->span.size;
 		hContext->objects--;
 	}
 	pthread_mutex_unlock(&lock);
@@ -1446,22 +1418,14 @@ ze_result_t zeMemOpenIpcHandle(ze_context_handle_t hContext, ze_device_handle_t 
 ze_result_t zeMemCloseIpcHandle(ze_context_handle_t hContext, const void *ptr)
 {
 	ze_result_t res;
-	struct range *r;
 
 	ENTER(zeMemCloseIpcHandle);
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, hContext);
 	if (res == ZE_RESULT_SUCCESS && !ptr)
 		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
-	if (res == ZE_RESULT_SUCCESS) {
-		r = range_at(ptr);
-		if (r && r->span.kind == R_DEVICE && r->span.base == (uintptr_t)ptr &&
-		    r->span.ipc_opens) {
-			fake_range_ipc_close(&registry, &r->span);
-		} else {
-			res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
-		}
-	}
+	if (res == ZE_RESULT_SUCCESS && !fake_vmm_ipc_close(&vmem, (uintptr_t)ptr, R_DEVICE, 1))
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	pthread_mutex_unlock(&lock);
 	return res;
 }
@@ -1515,12 +1479,11 @@ ze_result_t zeVirtualMemReserve(ze_context_handle_t hContext, const void *pStart
 	if (!(r = malloc(sizeof *r)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	*r = (struct range){.ctx = hContext};
-	owner = (struct fake_vmm_owner){&contexts, hContext, &hContext->objects};
+	owner = owner_of(hContext);
 	st = fake_vmm_reserve(&vmem, &r->span, pStart, size, VM_PAGE, &r->mapped, &owner);
 	if (st != FAKE_VMM_OK) {
 		free(r);
-		return st == FAKE_VMM_NO_OWNER ? misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT) :
-						 ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+		return vmm_result(st);
 	}
 	*pptr = (void *)r->span.base;
 	return ZE_RESULT_SUCCESS;
@@ -1564,6 +1527,7 @@ ze_result_t zeVirtualMemFree(ze_context_handle_t hContext, const void *ptr, size
 ze_result_t zePhysicalMemCreate(ze_context_handle_t hContext, ze_device_handle_t hDevice,
 			       ze_physical_mem_desc_t *desc, ze_physical_mem_handle_t *phPhysicalMemory)
 {
+	struct fake_vmm_owner owner;
 	ze_physical_mem_handle_t pm;
 	enum fake_vmm_status st;
 	ze_result_t res;
@@ -1583,19 +1547,15 @@ ze_result_t zePhysicalMemCreate(ze_context_handle_t hContext, ze_device_handle_t
 	if (!(pm = malloc(sizeof *pm)))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	*pm = (struct _ze_physical_mem_handle_t){.ctx = hContext};
+	owner = owner_of(hContext);
 	st = fake_physical_create(&vmem, &pm->phys, hDevice->phys, desc->size, &used[hDevice->phys],
-				  capacity,
-				  &(const struct fake_vmm_owner){&contexts, hContext,
-								 &hContext->objects});
-	if (st == FAKE_VMM_OK) {
-		*phPhysicalMemory = pm;
-		return ZE_RESULT_SUCCESS;
+				  capacity, &owner);
+	if (st != FAKE_VMM_OK) {
+		free(pm);
+		return vmm_result(st);
 	}
-	free(pm);
-	if (st == FAKE_VMM_NO_DEVICE_MEMORY)
-		return ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
-	return st == FAKE_VMM_NO_OWNER ? misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT) :
-					 ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	*phPhysicalMemory = pm;
+	return ZE_RESULT_SUCCESS;
 }
 
 /* Refused while mapped: the real driver would leave the mapping dangling. */
