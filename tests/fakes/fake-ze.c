@@ -380,6 +380,13 @@ static ze_result_t check_handle(void *const *tree, const void *h)
 	return fake_handle_known(tree, h) ? ZE_RESULT_SUCCESS : misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 }
 
+static ze_result_t check_driver(ze_driver_handle_t d)
+{
+	if (!d)
+		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
+	return driver_known(d) ? ZE_RESULT_SUCCESS : misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
+}
+
 static ze_result_t check_device(ze_device_handle_t d)
 {
 	if (!d)
@@ -394,6 +401,44 @@ static ze_result_t check_context(ze_context_handle_t ctx)
 
 	pthread_mutex_lock(&lock);
 	res = check_handle(&contexts, ctx);
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
+/* The checks of the calls that make something of a context on a device. */
+static ze_result_t check_context_device(ze_context_handle_t ctx, ze_device_handle_t d)
+{
+	ze_result_t res = check_context(ctx);
+
+	return res != ZE_RESULT_SUCCESS ? res : check_device(d);
+}
+
+/* The usual checks of a call on a context about memory, under lock: the
+ * context, and the pointers the call must be given (given: whether they are). */
+static ze_result_t check_context_pointers(ze_context_handle_t ctx, int given)
+{
+	ze_result_t res = check_handle(&contexts, ctx);
+
+	if (res == ZE_RESULT_SUCCESS && !given)
+		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+	return res;
+}
+
+/* Enters handle h, just made in ctx, in tree, counting it in *live and in
+ * the context's objects; takes the lock. The context may have gone
+ * meanwhile: a race in the caller, refused. On failure h is the caller's. */
+static ze_result_t context_adopt(ze_context_handle_t ctx, void **tree, void *h,
+				 unsigned long *live)
+{
+	ze_result_t res = ZE_RESULT_SUCCESS;
+
+	pthread_mutex_lock(&lock);
+	if (!fake_handle_known(&contexts, ctx))
+		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
+	else if (!fake_handle_add(tree, h, live))
+		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+	else
+		ctx->objects++;
 	pthread_mutex_unlock(&lock);
 	return res;
 }
@@ -433,11 +478,11 @@ ze_result_t zeDriverGet(uint32_t *pCount, ze_driver_handle_t *phDrivers)
 
 ze_result_t zeDriverGetApiVersion(ze_driver_handle_t hDriver, ze_api_version_t *version)
 {
+	ze_result_t res;
+
 	ENTER(zeDriverGetApiVersion);
-	if (!hDriver)
-		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
-	if (!driver_known(hDriver))
-		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
+	if ((res = check_driver(hDriver)) != ZE_RESULT_SUCCESS)
+		return res;
 	if (!version)
 		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	*version = ZE_API_VERSION_1_4;
@@ -447,12 +492,11 @@ ze_result_t zeDriverGetApiVersion(ze_driver_handle_t hDriver, ze_api_version_t *
 ze_result_t zeDriverGetProperties(ze_driver_handle_t hDriver, ze_driver_properties_t *pDriverProperties)
 {
 	static const char uuid[ZE_MAX_DRIVER_UUID_SIZE] = "fake-ze-driver";
+	ze_result_t res;
 
 	ENTER(zeDriverGetProperties);
-	if (!hDriver)
-		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
-	if (!driver_known(hDriver))
-		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
+	if ((res = check_driver(hDriver)) != ZE_RESULT_SUCCESS)
+		return res;
 	if (!pDriverProperties)
 		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	memcpy(pDriverProperties->uuid.id, uuid, sizeof uuid);
@@ -464,11 +508,11 @@ ze_result_t zeDriverGetProperties(ze_driver_handle_t hDriver, ze_driver_properti
 ze_result_t zeDriverGetExtensionProperties(ze_driver_handle_t hDriver, uint32_t *pCount,
 					   ze_driver_extension_properties_t *pExtensionProperties)
 {
+	ze_result_t res;
+
 	ENTER(zeDriverGetExtensionProperties);
-	if (!hDriver)
-		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
-	if (!driver_known(hDriver))
-		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
+	if ((res = check_driver(hDriver)) != ZE_RESULT_SUCCESS)
+		return res;
 	if (!pCount)
 		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (count_idiom(pCount, pExtensionProperties,
@@ -484,13 +528,12 @@ ze_result_t zeDriverGetExtensionProperties(ze_driver_handle_t hDriver, uint32_t 
 
 ze_result_t zeDeviceGet(ze_driver_handle_t hDriver, uint32_t *pCount, ze_device_handle_t *phDevices)
 {
+	ze_result_t res;
 	uint32_t n;
 
 	ENTER(zeDeviceGet);
-	if (!hDriver)
-		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
-	if (!driver_known(hDriver))
-		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
+	if ((res = check_driver(hDriver)) != ZE_RESULT_SUCCESS)
+		return res;
 	if (!pCount)
 		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	n = count_idiom(pCount, phDevices, (uint32_t)n_visible);
@@ -612,26 +655,18 @@ ze_result_t zeContextCreate(ze_driver_handle_t hDriver, const ze_context_desc_t 
 			    ze_context_handle_t *phContext)
 {
 	ze_context_handle_t ctx;
-	int ok;
+	ze_result_t res;
 
 	ENTER(zeContextCreate);
-	if (!hDriver)
-		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
-	if (!driver_known(hDriver))
-		return misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
+	if ((res = check_driver(hDriver)) != ZE_RESULT_SUCCESS)
+		return res;
 	if (!desc || !phContext)
 		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
 	if (desc->flags > ZE_CONTEXT_FLAG_TBD)
 		return misuse(ZE_RESULT_ERROR_INVALID_ENUMERATION);
-	if (!(ctx = calloc(1, sizeof *ctx)))
+	if (!(ctx = calloc(1, sizeof *ctx)) ||
+	    !fake_handle_register(&lock, &contexts, ctx, &live_contexts))
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	pthread_mutex_lock(&lock);
-	ok = fake_handle_add(&contexts, ctx, &live_contexts);
-	pthread_mutex_unlock(&lock);
-	if (!ok) {
-		free(ctx);
-		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	}
 	*phContext = ctx;
 	return ZE_RESULT_SUCCESS;
 }
@@ -716,8 +751,7 @@ ze_result_t zeMemAllocDevice(ze_context_handle_t hContext, const ze_device_mem_a
 	int phys;
 
 	ENTER(zeMemAllocDevice);
-	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
-	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+	if ((res = check_context_device(hContext, hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!device_desc || !pptr)
 		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
@@ -808,9 +842,7 @@ ze_result_t zeMemFree(ze_context_handle_t hContext, void *ptr)
 
 	ENTER(zeMemFree);
 	pthread_mutex_lock(&lock);
-	res = check_handle(&contexts, hContext);
-	if (res == ZE_RESULT_SUCCESS && !ptr)
-		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+	res = check_context_pointers(hContext, ptr != NULL);
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
 		if (!r || r->span.base != (uintptr_t)ptr || r->span.kind > R_HOST ||
@@ -856,9 +888,7 @@ ze_result_t zeMemGetAllocProperties(ze_context_handle_t hContext, const void *pt
 
 	ENTER(zeMemGetAllocProperties);
 	pthread_mutex_lock(&lock);
-	res = check_handle(&contexts, hContext);
-	if (res == ZE_RESULT_SUCCESS && (!ptr || !p))
-		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+	res = check_context_pointers(hContext, ptr && p);
 	if (res != ZE_RESULT_SUCCESS) {
 		pthread_mutex_unlock(&lock);
 		return res;
@@ -901,9 +931,7 @@ ze_result_t zeMemGetAddressRange(ze_context_handle_t hContext, const void *ptr, 
 
 	ENTER(zeMemGetAddressRange);
 	pthread_mutex_lock(&lock);
-	res = check_handle(&contexts, hContext);
-	if (res == ZE_RESULT_SUCCESS && !ptr)
-		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+	res = check_context_pointers(hContext, ptr != NULL);
 	if (res == ZE_RESULT_SUCCESS) {
 		span = fake_range_in(&ranges, (uintptr_t)ptr, 1);
 		if (span && span->kind == R_RESERVED)
@@ -934,8 +962,7 @@ ze_result_t zeCommandListCreateImmediate(ze_context_handle_t hContext, ze_device
 	ze_result_t res;
 
 	ENTER(zeCommandListCreateImmediate);
-	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
-	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+	if ((res = check_context_device(hContext, hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!altdesc || !phCommandList)
 		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
@@ -949,15 +976,7 @@ ze_result_t zeCommandListCreateImmediate(ze_context_handle_t hContext, ze_device
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	*l = (struct _ze_command_list_handle_t){.ctx = hContext, .dev = hDevice,
 						 .ordinal = altdesc->ordinal};
-	pthread_mutex_lock(&lock);
-	if (!fake_handle_known(&contexts, hContext))
-		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
-	else if (!fake_handle_add(&lists, l, &live_lists))
-		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	else
-		hContext->objects++;
-	pthread_mutex_unlock(&lock);
-	if (res != ZE_RESULT_SUCCESS) {
+	if ((res = context_adopt(hContext, &lists, l, &live_lists)) != ZE_RESULT_SUCCESS) {
 		free(l);
 		return res;
 	}
@@ -1023,6 +1042,21 @@ static void signal_event(ze_event_handle_t e)
 	pthread_cond_broadcast(&event_cond);
 }
 
+/* An append with no work but its signal: checked, and the event signalled;
+ * takes the lock. */
+static ze_result_t append_signal(ze_command_list_handle_t l, ze_event_handle_t signal,
+				 uint32_t n_wait, ze_event_handle_t *wait)
+{
+	ze_result_t res;
+
+	pthread_mutex_lock(&lock);
+	res = check_append(l, signal, n_wait, wait);
+	if (res == ZE_RESULT_SUCCESS)
+		signal_event(signal);
+	pthread_mutex_unlock(&lock);
+	return res;
+}
+
 /* Whether [p, p + size) may be copied, under lock: where it touches a known
  * range it must lie inside it (and, in a reservation, on mapped pages that
  * allow the access); elsewhere it is the caller's host memory, which a copy
@@ -1083,30 +1117,16 @@ ze_result_t zeCommandListAppendMemoryCopy(ze_command_list_handle_t hCommandList,
 ze_result_t zeCommandListAppendBarrier(ze_command_list_handle_t hCommandList, ze_event_handle_t hSignalEvent,
 				       uint32_t numWaitEvents, ze_event_handle_t *phWaitEvents)
 {
-	ze_result_t res;
-
 	ENTER(zeCommandListAppendBarrier);
-	pthread_mutex_lock(&lock);
-	res = check_append(hCommandList, hSignalEvent, numWaitEvents, phWaitEvents);
-	if (res == ZE_RESULT_SUCCESS)
-		signal_event(hSignalEvent);
-	pthread_mutex_unlock(&lock);
-	return res;
+	return append_signal(hCommandList, hSignalEvent, numWaitEvents, phWaitEvents);
 }
 
 ze_result_t zeCommandListAppendSignalEvent(ze_command_list_handle_t hCommandList, ze_event_handle_t hEvent)
 {
-	ze_result_t res;
-
 	ENTER(zeCommandListAppendSignalEvent);
 	if (!hCommandList || !hEvent)
 		return misuse(ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
-	pthread_mutex_lock(&lock);
-	res = check_append(hCommandList, hEvent, 0, NULL);
-	if (res == ZE_RESULT_SUCCESS)
-		signal_event(hEvent);
-	pthread_mutex_unlock(&lock);
-	return res;
+	return append_signal(hCommandList, hEvent, 0, NULL);
 }
 
 /* ---- events ---- */
@@ -1142,15 +1162,7 @@ ze_result_t zeEventPoolCreate(ze_context_handle_t hContext, const ze_event_pool_
 		free(pool);
 		return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
 	}
-	pthread_mutex_lock(&lock);
-	if (!fake_handle_known(&contexts, hContext))
-		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
-	else if (!fake_handle_add(&pools, pool, &live_pools))
-		res = ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-	else
-		hContext->objects++;
-	pthread_mutex_unlock(&lock);
-	if (res != ZE_RESULT_SUCCESS) {
+	if ((res = context_adopt(hContext, &pools, pool, &live_pools)) != ZE_RESULT_SUCCESS) {
 		free(pool->used);
 		free(pool);
 		return res;
@@ -1357,9 +1369,7 @@ ze_result_t zeMemGetIpcHandle(ze_context_handle_t hContext, const void *ptr, ze_
 
 	ENTER(zeMemGetIpcHandle);
 	pthread_mutex_lock(&lock);
-	res = check_handle(&contexts, hContext);
-	if (res == ZE_RESULT_SUCCESS && (!ptr || !pIpcHandle))
-		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+	res = check_context_pointers(hContext, ptr && pIpcHandle);
 	if (res == ZE_RESULT_SUCCESS) {
 		r = range_at(ptr);
 		if (r && r->span.kind == R_DEVICE && r->span.base == (uintptr_t)ptr) {
@@ -1392,8 +1402,7 @@ ze_result_t zeMemOpenIpcHandle(ze_context_handle_t hContext, ze_device_handle_t 
 	struct range *r;
 
 	ENTER(zeMemOpenIpcHandle);
-	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
-	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+	if ((res = check_context_device(hContext, hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (flags & ~(ze_ipc_memory_flags_t)(ZE_IPC_MEMORY_FLAG_BIAS_CACHED |
 					     ZE_IPC_MEMORY_FLAG_BIAS_UNCACHED))
@@ -1421,9 +1430,7 @@ ze_result_t zeMemCloseIpcHandle(ze_context_handle_t hContext, const void *ptr)
 
 	ENTER(zeMemCloseIpcHandle);
 	pthread_mutex_lock(&lock);
-	res = check_handle(&contexts, hContext);
-	if (res == ZE_RESULT_SUCCESS && !ptr)
-		res = misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+	res = check_context_pointers(hContext, ptr != NULL);
 	if (res == ZE_RESULT_SUCCESS && !fake_vmm_ipc_close(&vmem, (uintptr_t)ptr, R_DEVICE, 1))
 		res = misuse(ZE_RESULT_ERROR_INVALID_ARGUMENT);
 	pthread_mutex_unlock(&lock);
@@ -1438,8 +1445,7 @@ ze_result_t zeVirtualMemQueryPageSize(ze_context_handle_t hContext, ze_device_ha
 	ze_result_t res;
 
 	ENTER(zeVirtualMemQueryPageSize);
-	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
-	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+	if ((res = check_context_device(hContext, hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!pagesize)
 		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
@@ -1533,8 +1539,7 @@ ze_result_t zePhysicalMemCreate(ze_context_handle_t hContext, ze_device_handle_t
 	ze_result_t res;
 
 	ENTER(zePhysicalMemCreate);
-	if ((res = check_context(hContext)) != ZE_RESULT_SUCCESS ||
-	    (res = check_device(hDevice)) != ZE_RESULT_SUCCESS)
+	if ((res = check_context_device(hContext, hDevice)) != ZE_RESULT_SUCCESS)
 		return res;
 	if (!desc || !phPhysicalMemory)
 		return misuse(ZE_RESULT_ERROR_INVALID_NULL_POINTER);
