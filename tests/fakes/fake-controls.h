@@ -242,6 +242,33 @@ static inline void fake_controls_load(const struct fake_controls *c)
 	free(copy);
 }
 
+/* A fake's struct fake_controls: the fake is "fake-" vendor, its fault
+ * variable FAKE_<VENDOR>_FAIL; word and max are its code_word and code_max;
+ * names, counters_ and codes_ are arrays: its function list, its counters
+ * (as many), its codes. */
+#define FAKE_CONTROLS_INIT(vendor, VENDOR, word, max, names, counters_, codes_)                    \
+	{                                                                                          \
+		.fake = "fake-" #vendor, .fail_function = "fake_" #vendor "_fail",                 \
+		.fail_env = "FAKE_" #VENDOR "_FAIL", .code_word = (word), .code_max = (max),       \
+		.functions = (names), .n_functions = (int)(sizeof(names) / sizeof *(names)),       \
+		.counters = (counters_), .codes = (codes_),                                        \
+		.n_codes = sizeof(codes_) / sizeof *(codes_)                                       \
+	}
+
+/* Defines the fake's misuse(code), what the call being made refuses as
+ * the caller's misuse (counted, said), and enter(f), which counts a call
+ * of function f and returns the code it is to fail with, or 0: on its
+ * controls c, in its API's status type. */
+#define FAKE_CONTROLS_CALLS(type, c)                                                               \
+	static inline type misuse(type code)                                                       \
+	{                                                                                          \
+		return (type)fake_controls_misuse(&(c), (int)code);                                \
+	}                                                                                          \
+	static inline type enter(int f)                                                            \
+	{                                                                                          \
+		return (type)fake_controls_enter(&(c), f);                                         \
+	}
+
 /* Defines, in one file of a fake, the test controls every fake exports on
  * its controls c: fake_<vendor>_fail(function, nth, code), _calls(function),
  * _function(i) and _misuses(function), which the fake declares beside its

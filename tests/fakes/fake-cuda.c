@@ -254,34 +254,14 @@ static const struct fake_code error_table[] = {
 
 /* ---- call counting and fault injection ---- */
 
-static const struct fake_controls controls = {
-	.fake = "fake-cuda",
-	.fail_function = "fake_cuda_fail",
-	.fail_env = "FAKE_CUDA_FAIL",
-	.code_word = "error",
-	.code_max = INT_MAX,
-	.functions = function_names,
-	.n_functions = F_COUNT,
-	.counters = counters,
-	.codes = error_table,
-	.n_codes = sizeof error_table / sizeof *error_table,
-};
+static const struct fake_controls controls =
+	FAKE_CONTROLS_INIT(cuda, CUDA, "error", INT_MAX, function_names, counters, error_table);
 
 FAKE_CONTROLS_EXPORTS(cuda, controls)
 
-/* The call being made refuses error as the caller's misuse: counted, said. */
-static CUresult misuse(CUresult error)
-{
-	return (CUresult)fake_controls_misuse(&controls, (int)error);
-}
-
 _Static_assert(CUDA_SUCCESS == 0, "fake_controls_enter answers 0 for success");
 
-/* Counts a call of f; returns the error it is to fail with, or CUDA_SUCCESS. */
-static CUresult enter(int f)
-{
-	return (CUresult)fake_controls_enter(&controls, f);
-}
+FAKE_CONTROLS_CALLS(CUresult, controls)
 
 /* Returns what expr returns, unless that is success. */
 #define TRY(expr)                                                                                  \

@@ -252,34 +252,14 @@ static hipError_t done(hipError_t err)
 
 /* ---- call counting and fault injection ---- */
 
-static const struct fake_controls controls = {
-	.fake = "fake-hip",
-	.fail_function = "fake_hip_fail",
-	.fail_env = "FAKE_HIP_FAIL",
-	.code_word = "error",
-	.code_max = INT_MAX,
-	.functions = function_names,
-	.n_functions = F_COUNT,
-	.counters = counters,
-	.codes = error_table,
-	.n_codes = sizeof error_table / sizeof *error_table,
-};
+static const struct fake_controls controls =
+	FAKE_CONTROLS_INIT(hip, HIP, "error", INT_MAX, function_names, counters, error_table);
 
 FAKE_CONTROLS_EXPORTS(hip, controls)
 
-/* The call being made refuses error as the caller's misuse: counted, said. */
-static hipError_t misuse(hipError_t error)
-{
-	return (hipError_t)fake_controls_misuse(&controls, (int)error);
-}
-
 _Static_assert(hipSuccess == 0, "fake_controls_enter answers 0 for success");
 
-/* Counts a call of f; returns the error it is to fail with, or hipSuccess. */
-static hipError_t enter(int f)
-{
-	return (hipError_t)fake_controls_enter(&controls, f);
-}
+FAKE_CONTROLS_CALLS(hipError_t, controls)
 
 /* Each API function begins with this: counted, maybe failed on demand. */
 #define ENTER(name)                                                                                \

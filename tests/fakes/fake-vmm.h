@@ -101,6 +101,21 @@ static inline int fake_vmm_aligned(uintptr_t n, size_t align)
 	return (n & (align - 1)) == 0;
 }
 
+/* Takes size bytes of a device's capacity, which *used counts; takes the lock. */
+static inline enum fake_vmm_status fake_vmm_capacity_take(struct fake_vmm *vmm, size_t size,
+							  size_t *used, size_t capacity)
+{
+	enum fake_vmm_status st = FAKE_VMM_OK;
+
+	pthread_mutex_lock(vmm->lock);
+	if (size > capacity - *used)
+		st = FAKE_VMM_NO_DEVICE_MEMORY;
+	else
+		*used += size;
+	pthread_mutex_unlock(vmm->lock);
+	return st;
+}
+
 /* Enters r, the first member of the fake's range, which the caller has
  * made and filled, in the fake's ranges, counted in owner. Takes the lock.
  * On failure r is the caller's to free. */
@@ -154,13 +169,7 @@ static inline enum fake_vmm_status fake_vmm_alloc_device(struct fake_vmm *vmm, s
 	enum fake_vmm_status st = FAKE_VMM_OK;
 	void *p;
 
-	pthread_mutex_lock(vmm->lock);
-	if (size > capacity - *used)
-		st = FAKE_VMM_NO_DEVICE_MEMORY;
-	else
-		*used += size;
-	pthread_mutex_unlock(vmm->lock);
-	if (st != FAKE_VMM_OK)
+	if ((st = fake_vmm_capacity_take(vmm, size, used, capacity)) != FAKE_VMM_OK)
 		return st;
 	p = size > SIZE_MAX - align ? NULL : aligned_alloc(align, (size + align - 1) & ~(align - 1));
 	pthread_mutex_lock(vmm->lock);
@@ -315,13 +324,7 @@ static inline enum fake_vmm_status fake_physical_create(struct fake_vmm *vmm,
 	enum fake_vmm_status st = FAKE_VMM_OK;
 	int fd;
 
-	pthread_mutex_lock(vmm->lock);
-	if (size > capacity - *used)
-		st = FAKE_VMM_NO_DEVICE_MEMORY;
-	else
-		*used += size;
-	pthread_mutex_unlock(vmm->lock);
-	if (st != FAKE_VMM_OK)
+	if ((st = fake_vmm_capacity_take(vmm, size, used, capacity)) != FAKE_VMM_OK)
 		return st;
 	fd = memfd_create(vmm->memfd_name, MFD_CLOEXEC);
 	if (fd >= 0 && (size > (size_t)INT64_MAX || ftruncate(fd, (off_t)size) != 0)) {

@@ -234,34 +234,15 @@ static const struct fake_code result_table[] = {
 
 /* ---- call counting and fault injection ---- */
 
-static const struct fake_controls controls = {
-	.fake = "fake-ze",
-	.fail_function = "fake_ze_fail",
-	.fail_env = "FAKE_ZE_FAIL",
-	.code_word = "result",
-	.code_max = UINT_MAX, /* 0x78000004 and the like are written unsigned */
-	.functions = function_names,
-	.n_functions = F_COUNT,
-	.counters = counters,
-	.codes = result_table,
-	.n_codes = sizeof result_table / sizeof *result_table,
-};
+/* Codes go up to UINT_MAX: 0x78000004 and the like are written unsigned. */
+static const struct fake_controls controls =
+	FAKE_CONTROLS_INIT(ze, ZE, "result", UINT_MAX, function_names, counters, result_table);
 
 FAKE_CONTROLS_EXPORTS(ze, controls)
 
-/* The call being made refuses result as the caller's misuse: counted, said. */
-static ze_result_t misuse(ze_result_t result)
-{
-	return (ze_result_t)fake_controls_misuse(&controls, (int)result);
-}
-
 _Static_assert(ZE_RESULT_SUCCESS == 0, "fake_controls_enter answers 0 for success");
 
-/* Counts a call of f; returns the result it is to fail with, or ZE_RESULT_SUCCESS. */
-static ze_result_t enter(int f)
-{
-	return (ze_result_t)fake_controls_enter(&controls, f);
-}
+FAKE_CONTROLS_CALLS(ze_result_t, controls)
 
 /* Each API function begins with this: counted, maybe failed on demand; and,
  * as the spec says, refused before a successful zeInit. */
