@@ -1,11 +1,15 @@
 ## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/fakes.mk - fake vendor runtimes backed by host memory, and the conformance suite every backend passes.
-EXTRA_DIST += tests/fakes/fake-cuda.c tests/fakes/fake-hip.c tests/fakes/fake-ze.c \
-	tests/fakes/fake-controls.h tests/fakes/fake-registry.h tests/fakes/fake-vmm.h
+# Each fake is one library, built from its own files and the shared headers.
+fake_shared_headers = tests/fakes/fake-controls.h tests/fakes/fake-registry.h \
+	tests/fakes/fake-vmm.h
+fake_cuda_sources = tests/fakes/fake-cuda.c tests/fakes/fake-cuda-memory.c \
+	tests/fakes/fake-cuda-streams.c tests/fakes/fake-cuda.h
+EXTRA_DIST += $(fake_cuda_sources) tests/fakes/fake-hip.c tests/fakes/fake-ze.c \
+	$(fake_shared_headers)
 if BUILD_CUDA
 check_LTLIBRARIES += tests/fakes/libfake-cuda.la
-tests_fakes_libfake_cuda_la_SOURCES = tests/fakes/fake-cuda.c tests/fakes/fake-controls.h \
-	tests/fakes/fake-registry.h tests/fakes/fake-vmm.h
+tests_fakes_libfake_cuda_la_SOURCES = $(fake_cuda_sources) $(fake_shared_headers)
 tests_fakes_libfake_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_fakes_libfake_cuda_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_cuda_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
@@ -20,8 +24,7 @@ tests_fakes_libfake_ze_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhe
 endif
 if BUILD_HIP
 check_LTLIBRARIES += tests/fakes/libfake-hip.la
-tests_fakes_libfake_hip_la_SOURCES = tests/fakes/fake-hip.c tests/fakes/fake-controls.h \
-	tests/fakes/fake-registry.h tests/fakes/fake-vmm.h
+tests_fakes_libfake_hip_la_SOURCES = tests/fakes/fake-hip.c $(fake_shared_headers)
 tests_fakes_libfake_hip_la_CPPFLAGS = $(AM_CPPFLAGS) $(HIP_CPPFLAGS)
 tests_fakes_libfake_hip_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_hip_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
