@@ -5,7 +5,9 @@ fake_shared_headers = tests/fakes/fake-controls.h tests/fakes/fake-registry.h \
 	tests/fakes/fake-vmm.h
 fake_cuda_sources = tests/fakes/fake-cuda.c tests/fakes/fake-cuda-memory.c \
 	tests/fakes/fake-cuda-streams.c tests/fakes/fake-cuda.h
-EXTRA_DIST += $(fake_cuda_sources) tests/fakes/fake-hip.c tests/fakes/fake-ze.c \
+fake_hip_sources = tests/fakes/fake-hip.c tests/fakes/fake-hip-memory.c \
+	tests/fakes/fake-hip-streams.c tests/fakes/fake-hip.h
+EXTRA_DIST += $(fake_cuda_sources) $(fake_hip_sources) tests/fakes/fake-ze.c \
 	$(fake_shared_headers)
 if BUILD_CUDA
 check_LTLIBRARIES += tests/fakes/libfake-cuda.la
@@ -24,7 +26,7 @@ tests_fakes_libfake_ze_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhe
 endif
 if BUILD_HIP
 check_LTLIBRARIES += tests/fakes/libfake-hip.la
-tests_fakes_libfake_hip_la_SOURCES = tests/fakes/fake-hip.c $(fake_shared_headers)
+tests_fakes_libfake_hip_la_SOURCES = $(fake_hip_sources) $(fake_shared_headers)
 tests_fakes_libfake_hip_la_CPPFLAGS = $(AM_CPPFLAGS) $(HIP_CPPFLAGS)
 tests_fakes_libfake_hip_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_hip_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
