@@ -7,7 +7,9 @@ fake_cuda_sources = tests/fakes/fake-cuda.c tests/fakes/fake-cuda-memory.c \
 	tests/fakes/fake-cuda-streams.c tests/fakes/fake-cuda.h
 fake_hip_sources = tests/fakes/fake-hip.c tests/fakes/fake-hip-memory.c \
 	tests/fakes/fake-hip-streams.c tests/fakes/fake-hip.h
-EXTRA_DIST += $(fake_cuda_sources) $(fake_hip_sources) tests/fakes/fake-ze.c \
+fake_ze_sources = tests/fakes/fake-ze.c tests/fakes/fake-ze-memory.c \
+	tests/fakes/fake-ze-lists.c tests/fakes/fake-ze.h
+EXTRA_DIST += $(fake_cuda_sources) $(fake_hip_sources) $(fake_ze_sources) \
 	$(fake_shared_headers)
 if BUILD_CUDA
 check_LTLIBRARIES += tests/fakes/libfake-cuda.la
@@ -18,8 +20,7 @@ tests_fakes_libfake_cuda_la_LDFLAGS = -module -avoid-version -shared -rpath /now
 endif
 if BUILD_ZE
 check_LTLIBRARIES += tests/fakes/libfake-ze.la
-tests_fakes_libfake_ze_la_SOURCES = tests/fakes/fake-ze.c tests/fakes/fake-controls.h \
-	tests/fakes/fake-registry.h tests/fakes/fake-vmm.h
+tests_fakes_libfake_ze_la_SOURCES = $(fake_ze_sources) $(fake_shared_headers)
 tests_fakes_libfake_ze_la_CPPFLAGS = $(AM_CPPFLAGS) $(ZE_CPPFLAGS)
 tests_fakes_libfake_ze_la_CFLAGS = $(AM_CFLAGS) -pthread
 tests_fakes_libfake_ze_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
