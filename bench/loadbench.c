@@ -144,10 +144,12 @@ int main(int argc, char **argv)
 	static struct set set;
 	static struct sharded_result sharded;
 	static struct partial_result partial;
-	bool need_set_size = want_sharded || want_partial;
+	bool need_set_size;
 	uint64_t ring;
 
 	parse_args(argc, argv);
+	/* After the options: -s 1G alone must not write the 4G model. */
+	need_set_size = want_sharded || want_partial;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (sweep_device)
 		return staging_sweep(&sizes[0]);
