@@ -269,6 +269,13 @@ static inline void fake_controls_load(const struct fake_controls *c)
 		return (type)fake_controls_enter(&(c), f);                                         \
 	}
 
+/* Declares, in a fake's header, what FAKE_CONTROLS_EXPORTS defines. */
+#define FAKE_CONTROLS_DECLARE(vendor)                                                              \
+	void fake_##vendor##_fail(const char *function, unsigned nth, int code);                   \
+	unsigned long fake_##vendor##_calls(const char *function);                                \
+	const char *fake_##vendor##_function(unsigned i);                                          \
+	unsigned long fake_##vendor##_misuses(const char *function)
+
 /* Defines, in one file of a fake, the test controls every fake exports on
  * its controls c: fake_<vendor>_fail(function, nth, code), _calls(function),
  * _function(i) and _misuses(function), which the fake declares beside its

@@ -17,12 +17,7 @@ static const char *const kind_names[R_KINDS] = {"device allocation", "host alloc
 struct fake_cuda fake = {
 	.devices_once = PTHREAD_ONCE_INIT,
 	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.registry = {
-		.fake = "fake-cuda",
-		.leaks_env = "FAKE_CUDA_LEAKS",
-		.kind_names = kind_names,
-		.n_kinds = R_KINDS,
-	},
+	.registry = FAKE_REGISTRY_INIT(cuda, CUDA, kind_names),
 	.vmem = FAKE_VMM_INIT(&fake.lock, &fake.registry, &fake.ranges, R_RESERVED, R_MAPPED,
 			      "fake-cuda-physical"),
 };

@@ -39,10 +39,7 @@ CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 
 /* Test controls, reached with dlsym() by tests that dlopen() this library. */
 #define FAKE_CUDA_FAIL_ON FAKE_CONTROLS_FAIL_ON
-void fake_cuda_fail(const char *function, unsigned nth, int error);
-unsigned long fake_cuda_calls(const char *function);
-const char *fake_cuda_function(unsigned i);
-unsigned long fake_cuda_misuses(const char *function);
+FAKE_CONTROLS_DECLARE(cuda);
 size_t fake_cuda_live(void);
 void fake_cuda_hold_events(int hold);
 void fake_cuda_context_current(int dev);

@@ -19,12 +19,7 @@ struct fake_hip fake = {
 	.devices_once = PTHREAD_ONCE_INIT,
 	.vmm_supported = -1,
 	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.registry = {
-		.fake = "fake-hip",
-		.leaks_env = "FAKE_HIP_LEAKS",
-		.kind_names = kind_names,
-		.n_kinds = R_KINDS,
-	},
+	.registry = FAKE_REGISTRY_INIT(hip, HIP, kind_names),
 	.vmem = FAKE_VMM_INIT(&fake.lock, &fake.registry, &fake.ranges, R_RESERVED, R_MAPPED,
 			      "fake-hip-physical"),
 };

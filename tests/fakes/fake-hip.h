@@ -72,10 +72,7 @@ _Static_assert(sizeof(struct abi_alloc_prop) == 32, "hipMemAllocationProp is 32 
 
 /* Test controls, reached with dlsym() by tests that dlopen() this library. */
 #define FAKE_HIP_FAIL_ON FAKE_CONTROLS_FAIL_ON
-void fake_hip_fail(const char *function, unsigned nth, int error);
-unsigned long fake_hip_calls(const char *function);
-const char *fake_hip_function(unsigned i);
-unsigned long fake_hip_misuses(const char *function);
+FAKE_CONTROLS_DECLARE(hip);
 size_t fake_hip_live(void);
 void fake_hip_hold_events(int hold);
 void fake_hip_vmm(int supported);

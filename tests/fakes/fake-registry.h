@@ -48,6 +48,15 @@ struct fake_registry {
 	unsigned long open_ipc; /* IPC handles opened and not closed, over all ranges */
 };
 
+/* A fake's struct fake_registry: the fake is "fake-" vendor, its leak
+ * report also goes to the file FAKE_<VENDOR>_LEAKS names, and names is the
+ * array of its range kinds' names. */
+#define FAKE_REGISTRY_INIT(vendor, VENDOR, names)                                                  \
+	{                                                                                          \
+		.fake = "fake-" #vendor, .leaks_env = "FAKE_" #VENDOR "_LEAKS",                    \
+		.kind_names = (names), .n_kinds = (int)(sizeof(names) / sizeof *(names))           \
+	}
+
 /* ---- address ranges ---- */
 
 /* Orders non-overlapping ranges; a one-byte key finds the range that holds it. */

@@ -31,10 +31,7 @@
 
 /* Test controls, reached with dlsym() by tests that dlopen() this library. */
 #define FAKE_ZE_FAIL_ON FAKE_CONTROLS_FAIL_ON
-void fake_ze_fail(const char *function, unsigned nth, int result);
-unsigned long fake_ze_calls(const char *function);
-const char *fake_ze_function(unsigned i);
-unsigned long fake_ze_misuses(const char *function);
+FAKE_CONTROLS_DECLARE(ze);
 size_t fake_ze_live(void);
 void fake_ze_hold_events(int hold);
 void fake_ze_limits(size_t max_alloc_bytes, int relaxed);
