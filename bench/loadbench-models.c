@@ -431,3 +431,30 @@ double warm(const struct model *m)
 	free(buf);
 	return resident(m);
 }
+
+/* Whether m can be measured from the page cache: it was written, memory
+ * holds its pages and one copy beside them, and its pages stayed resident
+ * after one read (warm()).  If not, why says so and "SKIP  why" is printed. */
+bool warm_beside_copy(const struct model *m, char *why, size_t why_size)
+{
+	uint64_t avail = meminfo_bytes("MemAvailable:");
+	double in;
+
+	if (!m->ready) {
+		snprintf(why, why_size, "%s", m->why);
+	} else if (avail < 2 * m->size + GIB) {
+		snprintf(why, why_size,
+			 "not enough memory to keep %s in the page cache beside a copy: "
+			 "%.1f GiB available, %.1f GiB needed", m->file, gib(avail),
+			 gib(2 * m->size + GIB));
+	} else {
+		in = warm(m);
+		printf("page cache: %.1f%% of the file resident after one read (mincore)\n",
+		       in * 100);
+		if (in >= 0.99)
+			return true;
+		snprintf(why, why_size, "the page cache kept only %.1f%% of %s", in * 100, m->file);
+	}
+	printf("SKIP  %s\n", why);
+	return false;
+}

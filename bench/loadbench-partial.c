@@ -51,7 +51,6 @@ static bool partial_load(devcache_ctx_t *ctx, devcache_device_t *dev, const stru
  * it into the tensors' blocks the allocator kept cached. */
 void measure_partial(const struct model *m, struct partial_result *r)
 {
-	uint64_t avail = meminfo_bytes("MemAvailable:");
 	double t0 = now_seconds();
 	char opts[128];
 
@@ -61,28 +60,8 @@ void measure_partial(const struct model *m, struct partial_result *r)
 		 (unsigned long long)r->budget);
 	printf("\n-- partial %s: %s onto benchdev:0 with %s (half the file, %.1f MiB)\n",
 	       m->l->label, m->file, opts, mib(r->budget));
-	if (!m->ready) {
-		snprintf(r->why, sizeof r->why, "%s", m->why);
-		printf("SKIP  %s\n", r->why);
+	if (!warm_beside_copy(m, r->why, sizeof r->why))
 		return;
-	}
-	if (avail < 2 * m->size + GIB) {
-		snprintf(r->why, sizeof r->why,
-			 "not enough memory to keep %s in the page cache beside a copy: "
-			 "%.1f GiB available, %.1f GiB needed", m->file, gib(avail),
-			 gib(2 * m->size + GIB));
-		printf("SKIP  %s\n", r->why);
-		return;
-	}
-	double in = warm(m);
-
-	printf("page cache: %.1f%% of the file resident after one read (mincore)\n", in * 100);
-	if (in < 0.99) {
-		snprintf(r->why, sizeof r->why, "the page cache kept only %.1f%% of %s", in * 100,
-			 m->file);
-		printf("SKIP  %s\n", r->why);
-		return;
-	}
 	for (int i = 0; i < reps; i++) {
 		devcache_ctx_t *ctx = open_ctx(opts);
 		devcache_device_t *dev = device(ctx, "benchdev:0");

@@ -9,34 +9,11 @@
 
 void measure_size(const struct model *m, struct size_result *r)
 {
-	uint64_t avail = meminfo_bytes("MemAvailable:");
-	double resident;
-
 	memset(r, 0, sizeof *r);
 	printf("\n-- %s: %s, %llu bytes (%.2f GiB), %zu tensors\n", m->l->label, m->l->file,
 	       (unsigned long long)m->size, gib(m->size), m->n);
-	if (!m->ready) {
-		snprintf(r->why, sizeof r->why, "%s", m->why);
-		printf("SKIP  %s\n", r->why);
+	if (!warm_beside_copy(m, r->why, sizeof r->why))
 		return;
-	}
-	/* The file in the page cache, and one copy of it beside it. */
-	if (avail < 2 * m->size + GIB) {
-		snprintf(r->why, sizeof r->why,
-			 "not enough memory to keep %s in the page cache beside a copy: "
-			 "%.1f GiB available, %.1f GiB needed", m->l->file, gib(avail),
-			 gib(2 * m->size + GIB));
-		printf("SKIP  %s\n", r->why);
-		return;
-	}
-	resident = warm(m);
-	printf("page cache: %.1f%% of the file resident after one read (mincore)\n", resident * 100);
-	if (resident < 0.99) {
-		snprintf(r->why, sizeof r->why, "the page cache kept only %.1f%% of %s",
-			 resident * 100, m->l->file);
-		printf("SKIP  %s\n", r->why);
-		return;
-	}
 	r->measured = true;
 	/* The runs of each loader are interleaved with the others'. */
 	for (int i = 0; i < reps; i++) {

@@ -144,6 +144,9 @@ void prepare_set(struct set *s, const struct model *whole);
 /* The part of the file in the page cache, 0 to 1; warm() reads it first. */
 double resident(const struct model *m);
 double warm(const struct model *m);
+/* Whether m is written, fits in memory twice over and stays in the page
+ * cache once read: else why says why, and SKIP is printed. */
+bool warm_beside_copy(const struct model *m, char *why, size_t why_size);
 
 /* ---- the sections ---------------------------------------------------------------------- */
 
