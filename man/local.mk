@@ -49,45 +49,60 @@ CLEANFILES += \
 # and what the packages install as $(sysconfdir)/devcache.conf.
 nodist_doc_DATA = devcache.conf.example
 CLEANFILES += devcache.conf.example
-devcache.conf.example: man/mkman$(EXEEXT) Makefile
-	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -c $@
+devcache.conf.example: $(MKMAN) Makefile
+	$(AM_V_GEN)$(MKMAN) $(man_subst) -c $@
 
 # `make` keeps the list complete too, not only `make install`.
 noinst_DATA += man/tunable-pages.list
 
-noinst_PROGRAMS += man/mkman
 man_mkman_SOURCES = man/mkman.h man/mkman.c man/mkman-roff.c man/mkman-conf.c man/mkman-tunable.c \
 	man/doc-tunables.c man/doc-tunables.h lib/tunable-table.c lib/tunable-table.h lib/tunables.def \
 	$(module_tunable_defs)
+if CROSS_COMPILING
+# mkman runs here, so a cross build compiles it for this machine, with
+# CC_FOR_BUILD, and the build's own flags (CFLAGS is for the host).
+MKMAN = man/mkman-build
+mkman_build_sources = $(srcdir)/man/mkman.c $(srcdir)/man/mkman-roff.c $(srcdir)/man/mkman-conf.c \
+	$(srcdir)/man/mkman-tunable.c $(srcdir)/man/doc-tunables.c $(srcdir)/lib/tunable-table.c
+EXTRA_PROGRAMS += man/mkman
+CLEANFILES += man/mkman-build
+man/mkman-build: $(man_mkman_SOURCES) config.h
+	$(AM_V_CCLD)$(CC_FOR_BUILD) $(DEFS) $(AM_CPPFLAGS) \
+		$(CPPFLAGS_FOR_BUILD) $(CFLAGS_FOR_BUILD) $(LDFLAGS_FOR_BUILD) -o $@ \
+		$(mkman_build_sources)
+else
+MKMAN = man/mkman$(EXEEXT)
+noinst_PROGRAMS += man/mkman
+endif
 
-man/devcache.1: man/devcache.1.in man/mkman$(EXEEXT) Makefile
-	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache.1.in -O $@
+man/devcache.1: man/devcache.1.in $(MKMAN) Makefile
+	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache.1.in -O $@
 
-man/libdevcache.3: man/libdevcache.3.in man/mkman$(EXEEXT) Makefile
-	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/libdevcache.3.in -O $@
+man/libdevcache.3: man/libdevcache.3.in $(MKMAN) Makefile
+	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/libdevcache.3.in -O $@
 
-man/devcache-torch.3: man/devcache-torch.3.in man/mkman$(EXEEXT) Makefile
-	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-torch.3.in -O $@
+man/devcache-torch.3: man/devcache-torch.3.in $(MKMAN) Makefile
+	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache-torch.3.in -O $@
 
-man/devcache-python.3: man/devcache-python.3.in man/mkman$(EXEEXT) Makefile
-	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-python.3.in -O $@
+man/devcache-python.3: man/devcache-python.3.in $(MKMAN) Makefile
+	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache-python.3.in -O $@
 
-man/devcache-trace.5: man/devcache-trace.5.in man/mkman$(EXEEXT) Makefile
-	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-trace.5.in -O $@
+man/devcache-trace.5: man/devcache-trace.5.in $(MKMAN) Makefile
+	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache-trace.5.in -O $@
 
-man/devcache-cuda.7: man/devcache-cuda.7.in man/mkman$(EXEEXT) Makefile
-	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-cuda.7.in -O $@
+man/devcache-cuda.7: man/devcache-cuda.7.in $(MKMAN) Makefile
+	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache-cuda.7.in -O $@
 
-man/devcache-hip.7: man/devcache-hip.7.in man/mkman$(EXEEXT) Makefile
-	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-hip.7.in -O $@
+man/devcache-hip.7: man/devcache-hip.7.in $(MKMAN) Makefile
+	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache-hip.7.in -O $@
 
-man/devcache-ze.7: man/devcache-ze.7.in man/mkman$(EXEEXT) Makefile
-	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) -i $(srcdir)/man/devcache-ze.7.in -O $@
+man/devcache-ze.7: man/devcache-ze.7.in $(MKMAN) Makefile
+	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache-ze.7.in -O $@
 
 # One run of mkman writes devcache.conf.5, every tunable page and the list
 # of those pages; the stamp stands for all of them.
-man/stamp-tunables: man/mkman$(EXEEXT) man/devcache.conf.5.in Makefile
-	$(AM_V_GEN)man/mkman$(EXEEXT) $(man_subst) \
+man/stamp-tunables: $(MKMAN) man/devcache.conf.5.in Makefile
+	$(AM_V_GEN)$(MKMAN) $(man_subst) \
 		-t $(srcdir)/man/devcache.conf.5.in -o man && \
 	echo timestamp > $@
 
