@@ -106,9 +106,11 @@ fi
 
 # (c) The bundle (make check-gpu-bundle), moved elsewhere and run with
 # nothing of the build tree's environment: the same checks on the fakes.
+# (QEMU_LD_PREFIX is kept: it is how qemu-user runs a cross build's tests.)
 sh "$src/check-gpu-bundle.sh" "$top" "$src/.." "$out/bundle" >"$out/bundle.log" 2>&1 &&
 	mv "$out/bundle" "$out/moved" &&
 	env -i PATH=/usr/bin:/bin HOME="$out" TMPDIR="$out" CHECK_GPU_FAKES=1 \
+		${QEMU_LD_PREFIX:+QEMU_LD_PREFIX="$QEMU_LD_PREFIX"} \
 		sh "$out/moved/run.sh" >"$out/moved.txt" 2>&1
 echo $? >"$out/moved.txt.rc"
 sed "s/^/# bundle: /" "$out/bundle.log" "$out/moved.txt"
