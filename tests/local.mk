@@ -72,8 +72,9 @@ clean-test-locale:
 
 # ---- the test programs -------------------------------------------------------
 unit_tests = \
-	tests/test-version tests/test-errors tests/test-tunables tests/test-config \
-	tests/test-loader tests/test-host tests/test-tool tests/test-i18n
+	tests/test-version tests/test-errors tests/test-tunables tests/test-config-string \
+	tests/test-config-file tests/test-config-open tests/test-loader tests/test-host \
+	tests/test-tool tests/test-i18n
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(unit_tests)
@@ -94,9 +95,17 @@ tests_test_errors_LDADD = $(test_ldadd)
 tests_test_tunables_SOURCES = tests/test-tunables.c tests/tap.h
 tests_test_tunables_CFLAGS = $(test_cflags)
 tests_test_tunables_LDADD = $(test_ldadd)
-tests_test_config_SOURCES = tests/test-config.c tests/tap.h
-tests_test_config_CFLAGS = $(test_cflags)
-tests_test_config_LDADD = $(test_ldadd)
+# The configuration's tests share one fixture (tests/config-fixture.*).
+config_fixture = tests/config-fixture.c tests/config-fixture.h
+tests_test_config_string_SOURCES = tests/test-config-string.c tests/tap.h $(config_fixture)
+tests_test_config_string_CFLAGS = $(test_cflags)
+tests_test_config_string_LDADD = $(test_ldadd)
+tests_test_config_file_SOURCES = tests/test-config-file.c tests/tap.h $(config_fixture)
+tests_test_config_file_CFLAGS = $(test_cflags)
+tests_test_config_file_LDADD = $(test_ldadd)
+tests_test_config_open_SOURCES = tests/test-config-open.c tests/tap.h $(config_fixture)
+tests_test_config_open_CFLAGS = $(test_cflags)
+tests_test_config_open_LDADD = $(test_ldadd)
 tests_test_loader_SOURCES = tests/test-loader.c tests/tap.h
 tests_test_loader_CFLAGS = $(test_cflags)
 tests_test_loader_LDADD = $(test_ldadd)
