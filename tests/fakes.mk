@@ -48,14 +48,25 @@ tests_test_conformance_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_conformance_LDADD = $(test_ldadd) -ldl
 endif
 
-# Every vendor call of a workload failed in turn, on each fake: skipped where not built.
+# Every vendor call of a workload failed in turn, on each fake: a program
+# per backend, skipped where not built, sharing the workload and the rules
+# (tests/fault-matrix.h).
 if HAVE_CMOCKA
-check_PROGRAMS += tests/test-fault-matrix
-TESTS += tests/test-fault-matrix
-tests_test_fault_matrix_SOURCES = tests/test-fault-matrix.c tests/tap.h \
-	$(model_writer)
-tests_test_fault_matrix_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
-tests_test_fault_matrix_LDADD = $(test_ldadd) -ldl
+fault_matrix_tests = tests/test-fault-matrix-cuda tests/test-fault-matrix-hip \
+	tests/test-fault-matrix-ze
+check_PROGRAMS += $(fault_matrix_tests)
+TESTS += $(fault_matrix_tests)
+fault_matrix = tests/fault-matrix.c tests/fault-matrix.h tests/fault-workload.c \
+	tests/fault-workload.h tests/tap.h $(model_writer)
+tests_test_fault_matrix_cuda_SOURCES = tests/test-fault-matrix-cuda.c $(fault_matrix)
+tests_test_fault_matrix_cuda_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_fault_matrix_cuda_LDADD = $(test_ldadd) -ldl
+tests_test_fault_matrix_hip_SOURCES = tests/test-fault-matrix-hip.c $(fault_matrix)
+tests_test_fault_matrix_hip_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_fault_matrix_hip_LDADD = $(test_ldadd) -ldl
+tests_test_fault_matrix_ze_SOURCES = tests/test-fault-matrix-ze.c $(fault_matrix)
+tests_test_fault_matrix_ze_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_fault_matrix_ze_LDADD = $(test_ldadd) -ldl
 endif
 
 # The vendor backends' own behaviour, on the fakes: skipped where not built.
