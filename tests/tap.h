@@ -108,20 +108,30 @@ static inline int test_tmpdir_remove(const char *dir)
 /* The fixture of the tests that write files: at file scope,
  * TEST_TMPDIR_FIXTURE("tag") declares char dir[64] and the cmocka setup and
  * teardown tmpdir_setup and tmpdir_teardown, which make a fresh
- * /tmp/devcache-tag-XXXXXX in dir and remove it (per test or per group). */
-#define TEST_TMPDIR_FIXTURE(tag)                                                                \
-	static char dir[64];                                                                   \
-	static int tmpdir_setup(void **state)                                                  \
+ * /tmp/devcache-tag-XXXXXX in dir and remove it (per test or per group).
+ * A test program of several files shares one: TEST_TMPDIR_FIXTURE_EXTERN
+ * in their header declares it, and TEST_TMPDIR_FIXTURE_SHARED("tag") in
+ * one of them defines it. */
+#define TEST_TMPDIR_FIXTURE(tag) TMPDIR_FIXTURE_(static, tag)
+#define TEST_TMPDIR_FIXTURE_SHARED(tag) TMPDIR_FIXTURE_(, tag)
+#define TEST_TMPDIR_FIXTURE_EXTERN                                                              \
+	extern char dir[64];                                                                   \
+	int tmpdir_setup(void **state);                                                        \
+	int tmpdir_teardown(void **state)
+
+#define TMPDIR_FIXTURE_(linkage, tag)                                                           \
+	linkage char dir[64];                                                                  \
+	linkage int tmpdir_setup(void **state)                                                 \
 	{                                                                                      \
 		(void)state;                                                                   \
 		return test_tmpdir_make(dir, sizeof dir, tag);                                 \
 	}                                                                                      \
-	static int tmpdir_teardown(void **state)                                               \
+	linkage int tmpdir_teardown(void **state)                                              \
 	{                                                                                      \
 		(void)state;                                                                   \
 		return test_tmpdir_remove(dir);                                                \
 	}                                                                                      \
-	static char dir[64] /* the caller's ';' ends the fixture */
+	linkage char dir[64] /* the caller's ';' ends the fixture */
 
 /* A test that runs in a directory of its own. */
 #define TMPDIR_TEST(f) cmocka_unit_test_setup_teardown(f, tmpdir_setup, tmpdir_teardown)
