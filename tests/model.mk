@@ -1,8 +1,11 @@
 ## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/model.mk - model files: the safetensors and GGUF readers, devcache inspect, load, dump and demo.
 model_tests = tests/test-safetensors tests/test-gguf tests/test-inspect \
-	tests/test-model-cache tests/test-model-set tests/test-model-partial tests/test-model-copy tests/test-model-lease \
+	tests/test-model-cache tests/test-model-set tests/test-model-split tests/test-model-folder \
+	tests/test-model-set-load tests/test-model-partial tests/test-model-copy tests/test-model-lease \
 	tests/test-load-tool tests/test-host-faults
+# What the tests of models of several files share.
+model_set_fixture = tests/model-set-fixture.c tests/model-set-fixture.h
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(model_tests)
@@ -22,9 +25,21 @@ tests_test_model_cache_SOURCES = tests/test-model-cache.c tests/tap.h \
 tests_test_model_cache_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_model_cache_LDADD = $(test_ldadd)
 tests_test_model_set_SOURCES = tests/test-model-set.c tests/tap.h \
-	$(model_writer)
+	$(model_set_fixture) $(model_writer)
 tests_test_model_set_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_model_set_LDADD = $(test_ldadd)
+tests_test_model_split_SOURCES = tests/test-model-split.c tests/tap.h \
+	$(model_set_fixture) $(model_writer)
+tests_test_model_split_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_model_split_LDADD = $(test_ldadd)
+tests_test_model_folder_SOURCES = tests/test-model-folder.c tests/tap.h \
+	$(model_set_fixture) $(model_writer)
+tests_test_model_folder_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_model_folder_LDADD = $(test_ldadd)
+tests_test_model_set_load_SOURCES = tests/test-model-set-load.c tests/tap.h \
+	$(model_set_fixture) $(model_writer)
+tests_test_model_set_load_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_model_set_load_LDADD = $(test_ldadd)
 tests_test_load_tool_SOURCES = tests/test-load-tool.c tests/tap.h tests/spawn.c tests/spawn.h \
 	$(model_writer)
 tests_test_load_tool_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
