@@ -1,10 +1,11 @@
 ## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/model.mk - model files: the safetensors and GGUF readers, devcache inspect, load, dump and demo.
-model_tests = tests/test-safetensors tests/test-gguf tests/test-inspect \
-	tests/test-model-cache tests/test-model-set tests/test-model-split tests/test-model-folder \
-	tests/test-model-set-load tests/test-model-partial tests/test-model-copy tests/test-model-lease \
-	tests/test-load-tool tests/test-host-faults
-# What the tests of models of several files share.
+model_tests = tests/test-safetensors tests/test-gguf tests/test-gguf-meta tests/test-gguf-tensors \
+	tests/test-inspect tests/test-model-cache tests/test-model-set tests/test-model-split \
+	tests/test-model-folder tests/test-model-set-load tests/test-model-partial tests/test-model-copy \
+	tests/test-model-lease tests/test-load-tool tests/test-host-faults
+# What the GGUF reader's tests share; what the tests of models of several files share.
+gguf_bytes = tests/gguf-bytes.c tests/gguf-bytes.h
 model_set_fixture = tests/model-set-fixture.c tests/model-set-fixture.h
 
 if HAVE_CMOCKA
@@ -13,9 +14,15 @@ TESTS += $(model_tests)
 tests_test_safetensors_SOURCES = tests/test-safetensors.c tests/tap.h $(model_writer)
 tests_test_safetensors_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_safetensors_LDADD = $(test_ldadd)
-tests_test_gguf_SOURCES = tests/test-gguf.c tests/tap.h $(model_writer)
+tests_test_gguf_SOURCES = tests/test-gguf.c tests/tap.h $(gguf_bytes) $(model_writer)
 tests_test_gguf_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_gguf_LDADD = $(test_ldadd)
+tests_test_gguf_meta_SOURCES = tests/test-gguf-meta.c tests/tap.h $(gguf_bytes) $(model_writer)
+tests_test_gguf_meta_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_gguf_meta_LDADD = $(test_ldadd)
+tests_test_gguf_tensors_SOURCES = tests/test-gguf-tensors.c tests/tap.h $(gguf_bytes) $(model_writer)
+tests_test_gguf_tensors_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_gguf_tensors_LDADD = $(test_ldadd)
 tests_test_inspect_SOURCES = tests/test-inspect.c tests/tap.h tests/spawn.c tests/spawn.h \
 	$(model_writer)
 tests_test_inspect_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
