@@ -659,13 +659,16 @@ bool ip_overflowed(void)
 	return overflowed;
 }
 
-/* libc's and the dynamic loader's blocks are theirs to keep. */
+/* libc's and the dynamic loader's blocks are theirs to keep.  The loader
+ * is ld-linux-*.so.N on amd64, arm64, riscv64 and loong64, ld64.so.N on
+ * ppc64el (and s390x), ld.so.1 on mips64el. */
 static bool libc_own(const Dl_info *info)
 {
 	const char *base = strrchr(info->dli_fname, '/');
 
 	base = base ? base + 1 : info->dli_fname;
 	return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "ld-linux", 8) == 0 ||
+	       strncmp(base, "ld64.so", 7) == 0 || strncmp(base, "ld.so", 5) == 0 ||
 	       strncmp(base, "libc-", 5) == 0;
 }
 
