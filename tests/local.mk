@@ -1,6 +1,21 @@
 ## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/local.mk - `make check`: cmocka programs with TAP output, through automake's tap-driver.
 
+# The folders of the vendor modules this configuration builds, and only
+# those: a folder that is not built would make the library warn about
+# backend_path (a missing directory), and that warning fails the tests that
+# check a run says nothing else.  A test of a module that is not built skips.
+test_backend_dirs =
+if BUILD_CUDA
+test_backend_dirs += '$(abs_top_builddir)/backends/cuda/.libs'
+endif
+if BUILD_HIP
+test_backend_dirs += '$(abs_top_builddir)/backends/hip/.libs'
+endif
+if BUILD_ZE
+test_backend_dirs += '$(abs_top_builddir)/backends/ze/.libs'
+endif
+
 LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
 LOG_COMPILER = env AWK='$(AWK)' $(SHELL) $(top_srcdir)/tests/run-tap.sh
 # Tests never read the machine's or the user's configuration, and find the
@@ -12,7 +27,8 @@ AM_TESTS_ENVIRONMENT = \
 	export TEST_TOOL='$(abs_top_builddir)/tools/devcache'; \
 	export TEST_MODULES='$(abs_top_builddir)/tests/modules/.libs'; \
 	export TEST_ARENA='$(abs_top_builddir)/tests/arena/.libs'; \
-	export TEST_BACKENDS='$(abs_top_builddir)/backends/cuda/.libs:$(abs_top_builddir)/backends/hip/.libs:$(abs_top_builddir)/backends/ze/.libs'; \
+	TEST_BACKENDS=; for d in $(test_backend_dirs); do TEST_BACKENDS=$${TEST_BACKENDS:+$$TEST_BACKENDS:}$$d; done; \
+	export TEST_BACKENDS; \
 	export TEST_CUDA_STUB='$(CUDA_STUB)'; \
 	export TEST_FAKES='$(abs_top_builddir)/tests/fakes/.libs'; \
 	export TEST_SRCDIR='$(abs_top_srcdir)/tests'; \
