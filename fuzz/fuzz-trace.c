@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CHECK(cond)                                                                          \
 	do {                                                                                 \
@@ -18,38 +19,61 @@
 	} while (0)
 
 /* What replay relies on: every free names a slot of the table that an
- * allocation before it took, and every block is freed by the end. */
-static void check(const struct trace_set *set)
-{
-	unsigned char *live = calloc(set->n_slots ? set->n_slots : 1, 1);
-	size_t n_live = 0;
+ * allocation before it took, and every block is freed by the end of its
+ * file.  live[] follows the slots from batch to batch. */
+struct seen {
+	unsigned char *live;
+	uint32_t size;
+	size_t n_live;
+};
 
-	if (!live)
-		return;
+static void check_batch(const struct trace_set *set, struct seen *seen)
+{
+	CHECK(set->n_events <= TRACE_BATCH);
+	if (set->n_slots > seen->size) {
+		unsigned char *live = realloc(seen->live, set->n_slots);
+
+		if (!live)
+			abort();
+		memset(live + seen->size, 0, set->n_slots - seen->size);
+		seen->live = live;
+		seen->size = set->n_slots;
+	}
 	for (size_t i = 0; i < set->n_events; i++) {
 		const struct trace_event *e = &set->events[i];
 
 		CHECK(e->slot < set->n_slots);
 		if (e->op == TRACE_OP_ALLOC) {
-			CHECK(e->size > 0 && !live[e->slot] && trace_stream_used(set, e->stream));
-			live[e->slot] = 1;
-			n_live++;
+			CHECK(e->size > 0 && !seen->live[e->slot] && trace_stream_used(set, e->stream));
+			seen->live[e->slot] = 1;
+			seen->n_live++;
 		} else {
-			CHECK(e->op == TRACE_OP_FREE && live[e->slot]);
-			live[e->slot] = 0;
-			n_live--;
+			CHECK(e->op == TRACE_OP_FREE && seen->live[e->slot]);
+			seen->live[e->slot] = 0;
+			seen->n_live--;
 		}
 	}
-	CHECK(n_live == 0);
-	free(live);
+}
+
+/* The file at path, batch after batch; 0 or the reader's error. */
+static int read_file(struct trace_set *set, const char *path, struct seen *seen)
+{
+	char err[1024];
+	int rc = trace_set_open(set, path, err, sizeof err);
+
+	while (!rc && !(rc = trace_set_next(set, err, sizeof err)) && set->n_events)
+		check_batch(set, seen);
+	if (!rc)
+		CHECK(seen->n_live == 0);
+	return rc;
 }
 
 /* The same file twice into one set: replay reads several files one after
  * another. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	struct seen seen = {0};
 	struct trace_set set;
-	char err[1024];
 	const char *path;
 
 	if (size > FUZZ_MAX_INPUT)
@@ -57,9 +81,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	path = fuzz_path("trace");
 	fuzz_write(path, data, size);
 	trace_set_init(&set);
-	if (trace_set_read(&set, path, err, sizeof err) == 0 &&
-	    trace_set_read(&set, path, err, sizeof err) == 0)
-		check(&set);
+	if (read_file(&set, path, &seen) == 0)
+		read_file(&set, path, &seen);
 	trace_set_destroy(&set);
+	free(seen.live);
 	return 0;
 }

@@ -1,5 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* cmd-replay.c - `devcache replay`: runs allocation traces through the caching allocator and reports time, peak memory and device calls. */
+/* cmd-replay.c - `devcache replay`: runs allocation traces through the caching allocator and reports time, peak memory and device calls.
+ *
+ * The traces are streamed: each batch of events the reader gives is run at
+ * once, so that memory follows the blocks live at once, not the length of
+ * the files.  Only the batches are timed, not the reading between them.
+ * A fault in a file stops the replay there, and nothing is reported.
+ */
 #include "tool.h"
 
 #include <getopt.h>
@@ -17,10 +23,13 @@ struct replay {
 	char device_id[32];
 	bool json, summary;
 	struct trace_set set;
+	char err[1024];
 	/* the run */
 	devcache_device_t *dev;
-	devcache_stream_t *streams; /* by stream index; [0] is NULL, the default stream */
-	void **ptrs;                /* by slot; NULL: free, or the allocation failed */
+	devcache_stream_t *streams;  /* by stream index; [0] is NULL, the default stream */
+	unsigned n_streams;          /* stream indices seen to, 0 included */
+	void **ptrs;                 /* by slot; NULL: free, or the allocation failed */
+	uint32_t n_ptrs;
 	uint64_t operations, ooms, ns;
 	devcache_stats_t stats;
 };
@@ -79,57 +88,59 @@ static int parse_args(struct tool *t, struct replay *rp, int argc, char **argv)
 	return -1;
 }
 
-static int read_traces(struct replay *rp, int n, char **paths)
+/* The exit status for a trace that cannot be read. */
+static int trace_failed(struct replay *rp, int rc)
 {
-	char err[1024];
-
-	for (int i = 0; i < n; i++) {
-		int rc = trace_set_read(&rp->set, paths[i], err, sizeof err);
-
-		if (rc) {
-			tool_error("%s", err);
-			/* A bad or missing file is bad input; one that cannot be
-			 * read, or memory running out, is a failure at run time. */
-			return rc == DEVCACHE_EFORMAT || rc == DEVCACHE_ENOENT ? EXIT_USAGE
-									       : EXIT_RUNTIME;
-		}
-	}
-	return EXIT_OK;
+	tool_error("%s", rp->err);
+	/* A bad or missing file is bad input; one that cannot be read, or
+	 * memory running out, is a failure at run time. */
+	return rc == DEVCACHE_EFORMAT || rc == DEVCACHE_ENOENT ? EXIT_USAGE : EXIT_RUNTIME;
 }
 
-static int create_streams(struct replay *rp)
+/* Streams and pointer slots for the batch just read: what the allocator
+ * needs before the batch runs. */
+static int prepare_batch(struct replay *rp)
 {
-	rp->streams = calloc((size_t)rp->set.max_stream + 1, sizeof *rp->streams);
-	rp->ptrs = calloc(rp->set.n_slots ? rp->set.n_slots : 1, sizeof *rp->ptrs);
-	if (!rp->streams || !rp->ptrs) {
-		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
-		return EXIT_RUNTIME;
+	const struct trace_set *set = &rp->set;
+
+	if (set->n_slots > rp->n_ptrs) {
+		void **ptrs = realloc(rp->ptrs, set->n_slots * sizeof *ptrs);
+
+		if (!ptrs) {
+			tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
+			return EXIT_RUNTIME;
+		}
+		memset(ptrs + rp->n_ptrs, 0, (set->n_slots - rp->n_ptrs) * sizeof *ptrs);
+		rp->ptrs = ptrs;
+		rp->n_ptrs = set->n_slots;
 	}
-	for (unsigned s = 1; s <= rp->set.max_stream; s++)
-		if (trace_stream_used(&rp->set, s) && devcache_stream_create(rp->dev, &rp->streams[s])) {
+	if (set->n_streams == rp->n_streams)
+		return EXIT_OK;
+	rp->n_streams = set->n_streams;
+	for (unsigned s = 1; s <= set->max_stream; s++)
+		if (trace_stream_used(set, s) && !rp->streams[s] &&
+		    devcache_stream_create(rp->dev, &rp->streams[s])) {
 			tool_error(_("cannot create stream %u: %s"), s, devcache_last_error());
 			return EXIT_RUNTIME;
 		}
 	return EXIT_OK;
 }
 
-/* Where event i came from, for a message. */
+/* Where event i of the batch came from, for a message. */
 static void report_failure(const struct replay *rp, size_t i, const struct trace_event *ev)
 {
-	const struct trace_file *f = rp->set.files;
+	const char *path = rp->set.path;
+	size_t n = rp->set.first + i + 1;
 
-	while (f + 1 < rp->set.files + rp->set.n_files && i >= f->first + f->count)
-		f++;
 	if (ev->op == TRACE_OP_ALLOC)
-		tool_error(_("%s: event %zu: allocating %llu bytes failed: %s"), f->path,
-			   i - f->first + 1, (unsigned long long)ev->size, devcache_last_error());
+		tool_error(_("%s: event %zu: allocating %llu bytes failed: %s"), path, n,
+			   (unsigned long long)ev->size, devcache_last_error());
 	else
-		tool_error(_("%s: event %zu: freeing failed: %s"), f->path, i - f->first + 1,
-			   devcache_last_error());
+		tool_error(_("%s: event %zu: freeing failed: %s"), path, n, devcache_last_error());
 }
 
-/* The timed part: every event, nothing else. */
-static int run(struct replay *rp)
+/* The timed part: every event of the batch, nothing else. */
+static int run_batch(struct replay *rp)
 {
 	const struct trace_event *events = rp->set.events;
 	const size_t n = rp->set.n_events;
@@ -165,15 +176,45 @@ static int run(struct replay *rp)
 		}
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	rp->operations = operations;
-	rp->ooms = ooms;
-	rp->ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
-		 (uint64_t)t0.tv_nsec;
+	rp->operations += operations;
+	rp->ooms += ooms;
+	rp->ns += (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
+		  (uint64_t)t0.tv_nsec;
 	if (rc) {
 		report_failure(rp, i, &events[i]);
 		return EXIT_RUNTIME;
 	}
-	if ((rc = devcache_stats(dev, &rp->stats))) {
+	return EXIT_OK;
+}
+
+/* The open file, batch after batch, to its end. */
+static int run_file(struct replay *rp)
+{
+	int rc, status;
+
+	while (!(rc = trace_set_next(&rp->set, rp->err, sizeof rp->err)) && rp->set.n_events)
+		if ((status = prepare_batch(rp)) || (status = run_batch(rp)))
+			return status;
+	return rc ? trace_failed(rp, rc) : EXIT_OK;
+}
+
+/* Every file; the first one is open already. */
+static int run(struct replay *rp, int n, char **paths)
+{
+	int rc, status;
+
+	rp->streams = calloc(TRACE_STREAM_MAX + 1, sizeof *rp->streams);
+	if (!rp->streams) {
+		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
+		return EXIT_RUNTIME;
+	}
+	for (int i = 0; i < n; i++) {
+		if (i > 0 && (rc = trace_set_open(&rp->set, paths[i], rp->err, sizeof rp->err)))
+			return trace_failed(rp, rc);
+		if ((status = run_file(rp)))
+			return status;
+	}
+	if (devcache_stats(rp->dev, &rp->stats)) {
 		tool_error(_("cannot read the statistics: %s"), devcache_last_error());
 		return EXIT_RUNTIME;
 	}
@@ -360,10 +401,9 @@ out:
 
 static void finish(struct replay *rp, devcache_ctx_t *ctx)
 {
-	if (rp->ptrs)
-		for (uint32_t s = 0; s < rp->set.n_slots; s++)
-			if (rp->ptrs[s])
-				devcache_free(rp->dev, rp->ptrs[s]);
+	for (uint32_t s = 0; s < rp->n_ptrs; s++)
+		if (rp->ptrs[s])
+			devcache_free(rp->dev, rp->ptrs[s]);
 	if (rp->streams)
 		for (unsigned s = 1; s <= rp->set.max_stream; s++)
 			if (rp->streams[s])
@@ -389,8 +429,13 @@ int cmd_replay(struct tool *t, int argc, char **argv)
 	rp->device = "host";
 	if ((status = parse_args(t, rp, argc, argv)) >= 0)
 		goto out;
-	if ((status = read_traces(rp, argc - optind, argv + optind)))
+	/* The first file is opened before the device: a file that cannot be
+	 * read is named first. */
+	int rc = trace_set_open(&rp->set, argv[optind], rp->err, sizeof rp->err);
+	if (rc) {
+		status = trace_failed(rp, rc);
 		goto out;
+	}
 	if ((status = tool_open(t, &ctx)))
 		goto out;
 	if ((status = tool_device(ctx, rp->device, &rp->dev)))
@@ -401,7 +446,7 @@ int cmd_replay(struct tool *t, int argc, char **argv)
 		snprintf(rp->device_id, sizeof rp->device_id, "%s", info.id);
 	else
 		snprintf(rp->device_id, sizeof rp->device_id, "%s", rp->device);
-	if ((status = create_streams(rp)) || (status = run(rp)))
+	if ((status = run(rp, argc - optind, argv + optind)))
 		goto out;
 	status = report(rp, argc - optind, argv + optind);
 out:

@@ -1,5 +1,19 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* trace-read.c - reads allocation traces, plain or gzip-compressed, checking every line, into replayable events. */
+/* trace-read.c - reads allocation traces, plain or gzip-compressed, checking every line, into replayable events.
+ *
+ * A file is streamed in batches of TRACE_BATCH events, so that a trace of
+ * a billion lines (a gzip file of a megabyte can hold that many) costs no
+ * more memory than one of a thousand.  What is kept from one batch to the
+ * next follows the blocks live at once, which are bounded by live_max:
+ *   - the ID table maps each live ID to its slot.  A freed ID stays in it,
+ *     so that a second free can say where the first one was, until the
+ *     table fills with them: it is then rebuilt with the live IDs alone
+ *     (at most a quarter of it), and an unknown ID may have been freed
+ *     already.  The table is thus at most 8 entries a live block;
+ *   - the free slots, one a slot;
+ *   - at the end of the file, the live IDs, sorted by the line of their
+ *     allocation, freed a batch at a time.
+ */
 #include "tool.h"
 
 #include <errno.h>
@@ -27,7 +41,7 @@ struct id_entry {
 	uint8_t state;
 };
 
-struct reader {
+struct trace_reader {
 	struct trace_set *set;
 	const char *path;
 	gzFile gz;
@@ -38,23 +52,40 @@ struct reader {
 	unsigned char buf[1 << 16];
 	size_t pos, len;
 	bool eof;
+	char line[TRACE_LINE_MAX];
 	/* open addressing, linear probing; the hash is keyed with a random
 	 * seed, so a trace cannot be written to make every ID collide */
 	struct id_entry *ids;
-	size_t ids_mask, ids_used;
+	size_t ids_mask, ids_used, ids_live;
+	bool forgot; /* freed IDs were dropped from the table */
 	uint64_t seed;
+	/* the end of the file: ids[end_pos .. n_end - 1] are still to free */
+	bool at_end;
+	size_t end_pos, n_end;
 };
 
 void trace_set_init(struct trace_set *set)
 {
 	memset(set, 0, sizeof *set);
+	set->live_max = TRACE_LIVE_MAX;
+}
+
+static void close_reader(struct trace_set *set)
+{
+	struct trace_reader *r = set->reader;
+
+	if (!r)
+		return;
+	if (r->gz)
+		gzclose(r->gz); /* reading has met every error there is */
+	free(r->ids);
+	free(r);
+	set->reader = NULL;
 }
 
 void trace_set_destroy(struct trace_set *set)
 {
-	for (size_t i = 0; i < set->n_files; i++)
-		free(set->files[i].path);
-	free(set->files);
+	close_reader(set);
 	free(set->events);
 	free(set->free_slots);
 	trace_set_init(set);
@@ -62,9 +93,9 @@ void trace_set_destroy(struct trace_set *set)
 
 /* ---- errors ------------------------------------------------------------- */
 
-static int fail(struct reader *r, int code, const char *fmt, ...) DEVCACHE_PRINTF(3, 4);
+static int fail(struct trace_reader *r, int code, const char *fmt, ...) DEVCACHE_PRINTF(3, 4);
 
-static int fail(struct reader *r, int code, const char *fmt, ...)
+static int fail(struct trace_reader *r, int code, const char *fmt, ...)
 {
 	va_list ap;
 	int n = snprintf(r->err, r->err_size, "%s:%llu: ", r->path, (unsigned long long)r->line_no);
@@ -77,7 +108,7 @@ static int fail(struct reader *r, int code, const char *fmt, ...)
 	return code;
 }
 
-static int out_of_memory(struct reader *r)
+static int out_of_memory(struct trace_reader *r)
 {
 	snprintf(r->err, r->err_size, _("%s: out of memory after line %llu"), r->path,
 		 (unsigned long long)r->line_no);
@@ -120,19 +151,18 @@ static bool grow(void **array, size_t *cap, size_t count, size_t elem)
 	return true;
 }
 
-static int push_event(struct reader *r, struct trace_event ev)
+/* The batch has room for it: trace_set_next() reads a line only then. */
+static void push_event(struct trace_reader *r, struct trace_event ev)
 {
 	struct trace_set *set = r->set;
 
-	if (!grow((void **)&set->events, &set->cap_events, set->n_events, sizeof *set->events))
-		return out_of_memory(r);
 	set->events[set->n_events++] = ev;
-	return 0;
+	set->n_read += !ev.implicit;
 }
 
 /* ---- the ID table ------------------------------------------------------------- */
 
-static uint64_t hash(const struct reader *r, uint64_t id)
+static uint64_t hash(const struct trace_reader *r, uint64_t id)
 {
 	uint64_t z = id ^ r->seed;
 
@@ -141,7 +171,7 @@ static uint64_t hash(const struct reader *r, uint64_t id)
 	return z ^ (z >> 31);
 }
 
-static struct id_entry *lookup(struct reader *r, uint64_t id)
+static struct id_entry *lookup(struct trace_reader *r, uint64_t id)
 {
 	size_t i = hash(r, id) & r->ids_mask;
 
@@ -150,30 +180,41 @@ static struct id_entry *lookup(struct reader *r, uint64_t id)
 	return &r->ids[i];
 }
 
-/* Keep the table at most half full. */
-static bool ids_reserve(struct reader *r)
+/* Keep the table at most half full: when it is, twice as large if more
+ * than a quarter of it is live, else as large again with the live IDs
+ * alone.  Either way the table is at most 8 entries a live ID (or its
+ * first 4096), and a rebuild comes after as many insertions as a quarter
+ * of the table at least. */
+static bool ids_reserve(struct trace_reader *r)
 {
-	if (r->ids && r->ids_used + 1 <= (r->ids_mask + 1) / 2)
+	size_t old_size = r->ids ? r->ids_mask + 1 : 0;
+
+	if (r->ids && r->ids_used + 1 <= old_size / 2)
 		return true;
-	size_t size = r->ids ? (r->ids_mask + 1) * 2 : 4096;
+	bool compact = old_size && r->ids_live <= old_size / 4;
+	size_t size = !old_size ? 4096 : compact ? old_size : old_size * 2;
 	if (size == 0 || size > SIZE_MAX / sizeof *r->ids)
 		return false;
 	struct id_entry *old = r->ids, *ids = calloc(size, sizeof *ids);
-	size_t old_size = old ? r->ids_mask + 1 : 0;
 	if (!ids)
 		return false;
+	if (compact && r->ids_used > r->ids_live)
+		r->forgot = true;
 	r->ids = ids;
 	r->ids_mask = size - 1;
+	r->ids_used = 0;
 	for (size_t i = 0; i < old_size; i++)
-		if (old[i].state != ID_EMPTY)
+		if (old[i].state == ID_LIVE || (old[i].state == ID_FREED && !compact)) {
 			*lookup(r, old[i].id) = old[i];
+			r->ids_used++;
+		}
 	free(old);
 	return true;
 }
 
 /* ---- slots ---------------------------------------------------------------------- */
 
-static int take_slot(struct reader *r, uint32_t *slot_p)
+static int take_slot(struct trace_reader *r, uint32_t *slot_p)
 {
 	struct trace_set *set = r->set;
 
@@ -181,9 +222,9 @@ static int take_slot(struct reader *r, uint32_t *slot_p)
 		*slot_p = set->free_slots[--set->n_free_slots];
 		return 0;
 	}
-	if (set->n_slots == UINT32_MAX)
+	if (r->ids_live >= set->live_max)
 		return fail(r, DEVCACHE_EFORMAT, _("more than %u blocks live at once"),
-			    (unsigned)UINT32_MAX);
+			    (unsigned)set->live_max);
 	/* Make sure the slot can be given back without failing later. */
 	if (!grow((void **)&set->free_slots, &set->cap_free_slots, set->n_slots + 1,
 		  sizeof *set->free_slots))
@@ -223,7 +264,7 @@ static int parse_number(const char *s, uint64_t max, uint64_t *v_p)
 	return NUM_OK;
 }
 
-static int parse_id(struct reader *r, const char *field, uint64_t *id_p)
+static int parse_id(struct trace_reader *r, const char *field, uint64_t *id_p)
 {
 	char q[48];
 
@@ -241,7 +282,7 @@ static int parse_id(struct reader *r, const char *field, uint64_t *id_p)
 
 /* ---- the events ---------------------------------------------------------------------- */
 
-static int alloc_event(struct reader *r, char **field, size_t n)
+static int alloc_event(struct trace_reader *r, char **field, size_t n)
 {
 	uint64_t id, size, stream = 0;
 	struct id_entry *e;
@@ -294,22 +335,22 @@ static int alloc_event(struct reader *r, char **field, size_t n)
 			    (unsigned long long)id, (unsigned long long)e->line);
 	if ((rc = take_slot(r, &slot)))
 		return rc;
-	if ((rc = push_event(r, (struct trace_event){.size = size, .slot = slot,
-						     .stream = (uint16_t)stream,
-						     .op = TRACE_OP_ALLOC}))) {
-		give_slot(r->set, slot);
-		return rc;
-	}
+	push_event(r, (struct trace_event){.size = size, .slot = slot, .stream = (uint16_t)stream,
+					   .op = TRACE_OP_ALLOC});
 	if (e->state == ID_EMPTY)
 		r->ids_used++;
+	r->ids_live++;
 	*e = (struct id_entry){.id = id, .line = r->line_no, .slot = slot, .state = ID_LIVE};
-	r->set->streams_used[stream / 8] |= (uint8_t)(1u << (stream % 8));
+	if (!trace_stream_used(r->set, (unsigned)stream)) {
+		r->set->streams_used[stream / 8] |= (uint8_t)(1u << (stream % 8));
+		r->set->n_streams++;
+	}
 	if (stream > r->set->max_stream)
 		r->set->max_stream = (unsigned)stream;
 	return 0;
 }
 
-static int free_event(struct reader *r, char **field, size_t n)
+static int free_event(struct trace_reader *r, char **field, size_t n)
 {
 	struct id_entry *e;
 	uint64_t id;
@@ -324,6 +365,10 @@ static int free_event(struct reader *r, char **field, size_t n)
 	if ((rc = parse_id(r, field[1], &id)))
 		return rc;
 	e = r->ids ? lookup(r, id) : NULL;
+	if ((!e || e->state == ID_EMPTY) && r->forgot)
+		return fail(r, DEVCACHE_EFORMAT,
+			    _("free of ID %llu, which was never allocated or was freed already"),
+			    (unsigned long long)id);
 	if (!e || e->state == ID_EMPTY)
 		return fail(r, DEVCACHE_EFORMAT, _("free of ID %llu, which was never allocated"),
 			    (unsigned long long)id);
@@ -331,16 +376,16 @@ static int free_event(struct reader *r, char **field, size_t n)
 		return fail(r, DEVCACHE_EFORMAT,
 			    _("free of ID %llu, which was freed already at line %llu"),
 			    (unsigned long long)id, (unsigned long long)e->line);
-	if ((rc = push_event(r, (struct trace_event){.slot = e->slot, .op = TRACE_OP_FREE})))
-		return rc;
+	push_event(r, (struct trace_event){.slot = e->slot, .op = TRACE_OP_FREE});
 	give_slot(r->set, e->slot);
+	r->ids_live--;
 	e->state = ID_FREED;
 	e->line = r->line_no;
 	return 0;
 }
 
 /* One line, without its newline. */
-static int parse_line(struct reader *r, char *line, size_t len)
+static int parse_line(struct trace_reader *r, char *line, size_t len)
 {
 	char *field[5], q[48];
 	size_t n = 0;
@@ -369,7 +414,19 @@ static int parse_line(struct reader *r, char *line, size_t len)
 
 /* ---- input -------------------------------------------------------------------------------- */
 
-static int read_error(struct reader *r)
+/* gzerror()'s message without the name zlib gives the file: it knows only
+ * the descriptor ("<fd:3>: unexpected end of file"), and the message names
+ * the file already. */
+static const char *zlib_reason(const char *msg)
+{
+	const char *colon;
+
+	if (msg && strncmp(msg, "<fd:", 4) == 0 && (colon = strstr(msg, ">: ")))
+		return colon + 3;
+	return msg ? msg : "";
+}
+
+static int read_error(struct trace_reader *r)
 {
 	int errnum;
 	const char *msg = gzerror(r->gz, &errnum);
@@ -382,13 +439,13 @@ static int read_error(struct reader *r)
 	if (errnum == Z_MEM_ERROR)
 		return out_of_memory(r);
 	snprintf(r->err, r->err_size, _("%s: invalid compressed data after line %llu: %s"),
-		 r->path, (unsigned long long)r->line_no, msg);
+		 r->path, (unsigned long long)r->line_no, zlib_reason(msg));
 	return DEVCACHE_EFORMAT;
 }
 
 /* The next line into line (TRACE_LINE_MAX bytes), without its newline, its
  * length in *len_p.  Returns 1, 0 at the end, or an error. */
-static int next_line(struct reader *r, char *line, size_t *len_p)
+static int next_line(struct trace_reader *r, char *line, size_t *len_p)
 {
 	size_t len = 0;
 
@@ -439,11 +496,10 @@ static int compare_line(const void *a, const void *b)
 	return (x->line > y->line) - (x->line < y->line);
 }
 
-/* Free, in the order of their allocation, the blocks still live at the end,
- * and hand every slot back for the next file. */
-static int free_the_rest(struct reader *r)
+/* The blocks still live at the end, in the order of their allocation, to
+ * free next. */
+static void begin_end(struct trace_reader *r)
 {
-	struct trace_set *set = r->set;
 	size_t n = 0;
 
 	for (size_t i = 0; r->ids && i <= r->ids_mask; i++)
@@ -451,17 +507,26 @@ static int free_the_rest(struct reader *r)
 			r->ids[n++] = r->ids[i]; /* compacted in place: the table is done with */
 	if (n)
 		qsort(r->ids, n, sizeof *r->ids, compare_line);
-	for (size_t i = 0; i < n; i++) {
-		int rc = push_event(r, (struct trace_event){.slot = r->ids[i].slot,
-							    .op = TRACE_OP_FREE,
-							    .implicit = 1});
-		if (rc)
-			return rc;
-	}
+	r->at_end = true;
+	r->n_end = n;
+	r->end_pos = 0;
+}
+
+/* As many of those frees as the batch has room for; once all are done,
+ * every slot is handed back for the next file.  Returns whether all are. */
+static bool free_the_rest(struct trace_reader *r)
+{
+	struct trace_set *set = r->set;
+
+	while (r->end_pos < r->n_end && set->n_events < TRACE_BATCH)
+		push_event(r, (struct trace_event){.slot = r->ids[r->end_pos++].slot,
+						   .op = TRACE_OP_FREE, .implicit = 1});
+	if (r->end_pos < r->n_end)
+		return false;
 	set->n_free_slots = 0;
 	for (uint32_t s = set->n_slots; s > 0; s--)
 		give_slot(set, s - 1);
-	return 0;
+	return true;
 }
 
 static uint64_t random_seed(void)
@@ -479,7 +544,7 @@ static uint64_t random_seed(void)
 /* Anything but a regular file is refused at once: opening a FIFO would
  * wait for a writer, and a device such as /dev/zero would never end.
  * O_NONBLOCK changes nothing for a regular file's reads. */
-static int open_file(struct reader *r)
+static int open_file(struct trace_reader *r)
 {
 	int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	struct stat st;
@@ -505,56 +570,64 @@ static int open_file(struct reader *r)
 	return 0;
 }
 
-static int read_all(struct reader *r)
+int trace_set_open(struct trace_set *set, const char *path, char *err, size_t err_size)
 {
-	char *line = malloc(TRACE_LINE_MAX);
-	size_t len = 0;
+	struct trace_reader *r;
 	int rc;
 
-	if (!line)
-		return out_of_memory(r);
-	while ((rc = next_line(r, line, &len)) == 1)
-		if ((rc = parse_line(r, line, len)))
-			break;
-	free(line);
-	return rc ? rc : free_the_rest(r);
-}
-
-int trace_set_read(struct trace_set *set, const char *path, char *err, size_t err_size)
-{
-	struct reader *r = calloc(1, sizeof *r);
-	struct trace_file file = {.first = set->n_events};
-	int rc;
-
-	if (!r) {
+	close_reader(set); /* only after a failure: the last file was read to its end */
+	set->path = path;
+	set->first = 0;
+	set->lines = 0;
+	set->n_events = 0;
+	if (!set->events && !(set->events = malloc(TRACE_BATCH * sizeof *set->events))) {
 		snprintf(err, err_size, _("%s: out of memory"), path);
 		return DEVCACHE_ENOMEM;
 	}
-	*r = (struct reader){.set = set, .path = path, .err = err, .err_size = err_size,
-			     .seed = random_seed()};
-	size_t read_before = set->n_events;
-	if (!(rc = open_file(r))) {
-		rc = read_all(r);
-		gzclose(r->gz); /* reading has met every error there is */
+	if (!(r = calloc(1, sizeof *r))) {
+		snprintf(err, err_size, _("%s: out of memory"), path);
+		return DEVCACHE_ENOMEM;
 	}
-	if (!rc) {
-		struct trace_file *files = realloc(set->files, (set->n_files + 1) * sizeof *files);
+	r->set = set;
+	r->path = path;
+	r->err = err;
+	r->err_size = err_size;
+	r->seed = random_seed();
+	if ((rc = open_file(r))) {
+		free(r);
+		return rc;
+	}
+	set->reader = r;
+	return 0;
+}
 
-		if (files)
-			set->files = files;
-		if (!files || !(file.path = strdup(path)))
-			rc = out_of_memory(r);
+int trace_set_next(struct trace_set *set, char *err, size_t err_size)
+{
+	struct trace_reader *r = set->reader;
+	size_t len = 0;
+	int rc = 0;
+
+	set->first += set->n_events;
+	set->n_events = 0;
+	if (!r)
+		return 0;
+	r->err = err;
+	r->err_size = err_size;
+	/* A line gives an event at most: read one only while there is room. */
+	while (!r->at_end && set->n_events < TRACE_BATCH) {
+		if ((rc = next_line(r, r->line, &len)) == 1)
+			rc = parse_line(r, r->line, len);
+		else if (rc == 0)
+			begin_end(r);
+		if (rc)
+			break;
 	}
-	if (!rc) {
-		file.count = set->n_events - file.first;
-		file.lines = r->line_no;
-		set->files[set->n_files++] = file;
-		for (size_t i = file.first; i < set->n_events; i++)
-			set->n_read += !set->events[i].implicit;
-	} else {
-		set->n_events = read_before;
+	set->lines = r->line_no;
+	if (rc)
+		return rc;
+	if (r->at_end && free_the_rest(r)) {
+		close_reader(set);
+		set->n_files++;
 	}
-	free(r->ids);
-	free(r);
-	return rc;
+	return 0;
 }

@@ -11,6 +11,12 @@
 #define TRACE_STREAM_MAX 65535
 /* A line, its newline included, is at most this long. */
 #define TRACE_LINE_MAX 1024
+/* A file is read in batches of at most this many events. */
+#define TRACE_BATCH 16384
+/* A file may have at most this many blocks live at once: the reader's
+ * memory (about 200 bytes a live block at most) and the replay's pointer
+ * table grow with them, never with the length of the file. */
+#define TRACE_LIVE_MAX (1u << 20)
 
 enum trace_op { TRACE_OP_ALLOC, TRACE_OP_FREE };
 
@@ -26,42 +32,64 @@ struct trace_event {
 	uint8_t implicit; /* a free the reader added: the block was live at the end of its file */
 };
 
-struct trace_file {
-	char *path;
-	size_t first, count; /* its events in trace_set.events, implicit frees included */
-	size_t lines;
-};
+struct trace_reader;
 
-/* The events of every file read, one file after another; each file's
- * blocks still live at its end are freed there, in the order they were
- * allocated. */
+/* A trace is streamed: files are read one after another, each in batches
+ * of events that the replay runs before the next batch is read, so that
+ * memory follows the blocks live at once and not the length of the file.
+ * Every line is checked as it is read; each file's blocks still live at
+ * its end are freed there, in the order they were allocated.
+ *
+ *	trace_set_init(&set);
+ *	for each file:
+ *		trace_set_open(&set, path, err, sizeof err);
+ *		while (!(rc = trace_set_next(&set, err, sizeof err)) && set.n_events)
+ *			use set.events[0 .. set.n_events - 1];
+ *	trace_set_destroy(&set);
+ */
 struct trace_set {
-	struct trace_event *events;
-	size_t n_events, cap_events;
-	size_t n_read;      /* events that were lines of the files */
+	struct trace_event *events; /* the batch trace_set_next() read */
+	size_t n_events;
+	size_t n_read;      /* events that were lines of the files, every batch so far */
 	uint32_t n_slots;   /* the pointer table the replay needs */
+	uint32_t live_max;  /* blocks live at once, at most: TRACE_LIVE_MAX */
 	unsigned max_stream;
+	unsigned n_streams; /* stream indices used, 0 included */
 	uint8_t streams_used[(TRACE_STREAM_MAX + 1) / 8]; /* a bit per stream index */
-	struct trace_file *files;
-	size_t n_files;
+	/* the file being read, or the last one */
+	const char *path;   /* as given to trace_set_open() */
+	size_t first;       /* the file's events before this batch, implicit frees included */
+	uint64_t lines;     /* the file's lines read so far */
+	size_t n_files;     /* files read to their end */
 	/* reading state */
+	struct trace_reader *reader;
 	uint32_t *free_slots;
 	size_t n_free_slots, cap_free_slots;
 };
 
 void trace_set_init(struct trace_set *set);
+/* Closes the file being read, if any. */
 void trace_set_destroy(struct trace_set *set);
 
-/* Append the events of the trace file at path.  Returns 0, or on failure a
+/* Open the trace file at path (kept, not copied: it must outlive the
+ * reading), after the previous one was read to its end.  Returns 0, or on
+ * failure a DEVCACHE_E* code with a message naming the file in err:
+ *   DEVCACHE_ENOENT   the file does not exist;
+ *   DEVCACHE_EIO      it cannot be opened, or is not a regular file;
+ *   DEVCACHE_ENOMEM   out of memory. */
+int trace_set_open(struct trace_set *set, const char *path, char *err, size_t err_size);
+
+/* The next batch of the open file's events into set->events.  Returns 0
+ * with set->n_events > 0 for a batch, 0 with set->n_events == 0 once the
+ * file was read to its end (the file is closed then), or on failure a
  * DEVCACHE_E* code with a message naming the file (and the line, for a
  * fault in the file) in err:
  *   DEVCACHE_EFORMAT  the file is not a valid trace ("FILE:LINE: ...") or
  *                     not valid gzip data;
- *   DEVCACHE_ENOENT   the file does not exist;
- *   DEVCACHE_EIO      it cannot be opened or read;
+ *   DEVCACHE_EIO      it cannot be read;
  *   DEVCACHE_ENOMEM   out of memory.
  * After a failure, set is only fit for trace_set_destroy(). */
-int trace_set_read(struct trace_set *set, const char *path, char *err, size_t err_size);
+int trace_set_next(struct trace_set *set, char *err, size_t err_size);
 
 static inline bool trace_stream_used(const struct trace_set *set, unsigned stream)
 {
