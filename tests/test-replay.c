@@ -7,6 +7,7 @@
 #include <glob.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -498,6 +499,97 @@ static void summary_from_the_library(void **state)
 	devcache_close(ctx);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
+/* A gzip file of a few kilobytes that holds three million lines replays in
+ * 48 MiB of address space; holding every event took 16 bytes a line. */
+static void trace_bomb(void **state)
+{
+	static const char pair[] = "+ 1 1\n- 1\n";
+	const unsigned pairs = 1500000;
+	char path[256], *chunk = malloc(100000 * (sizeof pair - 1));
+	gzFile gz;
+	int status;
+	pid_t pid;
+
+	(void)state;
+	assert_non_null(chunk);
+	for (size_t i = 0; i < 100000; i++)
+		memcpy(chunk + i * (sizeof pair - 1), pair, sizeof pair - 1);
+	snprintf(path, sizeof path, "%s/bomb.trace.gz", dir);
+	assert_non_null(gz = gzopen(path, "wb9"));
+	for (unsigned i = 0; i < pairs; i += 100000)
+		assert_int_equal(gzwrite(gz, chunk, 100000 * (sizeof pair - 1)),
+				 100000 * (int)(sizeof pair - 1));
+	assert_int_equal(gzclose(gz), Z_OK);
+	free(chunk);
+
+	assert_true((pid = fork()) >= 0);
+	if (pid == 0) {
+		struct rlimit lim = {48u << 20, RLIM_INFINITY};
+
+		/* A sanitizer reserves terabytes at start: no bound applies. */
+		if (!SANITIZED && setrlimit(RLIMIT_AS, &lim) != 0)
+			_exit(3);
+		RUN("replay", "--json", path);
+		if (r.status != 0)
+			fprintf(stderr, "# %s", r.err);
+		_exit(r.status == 0 && json_number(r.out, "events") == 2 * pairs &&
+		      json_number(r.out, "operations") == 2 * pairs ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* A fault after the first batch stops the replay with the file's line, and
+ * no result; a gzip file cut short is named as it was given, not as zlib's
+ * "<fd:3>". */
+static void faults_while_replaying(void **state)
+{
+	char path[256], expect[512];
+	FILE *f;
+	gzFile gz;
+
+	(void)state;
+	snprintf(path, sizeof path, "%s/late.trace", dir);
+	assert_non_null(f = fopen(path, "w"));
+	for (unsigned i = 0; i < 20000; i++)
+		fprintf(f, "+ %u 1000\n- %u\n", i, i);
+	fputs("- 5\n", f);
+	assert_int_equal(fclose(f), 0);
+	RUN("replay", path);
+	assert_int_equal(r.status, 2);
+	assert_string_equal(r.out, "");
+	snprintf(expect, sizeof expect, "devcache replay: %s:40001: free of ID 5, which was "
+		 "never allocated or was freed already\n", path);
+	assert_string_equal(r.err, expect);
+
+	snprintf(path, sizeof path, "%s/cut.trace.gz", dir);
+	assert_non_null(gz = gzopen(path, "wb"));
+	for (unsigned i = 0; i < 2000; i++)
+		gzprintf(gz, "+ %u %u\n- %u\n", i, i * 7919 % 100003 + 1, i);
+	assert_int_equal(gzclose(gz), Z_OK);
+	assert_int_equal(truncate(path, 3000), 0);
+	RUN("replay", path);
+	assert_int_equal(r.status, 2);
+	assert_string_equal(r.out, "");
+	snprintf(expect, sizeof expect, "devcache replay: %s: invalid compressed data after line ",
+		 path);
+	assert_int_equal(strncmp(r.err, expect, strlen(expect)), 0);
+	assert_contains(r.err, ": unexpected end of file\n");
+	assert_not_contains(r.err, "<fd:");
+}
+
 /* ---- the pages --------------------------------------------------------------------- */
 
 static void pages(void **state)
@@ -551,6 +643,8 @@ int main(void)
 		cmocka_unit_test(out_of_memory_is_counted),
 		cmocka_unit_test(record_and_replay),
 		cmocka_unit_test(summary_from_the_library),
+		cmocka_unit_test(trace_bomb),
+		cmocka_unit_test(faults_while_replaying),
 		cmocka_unit_test(pages),
 	};
 
