@@ -277,9 +277,11 @@ static PyMethodDef module_methods[] = {
 	 "The process-wide context that serves devcache_torch_malloc()."},
 	{"_torch_device", (PyCFunction)torch_device_index, METH_O,
 	 "The id of the device torch's device index N maps to."},
-	{"_check_pickle", (PyCFunction)pdc_check_pickle, METH_O,
-	 "_check_pickle(data) -> None or (kind, message)\n\nRefuses a pickle whose memo "
-	 "indices or lengths would cost more\nthan its size; kind is \"cut\" or \"damaged\"."},
+	{"_check_pickle", (PyCFunction)pdc_check_pickle, METH_VARARGS,
+	 "_check_pickle(data, max_depth, max_objects) -> None or (kind, message)\n\nRefuses a "
+	 "pickle whose memo indices or lengths would cost more\nthan its size (kind \"cut\" or "
+	 "\"damaged\"), or that makes more than max_objects\nobjects (\"large\") or nests them "
+	 "deeper than max_depth (\"deep\")."},
 	{"_library_path", (PyCFunction)library_path, METH_NOARGS,
 	 "The file of the libdevcache shared library this module uses."},
 	{NULL, NULL, 0, NULL},

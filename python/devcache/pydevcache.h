@@ -94,7 +94,8 @@ PyObject *pdc_inspect(PyObject *self, PyObject *args, PyObject *kw);
 int pdc_tensor_layout(const devcache_model_file_t *mf, const devcache_tensor_info_t *ti,
 		      PyObject **shape_p);
 
-/* _check_pickle(data): what unpickling data could cost, bounded (pypickle.c). */
-PyObject *pdc_check_pickle(PyObject *self, PyObject *arg);
+/* _check_pickle(data, max_depth, max_objects): what unpickling data could
+ * cost, bounded (pypickle.c). */
+PyObject *pdc_check_pickle(PyObject *self, PyObject *args);
 
 #endif /* PYDEVCACHE_H */

@@ -95,7 +95,11 @@ class or function reference, and refuses the file with a message naming it.
 Before that, one pass over the file's opcodes refuses a pickle whose memo
 indices or lengths would make the unpickler allocate more than the file's
 size (CPython's unpickler sizes its memo from the largest index a pickle
-names: ten bytes could otherwise cost gigabytes).  Values that would make a
+names: ten bytes could otherwise cost gigabytes), and one that makes more
+than ``MAX_OBJECTS`` objects (100 million) or nests them deeper than
+``MAX_DEPTH`` (1000 levels; a snapshot has a few): CPython hashes a tuple
+used as a dict key by recursing into it, and a pickle of 150 KB could
+crash the interpreter that way.  Values that would make a
 message long, deep or slow to write (integers of thousands of digits,
 lists nested thousands deep or shared many times over) are quoted cut short.
 
@@ -108,7 +112,8 @@ error is one line on standard error naming the file and the fault.
 
 Python use
 ----------
-``load_snapshot(path)`` reads a snapshot safely and returns it;
+``load_snapshot(path, max_depth=MAX_DEPTH, max_objects=MAX_OBJECTS)``
+reads a snapshot safely and returns it;
 ``convert(snapshot, out, device=None)`` writes the trace of one device to
 the text file ``out`` and returns a dict of counts.  Both raise
 ``SnapshotError`` (a ``ValueError``) for a malformed snapshot;
@@ -127,9 +132,14 @@ import sys
 
 from ._devcache import _check_pickle
 
-__all__ = ["SnapshotError", "load_snapshot", "convert", "main"]
+__all__ = ["SnapshotError", "load_snapshot", "convert", "main", "MAX_DEPTH", "MAX_OBJECTS"]
 
 PROG = "devcache.trace_from_torch"
+
+# The bounds of load_snapshot(): objects nested at most this deep (a
+# snapshot nests a few levels), and at most this many of them.
+MAX_DEPTH = 1000
+MAX_OBJECTS = 100000000
 
 # The largest stream index of the trace format.
 _STREAM_MAX = 65535
@@ -192,18 +202,29 @@ def _open_regular(path):
         raise
 
 
-def load_snapshot(path):
+def load_snapshot(path, max_depth=MAX_DEPTH, max_objects=MAX_OBJECTS):
     """Read the pickled snapshot at path, refusing any class reference.
 
     Returns the snapshot (normally a dict).  Raises OSError when the file
-    cannot be read and SnapshotError when it is not a pickle of plain data;
-    the message of SnapshotError names the file.
+    cannot be read and SnapshotError when it is not a pickle of plain data,
+    or when it makes more than max_objects objects or nests them deeper
+    than max_depth; the message of SnapshotError names the file.
     """
     with _open_regular(path) as f:
         data = f.read()
-    flaw = _check_pickle(data)
+    flaw = _check_pickle(data, max_depth, max_objects)
     if flaw is not None:
         kind, why = flaw
+        if kind == "deep":
+            raise SnapshotError(
+                "%s: not a memory snapshot: %s, where a snapshot nests a few levels"
+                % (_display_path(path), why)
+            )
+        if kind == "large":
+            raise SnapshotError(
+                "%s: refused: the pickle makes %s, the most this converter reads"
+                % (_display_path(path), why)
+            )
         if kind == "cut":
             raise SnapshotError(
                 "%s: not a memory snapshot: the pickle is cut short (%s)" % (_display_path(path), why)

@@ -392,6 +392,88 @@ class Command(Base):
         self.assert_fails(r, "a?b")
 
 
+# A tuple nested this deep kills CPython when it is hashed (a dict key, a
+# set member): tuplehash() recurses with no check.  The pickler cannot write
+# one (it recurses too), so the opcodes are written here.
+DEEP = 150000
+
+
+def deep_tuple(n=DEEP):
+    """Opcodes that push a tuple nested n deep: (((),),)..."""
+    return b")" + b"\x85" * n  # EMPTY_TUPLE, then TUPLE1 n times
+
+
+class Bounds(Base):
+    def check_deep(self, data, name):
+        p = self.write_bytes(data, name + ".pickle")
+        with self.assertRaises(tft.SnapshotError, msg=name) as cm:
+            tft.load_snapshot(p)
+        self.assertIn(p, str(cm.exception), name)
+        self.assertIn("objects nested more than %d deep" % tft.MAX_DEPTH, str(cm.exception))
+        r = self.run_tool(p)
+        self.assertNotEqual(r.returncode, -11, "%s: the interpreter crashed" % name)
+        self.assert_fails(r, p, "nested more than %d deep" % tft.MAX_DEPTH, case=name)
+
+    def test_deep_tuple_as_dict_key(self):
+        # EMPTY_DICT, the key, BININT1 1, SETITEM; and with MARK ... SETITEMS
+        self.check_deep(b"\x80\x02}" + deep_tuple() + b"K\x01s.", "setitem")
+        self.check_deep(b"\x80\x02}(" + deep_tuple() + b"K\x01u.", "setitems")
+        # as a key of an event of an otherwise good snapshot
+        good = pickle.dumps(SMALL, protocol=2)
+        self.assertEqual(good[-1:], b".")
+        self.check_deep(good[:-1] + b"}" + deep_tuple() + b"Ns0.", "in-a-snapshot")
+
+    def test_deep_tuple_as_set_member(self):
+        # EMPTY_SET MARK member ADDITEMS; MARK member FROZENSET
+        self.check_deep(b"\x80\x04\x8f(" + deep_tuple() + b"\x90.", "set")
+        self.check_deep(b"\x80\x04(" + deep_tuple() + b"\x91.", "frozenset")
+
+    def test_deep_tuple_through_the_memo(self):
+        # each level fetched back from the memo: ((),) memoized, then used
+        data = b"\x80\x02)r\x00\x00\x00\x00"
+        for i in range(DEEP // 10):
+            data += b"j" + i.to_bytes(4, "little") + b"\x85r" + (i + 1).to_bytes(4, "little")
+        self.check_deep(data + b"\x85.", "memo")
+
+    def test_deep_list(self):
+        # EMPTY_LIST n times, then APPEND each into the one below: [[[...]]]
+        self.check_deep(b"\x80\x02" + b"]" * DEEP + b"a" * (DEEP - 1) + b".", "list")
+        # MARK ... LIST, as protocol 0 writes a list
+        self.check_deep(b"(" * DEEP + b"l" * DEEP + b".", "list-protocol-0")
+        # dicts as values, nested
+        self.check_deep(b"\x80\x02" + b"}K\x01" * (DEEP - 1) + b"}" + b"s" * (DEEP - 1) + b".",
+                        "dict")
+
+    def test_as_deep_as_allowed(self):
+        # a dict one deeper than its key, a tuple nested limit - 1 deep
+        limit = tft.MAX_DEPTH
+        p = self.write_bytes(b"\x80\x02}" + deep_tuple(limit - 2) + b"K\x01s.")
+        snap = tft.load_snapshot(p)
+        self.assertEqual(len(snap), 1)
+        p = self.write_bytes(b"\x80\x02}" + deep_tuple(limit - 1) + b"K\x01s.")
+        with self.assertRaises(tft.SnapshotError):
+            tft.load_snapshot(p)
+        self.assertEqual(len(tft.load_snapshot(p, max_depth=limit + 1)), 1)
+
+    def test_too_many_objects(self):
+        p = self.write_pickle(snapshot([ev("alloc", i * 512, 512) for i in range(200)]))
+        # the dict, its two lists, 200 events of 5 values and a list each
+        tft.load_snapshot(p, max_objects=5000)
+        with self.assertRaises(tft.SnapshotError) as cm:
+            tft.load_snapshot(p, max_objects=1000)
+        self.assertIn(p, str(cm.exception))
+        self.assertIn("more than 1000 objects", str(cm.exception))
+        # a list of None, in batches of 1000 as a pickler writes it: one
+        # byte an object (the default bound takes 100 MB to pass)
+        batch = b"(" + b"N" * 1000 + b"e"
+        p = self.write_bytes(b"\x80\x02]" + batch * 100 + b".")
+        self.assertEqual(len(tft.load_snapshot(p, max_objects=100001)), 100000)
+        with self.assertRaises(tft.SnapshotError) as cm:
+            tft.load_snapshot(p, max_objects=100000)
+        self.assertIn("more than 100000 objects", str(cm.exception))
+        self.assertEqual(tft.load_snapshot.__defaults__, (tft.MAX_DEPTH, tft.MAX_OBJECTS))
+
+
 class Evil:
     """Runs a shell command when unpickled by pickle.load()."""
 
