@@ -165,6 +165,56 @@ static int folder_candidates(const char *dir, struct candidates *c)
 	return rc;
 }
 
+/* ---- cycles -------------------------------------------------------------------- */
+
+/* The folders being opened, innermost first.  A link among a folder's
+ * files can lead back to one of them ("unet/a.safetensors -> ..");
+ * followed, a pipeline would open itself again inside itself, twice per
+ * component and level, until the path is too long.  So a folder met
+ * again on the way down is refused, known by its identity (device and
+ * inode), which no spelling of its path changes.  Only the outermost call
+ * starts a chain: every way down (a pipeline's components, the folders
+ * among their files) passes it on. */
+struct visit {
+	const char *path;
+	dev_t dev;
+	ino_t ino;
+	const struct visit *up;
+	bool *cycle; /* the outermost call's: set when a cycle was refused */
+};
+
+/* A cycle when st is one of the folders from up outwards. */
+static int refuse_cycle(const char *path, const struct stat *st, const struct visit *up)
+{
+	for (const struct visit *v = up; v; v = v->up)
+		if (v->dev == st->st_dev && v->ino == st->st_ino) {
+			*v->cycle = true;
+			return err_set(DEVCACHE_EFORMAT,
+				       _("%s: leads back to %s, a folder that holds it: a cycle"),
+				       path, v->path);
+		}
+	return 0;
+}
+
+/* Step into the folder dir (here, on the stack) from up, or start a
+ * chain (up NULL; cycle the flag it reports to).  A folder that cannot be
+ * stat()ed is reported by whatever reads it next. */
+static int enter(const char *dir, const struct visit *up, bool *cycle, struct visit *here)
+{
+	struct stat st;
+
+	*here = (struct visit){.path = dir, .up = up, .cycle = up ? up->cycle : cycle};
+	if (stat(dir, &st) != 0)
+		return 0;
+	here->dev = st.st_dev;
+	here->ino = st.st_ino;
+	return refuse_cycle(dir, &st, up);
+}
+
+/* ---- the one model of a folder ------------------------------------------------ */
+
+static int pipeline_open_in(const char *dir, const struct visit *up, devcache_pipeline_t **pl_p);
+
 static bool is_pipeline(const char *dir)
 {
 	char *p = mf_join(dir, "model_index.json");
@@ -174,14 +224,20 @@ static bool is_pipeline(const char *dir)
 	return yes;
 }
 
-static int pipeline_refusal(const char *dir)
+static int pipeline_refusal(const char *dir, const struct visit *up)
 {
 	devcache_pipeline_t *pl;
 	char list[1024] = "";
 	size_t len = 0;
 	int rc;
 
-	if ((rc = devcache_pipeline_open(dir, &pl)))
+	/* Inside a pipeline's component, a pipeline is not a weight file of
+	 * the component's, and is not opened: listing pipelines inside
+	 * pipelines would cost as much as a cycle. */
+	if (up)
+		return err_set(DEVCACHE_EINVAL, _("%s: a diffusers pipeline inside a pipeline"),
+			       dir);
+	if ((rc = pipeline_open_in(dir, up, &pl)))
 		return rc;
 	for (size_t i = 0; i < pl->n; i++)
 		if (pl->comps[i].shards && len < sizeof list)
@@ -193,15 +249,22 @@ static int pipeline_refusal(const char *dir)
 		       len ? list : _("(no component has weights)"));
 }
 
-/* The one model a folder holds, as a path to open. */
-int mf_resolve_folder(const char *dir, char **path_p)
+/* The one model the folder dir holds, as the path of a file to open
+ * (never a folder: a folder there would be resolved again, outside the
+ * chain that up carries). */
+static int resolve_in(const char *dir, const struct visit *up, char **path_p)
 {
 	struct candidates c = {0};
+	struct visit here;
+	struct stat st;
+	bool cycle = false;
 	int rc;
 
 	*path_p = NULL;
+	if ((rc = enter(dir, up, &cycle, &here)))
+		return rc;
 	if (is_pipeline(dir))
-		return pipeline_refusal(dir);
+		return pipeline_refusal(dir, up);
 	if ((rc = folder_candidates(dir, &c)))
 		goto out;
 	if (c.n == 0) {
@@ -218,35 +281,71 @@ int mf_resolve_folder(const char *dir, char **path_p)
 			     c.n, list);
 	} else if (!(*path_p = mf_join(dir, c.names[0]))) {
 		rc = mf_oom();
+	} else if (stat(*path_p, &st) == 0 && S_ISDIR(st.st_mode)) {
+		if (!(rc = refuse_cycle(*path_p, &st, &here)))
+			rc = err_set(DEVCACHE_EINVAL, _("%s: not a regular file"), *path_p);
+		free(*path_p);
+		*path_p = NULL;
 	}
 out:
 	free_candidates(&c);
 	return rc;
 }
 
+int mf_resolve_folder(const char *dir, char **path_p)
+{
+	return resolve_in(dir, NULL, path_p);
+}
+
 /* ---- diffusers pipelines --------------------------------------------------------- */
 
-static int component_weights(devcache_component_t *comp)
+/* A weight file of a component (or the one model of a folder there). */
+static int open_weights(const char *path, const struct visit *up, devcache_model_file_t **mf_p)
+{
+	char *resolved = NULL;
+	struct stat st;
+	int rc;
+
+	/* A folder is resolved here, on the chain, so that
+	 * devcache_model_file_open() is given the file it holds. */
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		if ((rc = resolve_in(path, up, &resolved)))
+			return rc;
+		path = resolved;
+	}
+	rc = devcache_model_file_open(path, mf_p);
+	free(resolved);
+	return rc;
+}
+
+static int component_weights(devcache_component_t *comp, const struct visit *up)
 {
 	struct candidates c = {0};
+	struct visit here;
 	struct stat st;
+	int rc;
 
 	if (stat(comp->path, &st) != 0 || !S_ISDIR(st.st_mode))
 		return 0; /* a component without a folder has no weights here */
-	int rc = folder_candidates(comp->path, &c);
+	if ((rc = enter(comp->path, up, NULL, &here)))
+		return rc;
+	rc = folder_candidates(comp->path, &c);
 	/* One model: its files; several (variants): all of them. */
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {
 		char *path = mf_join(comp->path, c.names[i]);
 		devcache_model_file_t *mf;
+		int r;
 
 		if (!path) {
 			rc = mf_oom();
 			break;
 		}
-		if (devcache_model_file_open(path, &mf) == 0) {
+		if ((r = open_weights(path, &here, &mf)) == 0) {
 			comp->size += mf->size;
 			comp->shards += mf->n_parts ? mf->n_parts : 1;
 			devcache_model_file_close(mf);
+		} else if (*here.cycle) {
+			rc = r; /* unlike a variant that does not open, a cycle is the pipeline's fault */
 		}
 		free(path);
 	}
@@ -257,7 +356,7 @@ static int component_weights(devcache_component_t *comp)
 }
 
 static int add_component(devcache_pipeline_t *pl, const char *dir, const char *name,
-			 struct json_object *v)
+			 struct json_object *v, const struct visit *up)
 {
 	devcache_component_t *comp = &pl->comps[pl->n];
 	struct json_object *lib = json_object_array_get_idx(v, 0), *cls = json_object_array_get_idx(v, 1);
@@ -270,19 +369,21 @@ static int add_component(devcache_pipeline_t *pl, const char *dir, const char *n
 	pl->n++;
 	if (!comp->name || !comp->path || !comp->library || !comp->class_name)
 		return mf_oom();
-	return component_weights(comp);
+	return component_weights(comp, up);
 }
 
-int devcache_pipeline_open(const char *dir, devcache_pipeline_t **pl_p)
+static int pipeline_open_in(const char *dir, const struct visit *up, devcache_pipeline_t **pl_p)
 {
 	struct json_object *root = NULL;
 	devcache_pipeline_t *pl = NULL;
 	char *index = NULL;
+	struct visit here;
+	bool cycle = false;
 	int rc;
 
-	if (!dir || !pl_p)
-		return err_set(DEVCACHE_EINVAL, _("devcache_pipeline_open: NULL argument"));
 	*pl_p = NULL;
+	if ((rc = enter(dir, up, &cycle, &here)))
+		return rc;
 	if (!(index = mf_join(dir, "model_index.json")))
 		return mf_name_oom(dir, mf_oom());
 	if ((rc = mf_read_index(index, &root))) {
@@ -309,7 +410,7 @@ int devcache_pipeline_open(const char *dir, devcache_pipeline_t **pl_p)
 				     index, key);
 			goto out;
 		}
-		if ((rc = add_component(pl, dir, key, v)))
+		if ((rc = add_component(pl, dir, key, v, &here)))
 			goto out;
 	}
 	*pl_p = pl;
@@ -319,6 +420,13 @@ out:
 	json_object_put(root);
 	free(index);
 	return mf_name_oom(dir, rc);
+}
+
+int devcache_pipeline_open(const char *dir, devcache_pipeline_t **pl_p)
+{
+	if (!dir || !pl_p)
+		return err_set(DEVCACHE_EINVAL, _("devcache_pipeline_open: NULL argument"));
+	return pipeline_open_in(dir, NULL, pl_p);
 }
 
 void devcache_pipeline_close(devcache_pipeline_t *pl)

@@ -13,6 +13,8 @@
 
 #include <json-c/json.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static struct result r;
 TEST_TMPDIR_FIXTURE("inspect");
@@ -198,6 +200,72 @@ static void lists_a_pipeline_s_components(void **state)
 	assert_contains(r.err, "a diffusers pipeline, not one model: load one of: unet\n");
 }
 
+/* The tool's status and standard error for args, run as spawn_tool does
+ * but with an alarm set in the child, which outlives its exec: a hang
+ * becomes a death by SIGALRM, a failed test rather than a stuck one. */
+static int run_with_alarm(const char *const *args, char *err, size_t size)
+{
+	char err_path[] = "/tmp/devcache-test-errXXXXXX";
+	const char *argv[8] = {test_env("TEST_TOOL")};
+	int fd = mkstemp(err_path), status;
+	size_t n = 1;
+
+	assert_true(fd >= 0);
+	unlink(err_path);
+	for (; *args && n < 7; args++)
+		argv[n++] = *args;
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		putenv((char *)"LC_ALL=C");
+		putenv((char *)"LANGUAGE=C");
+		dup2(fd, 1);
+		dup2(fd, 2);
+		alarm(10);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (WIFSIGNALED(status))
+		fail_msg("devcache %s: killed by signal %d", argv[1], WTERMSIG(status));
+	assert_true(WIFEXITED(status));
+	ssize_t got = pread(fd, err, size - 1, 0);
+	err[got > 0 ? got : 0] = '\0';
+	close(fd);
+	return WEXITSTATUS(status);
+}
+
+/* A pipeline whose components' weight files are links to its own folder
+ * would be listed inside itself without end: it is refused, named. */
+static void a_pipeline_that_links_back_into_itself_exits_1(void **state)
+{
+	char sub[512], path[600], err[4096];
+
+	(void)state;
+	path_of(path, sizeof path, "model_index.json");
+	mw_text(path, "{\"_class_name\":\"StableDiffusionPipeline\","
+		      "\"unet\":[\"diffusers\",\"UNet2DConditionModel\"],"
+		      "\"vae\":[\"diffusers\",\"AutoencoderKL\"]}");
+	for (int i = 0; i < 2; i++) {
+		path_of(sub, sizeof sub, i ? "vae" : "unet");
+		assert_int_equal(mkdir(sub, 0755), 0);
+		snprintf(path, sizeof path, "%s/a.safetensors", sub);
+		assert_int_equal(symlink("..", path), 0);
+	}
+	snprintf(path, sizeof path,
+		 "%s/unet/a.safetensors: leads back to %s, a folder that holds it: a cycle\n", dir,
+		 dir);
+	for (int json = 0; json < 2; json++) {
+		const char *args[] = {"inspect", json ? "--json" : dir, json ? dir : NULL, NULL};
+
+		assert_int_equal(run_with_alarm(args, err, sizeof err), 1);
+		assert_contains(err, path);
+	}
+	const char *load[] = {"load", dir, NULL};
+	assert_int_equal(run_with_alarm(load, err, sizeof err), 1);
+	assert_contains(err, path);
+}
+
 static void usage_errors_exit_2(void **state)
 {
 	(void)state;
@@ -222,6 +290,7 @@ int main(void)
 		TMPDIR_TEST(several_models_as_one_json_array),
 		TMPDIR_TEST(lists_a_set_with_its_shards),
 		TMPDIR_TEST(lists_a_pipeline_s_components),
+		TMPDIR_TEST(a_pipeline_that_links_back_into_itself_exits_1),
 		cmocka_unit_test(usage_errors_exit_2),
 	};
 

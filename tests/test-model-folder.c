@@ -280,6 +280,125 @@ static void a_pipeline_component_folder_loads_as_one_model(void **state)
 	devcache_close(ctx);
 }
 
+/* ---- cycles ---------------------------------------------------------------------- */
+
+static void link_in(const char *folder, const char *name, const char *target)
+{
+	char path[700];
+
+	file_in(path, sizeof path, folder, name);
+	assert_int_equal(symlink(target, path), 0);
+}
+
+/* Each component's weight file a link to the pipeline's folder: followed,
+ * the pipeline would open itself inside itself, twice per level, without
+ * end.  It is refused at once, naming the link and the folder it leads
+ * back to (the alarm turns a hang into a failure). */
+static void a_pipeline_that_links_back_into_itself_is_refused(void **state)
+{
+	char pipe[512], sub[600], want[1400];
+	devcache_pipeline_t *pl = (devcache_pipeline_t *)1;
+	devcache_model_t *m = (devcache_model_t *)1;
+
+	(void)state;
+	make_dir(pipe, sizeof pipe, "loop");
+	file_in(sub, sizeof sub, pipe, "model_index.json");
+	mw_text(sub, model_index);
+	file_in(sub, sizeof sub, pipe, "unet");
+	assert_int_equal(mkdir(sub, 0755), 0);
+	link_in(sub, "a.safetensors", "..");
+	file_in(sub, sizeof sub, pipe, "vae");
+	assert_int_equal(mkdir(sub, 0755), 0);
+	link_in(sub, "a.safetensors", "..");
+	snprintf(want, sizeof want,
+		 "%s/unet/a.safetensors: leads back to %s, a folder that holds it: a cycle", pipe,
+		 pipe);
+	alarm(10);
+	assert_int_equal(devcache_pipeline_open(pipe, &pl), DEVCACHE_EFORMAT);
+	assert_null(pl);
+	assert_contains(devcache_last_error(), want);
+	/* The same through the calls that resolve a folder. */
+	refused(pipe, DEVCACHE_EFORMAT, want, NULL);
+	/* The component alone: its file is a folder, its parent, not a model. */
+	file_in(sub, sizeof sub, pipe, "unet");
+	refused(sub, DEVCACHE_EINVAL, sub, "/a.safetensors: not a regular file", NULL);
+	devcache_ctx_t *ctx = mw_open_ctx(NULL);
+	assert_int_equal(devcache_model_load(ctx, pipe, mw_device(ctx, "host"), NULL, &m),
+			 DEVCACHE_EFORMAT);
+	assert_null(m);
+	assert_contains(devcache_last_error(), want);
+	devcache_close(ctx);
+	/* A link to the component's own folder; a component folder that is
+	 * the pipeline's own. */
+	file_in(sub, sizeof sub, pipe, "unet");
+	file_in(want, sizeof want, sub, "a.safetensors");
+	assert_int_equal(unlink(want), 0);
+	link_in(sub, "a.safetensors", ".");
+	assert_int_equal(devcache_pipeline_open(pipe, &pl), DEVCACHE_EFORMAT);
+	assert_contains(devcache_last_error(), "unet/a.safetensors: leads back to ");
+	assert_contains(devcache_last_error(), "/unet, a folder that holds it: a cycle");
+	file_in(sub, sizeof sub, pipe, "vae");
+	assert_int_equal(unlink(want), 0);
+	file_in(want, sizeof want, sub, "a.safetensors");
+	assert_int_equal(unlink(want), 0);
+	assert_int_equal(rmdir(sub), 0);
+	link_in(pipe, "vae", ".");
+	snprintf(want, sizeof want, "%s: leads back to %s, a folder that holds it: a cycle", sub,
+		 pipe);
+	assert_int_equal(devcache_pipeline_open(pipe, &pl), DEVCACHE_EFORMAT);
+	assert_contains(devcache_last_error(), want);
+	alarm(0);
+}
+
+/* A plain folder whose one model is a link to the folder or its parent:
+ * a folder, not a model file, refused naming the link. */
+static void a_folder_whose_model_is_a_folder_is_refused(void **state)
+{
+	char folder[512], want[1400];
+
+	(void)state;
+	make_dir(folder, sizeof folder, "self");
+	link_in(folder, "model.safetensors", ".");
+	snprintf(want, sizeof want,
+		 "%s/model.safetensors: leads back to %s, a folder that holds it: a cycle", folder,
+		 folder);
+	alarm(10);
+	refused(folder, DEVCACHE_EFORMAT, want, NULL);
+	make_dir(folder, sizeof folder, "parent");
+	link_in(folder, "model.gguf", "..");
+	snprintf(want, sizeof want, "%s/model.gguf: not a regular file", folder);
+	refused(folder, DEVCACHE_EINVAL, want, NULL);
+	alarm(0);
+}
+
+/* Links to files elsewhere are what a Hugging Face cache holds: they open,
+ * in a folder and in a pipeline's component. */
+static void links_to_files_elsewhere_still_open(void **state)
+{
+	char pipe[512], sub[600], elsewhere[512], target[700];
+	devcache_pipeline_t *pl;
+	devcache_component_t comp;
+
+	(void)state;
+	make_dir(elsewhere, sizeof elsewhere, "blobs");
+	file_in(target, sizeof target, elsewhere, "vae-blob");
+	mw_safetensors(target, vae, COUNT(vae), 22, NULL);
+	make_pipeline(pipe, sizeof pipe);
+	file_in(sub, sizeof sub, pipe, "vae");
+	file_in(elsewhere, sizeof elsewhere, sub, "diffusion_pytorch_model.safetensors");
+	assert_int_equal(unlink(elsewhere), 0);
+	link_in(sub, "diffusion_pytorch_model.safetensors", target);
+	assert_int_equal(devcache_pipeline_open(pipe, &pl), 0);
+	assert_int_equal(devcache_pipeline_component(pl, 1, &comp), 0);
+	assert_string_equal(comp.name, "vae");
+	assert_int_equal(comp.shards, 1);
+	assert_int_equal(comp.size, file_size(target));
+	devcache_pipeline_close(pl);
+	devcache_model_file_t *mf = opened(sub);
+	assert_int_equal(devcache_model_file_tensor_count(mf), COUNT(vae));
+	devcache_model_file_close(mf);
+}
+
 /* ---- arguments -------------------------------------------------------------------- */
 
 static void null_arguments_fail_cleanly(void **state)
@@ -337,6 +456,9 @@ int main(void)
 		T(a_pipeline_component_outside_its_folder_is_refused),
 		T(a_pipeline_lists_its_components),
 		T(a_pipeline_component_folder_loads_as_one_model),
+		T(a_pipeline_that_links_back_into_itself_is_refused),
+		T(a_folder_whose_model_is_a_folder_is_refused),
+		T(links_to_files_elsewhere_still_open),
 		T(null_arguments_fail_cleanly),
 	};
 
