@@ -224,9 +224,19 @@ static int backend_open(struct backend *be, struct module_tunables *mt)
 {
 	devcache_backend_entry_fn entry;
 	const struct devcache_backend_ops *ops;
+	struct stat st;
 	char why[512];
 	int rc = 0;
 
+	/* dlopen() would wait in open() for a FIFO's writer, and read a
+	 * device without end: a module is a regular file, or a link to one.
+	 * What cannot be stat()ed is left for dlopen() to explain. */
+	if (stat(be->path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		set_status(be, DEVCACHE_BACKEND_UNAVAILABLE, _("not a regular file"));
+		log_msg(&be->ctx->log, DEVCACHE_LOG_WARNING, _("backend %s (%s): %s"), be->name,
+			be->path, be->reason ? be->reason : "");
+		return 0;
+	}
 	dlerror();
 	be->dl = dlopen(be->path, RTLD_NOW | RTLD_LOCAL);
 	if (!be->dl) {

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <devcache.h>
@@ -274,6 +275,64 @@ static void no_module_directory_leaves_host(void **state)
 	devcache_close(ctx);
 }
 
+/* A FIFO named as a module would make dlopen() wait for a writer, and a
+ * folder is no module either: each is reported, by its path, without
+ * being opened (the alarm turns a hang into a failure). */
+static void modules_that_are_not_regular_files_are_refused(void **state)
+{
+	char dir[] = "/tmp/devcache-loader-XXXXXX", fifo[64], sub[64], opts[4096], conf[96];
+	struct captured log;
+	devcache_ctx_t *ctx;
+	devcache_open_args_t args = {.struct_size = sizeof args,
+				     .flags = DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV,
+				     .options = opts,
+				     .log_fn = capture,
+				     .log_user = &log};
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, sizeof fifo, "%s/hip.so", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(sub, sizeof sub, "%s/good.so", dir);
+	assert_int_equal(mkdir(sub, 0700), 0);
+	/* The good module stays in reach, behind the folder of its name. */
+	snprintf(opts, sizeof opts, "backend_path:%s:%s", dir, test_env("TEST_MODULES"));
+	log.text[0] = '\0';
+	alarm(10);
+	assert_int_equal(devcache_open_ex(&ctx, &args), 0);
+	alarm(0);
+	devcache_backend_info_t b = backend(ctx, "hip");
+	assert_int_equal(b.status, DEVCACHE_BACKEND_UNAVAILABLE);
+	assert_string_equal(b.path, fifo);
+	assert_string_equal(b.reason, "not a regular file");
+	b = backend(ctx, "good");
+	assert_int_equal(b.status, DEVCACHE_BACKEND_UNAVAILABLE);
+	assert_string_equal(b.path, sub);
+	assert_string_equal(b.reason, "not a regular file");
+	char want[256];
+	snprintf(want, sizeof want, "[%d] backend hip (%s): not a regular file\n",
+		 (int)DEVCACHE_LOG_WARNING, fifo);
+	assert_contains(log.text, want);
+	snprintf(want, sizeof want, "[%d] backend good (%s): not a regular file\n",
+		 (int)DEVCACHE_LOG_WARNING, sub);
+	assert_contains(log.text, want);
+	devcache_close(ctx);
+	/* devcache config --check opens the modules too, to learn their tunables. */
+	snprintf(conf, sizeof conf, "%s/devcache.conf", dir);
+	FILE *f = fopen(conf, "w");
+	assert_non_null(f);
+	fprintf(f, "backend_path = %s\n", dir);
+	fclose(f);
+	log.text[0] = '\0';
+	alarm(10);
+	assert_int_equal(devcache_config_check_file(conf, capture, &log), 0);
+	alarm(0);
+	assert_int_equal(unlink(conf), 0);
+	assert_int_equal(unlink(fifo), 0);
+	assert_int_equal(rmdir(sub), 0);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 static void module_tunables_are_set_read_and_listed(void **state)
 {
 	struct captured log;
@@ -440,6 +499,7 @@ int main(void)
 		cmocka_unit_test(host_cannot_be_excluded),
 		cmocka_unit_test(first_directory_wins_and_missing_ones_are_skipped),
 		cmocka_unit_test(no_module_directory_leaves_host),
+		cmocka_unit_test(modules_that_are_not_regular_files_are_refused),
 		cmocka_unit_test(module_tunables_are_set_read_and_listed),
 		cmocka_unit_test(module_tunable_errors_name_source_and_fault),
 		cmocka_unit_test(excluded_module_tunables_are_ignored),
