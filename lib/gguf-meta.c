@@ -43,6 +43,14 @@ static const unsigned char vtype_min[GGUF_NTYPES] = {
 	[GGUF_FLOAT64] = 8,
 };
 
+static const char *const vtype_name[GGUF_NTYPES] = {
+	[GGUF_UINT8] = "UINT8",     [GGUF_INT8] = "INT8",     [GGUF_UINT16] = "UINT16",
+	[GGUF_INT16] = "INT16",     [GGUF_UINT32] = "UINT32", [GGUF_INT32] = "INT32",
+	[GGUF_FLOAT32] = "FLOAT32", [GGUF_BOOL] = "BOOL",     [GGUF_STRING] = "STRING",
+	[GGUF_ARRAY] = "ARRAY",     [GGUF_UINT64] = "UINT64", [GGUF_INT64] = "INT64",
+	[GGUF_FLOAT64] = "FLOAT64",
+};
+
 /* ---- metadata values --------------------------------------------------------- */
 
 /* Read a string value's bytes into the scratch buffer; the length has been
@@ -350,6 +358,23 @@ static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, stru
 	return rc == 1 ? 0 : rc;
 }
 
+/* The keys of a split count shards and tensors: llama.cpp reads them as
+ * integers and refuses the file when they are not, so a count stored as a
+ * float (1.0 written as "1") is refused here too, whatever its value. */
+static int check_split_key(struct parse *p, const char *key, uint32_t type, uint64_t type_at)
+{
+	static const char *const keys[] = {"split.no", "split.count", "split.tensors.count"};
+
+	for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+		if (strcmp(key, keys[i]) == 0 && type > GGUF_INT32 && type != GGUF_UINT64 &&
+		    type != GGUF_INT64)
+			return mf_error(p->mf,
+					_("metadata key '%s' at byte %llu: a count of a GGUF split "
+					  "must be an integer, not type %u (%s)"),
+					key, (unsigned long long)type_at, type, vtype_name[type]);
+	return 0;
+}
+
 int read_kv(struct parse *p, uint64_t index)
 {
 	struct cursor *c = &p->c;
@@ -386,6 +411,8 @@ int read_kv(struct parse *p, uint64_t index)
 			      key, (unsigned long long)type_at, type);
 		goto err;
 	}
+	if ((rc = check_split_key(p, key, type, type_at)))
+		goto err;
 	if (strcmp(key, "general.alignment") == 0) {
 		if ((rc = read_alignment(p, type, type_at, &j)))
 			goto err;

@@ -313,6 +313,92 @@ static void bad_alignment(void **state)
 		   "UINT32 (type 4), not type 10");
 }
 
+/* A value 1 of the type (a count of a split, as whatever type). */
+static void one_of_type(struct buf *b, uint32_t type)
+{
+	switch (type) {
+	case T_UINT8:
+	case T_INT8:
+	case T_BOOL:
+		u8_(b, 1);
+		break;
+	case T_UINT16:
+	case T_INT16:
+		u16_(b, 1);
+		break;
+	case T_UINT32:
+	case T_INT32:
+		u32_(b, 1);
+		break;
+	case T_FLOAT32:
+		f32_(b, 1.0f);
+		break;
+	case T_FLOAT64:
+		f64_(b, 1.0);
+		break;
+	case T_STRING:
+		str_(b, "1");
+		break;
+	default:
+		u64_(b, 1);
+		break;
+	}
+}
+
+/* split.no, split.count and split.tensors.count are integers of any width
+ * (gguf-split writes UINT16, UINT16 and INT32); llama.cpp refuses any other
+ * type, and so does the reader, naming the key and the type. */
+static void split_counts_must_be_integers(void **state)
+{
+	static const char *const keys[] = {"split.no", "split.count", "split.tensors.count"};
+	static const uint32_t bad[] = {T_FLOAT32, T_FLOAT64, T_BOOL, T_STRING};
+	static const char *const names[] = {"FLOAT32", "FLOAT64", "BOOL", "STRING"};
+	static const uint32_t good[] = {T_UINT8,  T_INT8,  T_UINT16, T_INT16,
+					T_UINT32, T_INT32, T_UINT64, T_INT64};
+	char want[256], first[512];
+	struct buf b;
+
+	(void)state;
+	for (size_t k = 0; k < 3; k++)
+		for (size_t t = 0; t < 4; t++) {
+			b = gguf(3, 0, 1);
+			key(&b, keys[k], bad[t]);
+			one_of_type(&b, bad[t]);
+			snprintf(want, sizeof want,
+				 "metadata key '%s' at byte %zu: a count of a GGUF split must be "
+				 "an integer, not type %u (%s)",
+				 keys[k], 24 + 8 + strlen(keys[k]), bad[t], names[t]);
+			expect_bad(&b, want);
+		}
+	/* A whole split written with float counts, which read as "3" and "0". */
+	for (unsigned no = 0; no < 3; no++) {
+		char name[64];
+
+		b = gguf(3, 0, 3);
+		key(&b, "split.no", T_FLOAT32);
+		f32_(&b, (float)no);
+		key(&b, "split.count", T_FLOAT32);
+		f32_(&b, 3.0f);
+		key(&b, "split.tensors.count", T_FLOAT64);
+		f64_(&b, 0.0);
+		snprintf(name, sizeof name, "fsplit-%05u-of-00003.gguf", no + 1);
+		const char *path = write_buf(name, &b);
+		if (no == 0)
+			snprintf(first, sizeof first, "%s", path);
+	}
+	expect_bad_path(first, "metadata key 'split.no' at byte 40: a count of a GGUF split must "
+			       "be an integer, not type 6 (FLOAT32)");
+	/* Integers of every width are counts. */
+	for (size_t t = 0; t < sizeof good / sizeof *good; t++) {
+		b = gguf(3, 0, 1);
+		key(&b, "split.count", good[t]);
+		one_of_type(&b, good[t]);
+		devcache_model_file_t *mf = open_ok(&b, "count.gguf");
+		assert_string_equal(meta(mf, 0, "split.count"), "1");
+		devcache_model_file_close(mf);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -323,6 +409,7 @@ int main(void)
 		cmocka_unit_test(bad_values),
 		cmocka_unit_test(bad_keys),
 		cmocka_unit_test(bad_alignment),
+		cmocka_unit_test(split_counts_must_be_integers),
 	};
 
 	return GGUF_RUN_TAP(tests);
