@@ -181,14 +181,20 @@ int read_tensor_info(struct parse *p, uint64_t index)
 }
 
 /* Offsets are read relative to the data section, which starts only after
- * the last tensor info: they are checked, and made absolute, here. */
+ * the last tensor info, at the next multiple of the alignment: they are
+ * checked, and made absolute, here.  A file of no tensors (a vocabulary
+ * alone, say) may end before that multiple, its padding left out, and
+ * ggml reads it: its data section is empty, and said to start where the
+ * file ends, never past it. */
 int place_tensors(struct parse *p)
 {
 	struct devcache_model_file *mf = p->mf;
 	uint64_t a = mf->alignment;
 
 	/* No overflow: pos is within the file (an off_t), a at most 2^31. */
-	mf->data_offset = (p->c.pos + a - 1) / a * a;
+	uint64_t data = (p->c.pos + a - 1) / a * a;
+
+	mf->data_offset = data < mf->size ? data : mf->size;
 	for (size_t i = 0; i < mf->n_tensors; i++) {
 		struct mf_tensor *t = &mf->tensors[i];
 		uint64_t start, end;
@@ -197,14 +203,14 @@ int place_tensors(struct parse *p)
 			return mf_error(mf, _("tensor '%s': offset %llu is not a multiple of the "
 					      "alignment %llu"),
 					t->name, (unsigned long long)t->offset, (unsigned long long)a);
-		if (__builtin_add_overflow(mf->data_offset, t->offset, &start) ||
+		if (__builtin_add_overflow(data, t->offset, &start) ||
 		    __builtin_add_overflow(start, t->size, &end) || end > mf->size)
 			return mf_error(mf,
 					_("tensor '%s': its %llu bytes at data offset %llu run past "
 					  "the end of the %llu-byte file (the data starts at byte %llu)"),
 					t->name, (unsigned long long)t->size,
 					(unsigned long long)t->offset, (unsigned long long)mf->size,
-					(unsigned long long)mf->data_offset);
+					(unsigned long long)data);
 		t->offset = start;
 	}
 	return 0;

@@ -83,7 +83,9 @@ static void valid_v2(void **state)
 	devcache_model_file_close(mf);
 }
 
-/* Only the header: no metadata, no tensors. */
+/* Only the header: no metadata, no tensors.  Its padding to the alignment
+ * left out, as ggml accepts, the data section is empty and starts where
+ * the file ends, not past it. */
 static void header_only(void **state)
 {
 	devcache_model_file_t *mf;
@@ -93,7 +95,41 @@ static void header_only(void **state)
 	mf = open_ok(&b, "empty.gguf");
 	assert_int_equal(devcache_model_file_tensor_count(mf), 0);
 	assert_int_equal(devcache_model_file_metadata_count(mf), 0);
+	assert_int_equal(devcache_model_file_size(mf), 24);
+	assert_int_equal(devcache_model_file_data_offset(mf), 24);
+	devcache_model_file_close(mf);
+	/* With the padding, the data section starts after it. */
+	b = gguf(3, 0, 0);
+	pad(&b, 32);
+	mf = open_ok(&b, "padded.gguf");
 	assert_int_equal(devcache_model_file_data_offset(mf), 32);
+	devcache_model_file_close(mf);
+}
+
+/* A vocabulary alone: metadata, no tensors, and the file ends within the
+ * padding; the data offset is never past the end. */
+static void metadata_without_tensors(void **state)
+{
+	devcache_model_file_t *mf;
+	struct buf b = gguf(3, 0, 2);
+
+	(void)state;
+	kv_str(&b, "general.architecture", "llama");
+	kv_u32(&b, "general.alignment", 64);
+	size_t end = b.len;
+	assert_true(end % 64 != 0);
+	mf = open_ok(&b, "vocab.gguf");
+	assert_int_equal(devcache_model_file_tensor_count(mf), 0);
+	assert_int_equal(devcache_model_file_metadata_count(mf), 2);
+	assert_int_equal(devcache_model_file_data_offset(mf), end);
+	devcache_model_file_close(mf);
+	/* Some bytes of padding, but not all. */
+	b = gguf(3, 0, 2);
+	kv_str(&b, "general.architecture", "llama");
+	kv_u32(&b, "general.alignment", 64);
+	zeros(&b, 3);
+	mf = open_ok(&b, "vocab3.gguf");
+	assert_int_equal(devcache_model_file_data_offset(mf), end + 3);
 	devcache_model_file_close(mf);
 }
 
@@ -237,6 +273,7 @@ int main(void)
 		cmocka_unit_test(valid_v3),
 		cmocka_unit_test(valid_v2),
 		cmocka_unit_test(header_only),
+		cmocka_unit_test(metadata_without_tensors),
 		cmocka_unit_test(bad_version),
 		cmocka_unit_test(truncated),
 		cmocka_unit_test(counts_that_lie),
