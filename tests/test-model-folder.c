@@ -350,6 +350,42 @@ static void a_pipeline_that_links_back_into_itself_is_refused(void **state)
 	alarm(0);
 }
 
+/* Pipelines whose components link to the next pipeline, 30 deep: no
+ * cycle, but listed inside one another they would be opened 2^30 times.
+ * A pipeline inside a component is no weight file of it, and is not
+ * opened (the alarm turns a hang into a failure). */
+static void pipelines_inside_components_are_not_listed(void **state)
+{
+	char pipe[512], sub[600], target[64], name[16];
+	devcache_pipeline_t *pl;
+	devcache_component_t comp;
+
+	(void)state;
+	for (int i = 0; i < 30; i++) {
+		snprintf(name, sizeof name, "p%d", i);
+		make_dir(pipe, sizeof pipe, name);
+		file_in(sub, sizeof sub, pipe, "model_index.json");
+		mw_text(sub, model_index);
+		snprintf(target, sizeof target, "../../p%d", i + 1);
+		for (int k = 0; k < 2; k++) {
+			file_in(sub, sizeof sub, pipe, k ? "vae" : "unet");
+			assert_int_equal(mkdir(sub, 0755), 0);
+			link_in(sub, "a.safetensors", target);
+		}
+	}
+	path_of(pipe, sizeof pipe, "p0");
+	alarm(10);
+	assert_int_equal(devcache_pipeline_open(pipe, &pl), 0);
+	alarm(0);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(devcache_pipeline_component(pl, i, &comp), 0);
+		assert_int_equal(comp.shards, 0);
+		assert_int_equal(comp.size, 0);
+	}
+	devcache_pipeline_close(pl);
+	refused(pipe, DEVCACHE_EINVAL, pipe, "(no component has weights)", NULL);
+}
+
 /* A plain folder whose one model is a link to the folder or its parent:
  * a folder, not a model file, refused naming the link. */
 static void a_folder_whose_model_is_a_folder_is_refused(void **state)
@@ -457,6 +493,7 @@ int main(void)
 		T(a_pipeline_lists_its_components),
 		T(a_pipeline_component_folder_loads_as_one_model),
 		T(a_pipeline_that_links_back_into_itself_is_refused),
+		T(pipelines_inside_components_are_not_listed),
 		T(a_folder_whose_model_is_a_folder_is_refused),
 		T(links_to_files_elsewhere_still_open),
 		T(null_arguments_fail_cleanly),
