@@ -46,22 +46,34 @@ static uint64_t le64(const unsigned char *p)
 	return v;
 }
 
-/* ---- what json-c lets through ------------------------------------------------ */
+/* ---- the scan: JSON as the reference reads it ------------------------------------ */
 
 /*
- * json-c, even with JSON_TOKENER_STRICT, accepts what the reference's
- * serde_json rejects: single-quoted strings, NaN and Infinity, control
- * characters inside strings, unpaired surrogate escapes (which it turns
- * into U+FFFD), integers past 2^64 - 1 (which it clamps).  It also keeps
- * one value of a key given twice, silently.  So after json-c has accepted
- * the header, one pass over the raw text rejects those, and collects the
- * keys of the header object and of each object one level down (the tensor
- * entries and __metadata__) to find any key given twice.  Objects deeper
- * than that are never valid in a header, so their keys need no check.
+ * The header is read in two passes over its text, and neither builds a
+ * tree of it.  json-c's parser used to read the whole header into one
+ * (json-c objects cost about 650 bytes each), so that 10 MB of "{}" took
+ * 2.6 GB and 11 s before it was refused, and a valid header of 1,000,000
+ * tensors 1.8 GB and 13 s.  The grammar of a header is fixed and small, so
+ * the reader walks the text itself and keeps only what the model keeps.
  *
- * The text has passed json-c, so the pass only has to tell tokens apart;
- * it still checks every index, so that it is safe on any input.
+ * The first pass checks the whole text as the reference's serde_json
+ * would, before any entry is trusted: the grammar (nesting at most 32
+ * deep, json-c's limit), strings (no control characters, no unpaired
+ * surrogate escapes), numbers (no NaN or Infinity, no integer past
+ * 2^64 - 1, which json-c would clamp), nothing after the object.  It
+ * collects the keys of the header object and of each object one level
+ * down (the tensor entries and __metadata__) to find any key given twice;
+ * objects deeper than that are never valid in a header, so their keys
+ * need no check.  The header object may hold at most MF_MAX_TENSORS
+ * tensors and __metadata__: that bounds the keys it keeps.
+ *
+ * The second pass (below, "the entries") reads each entry into the model
+ * from the checked text.  json-c still writes the JSON text of metadata
+ * values and of a bad value a message shows, one small value at a time.
  */
+
+/* json-c's default depth: an array in an array 32 deep is refused. */
+#define ST_MAX_DEPTH 32
 
 struct st_key {
 	char *name;  /* decoded: "\u0061" is "a" */
@@ -77,7 +89,8 @@ struct st_scan {
 	const struct devcache_model_file *mf;
 	const unsigned char *s;
 	size_t len;
-	unsigned depth;
+	unsigned depth;                 /* containers open */
+	char open[ST_MAX_DEPTH];        /* '{' or '[', outermost first */
 	struct st_keys top;   /* the header object's keys */
 	struct st_keys inner; /* keys of the object now open one level down */
 };
@@ -92,7 +105,7 @@ static void keys_clear(struct st_keys *k)
 static int hex4(const unsigned char *s, size_t len, size_t i, uint32_t *cp)
 {
 	*cp = 0;
-	if (len - i < 4)
+	if (i > len || len - i < 4)
 		return -1;
 	for (size_t k = i; k < i + 4; k++) {
 		unsigned c = s[k];
@@ -114,10 +127,26 @@ static uint64_t at(size_t i)
 	return 8 + (uint64_t)i;
 }
 
+static int cut_short(const struct st_scan *sc)
+{
+	return mf_error(sc->mf, _("the header is not JSON: it ends inside the object (byte %llu)"),
+			(unsigned long long)at(sc->len));
+}
+
+static int unexpected(const struct st_scan *sc, size_t i)
+{
+	if (i >= sc->len)
+		return cut_short(sc);
+	return mf_error(sc->mf, _("the header is not JSON: unexpected byte 0x%02x at byte %llu"),
+			sc->s[i], (unsigned long long)at(i));
+}
+
 /* The string whose opening quote is at s[i]: checked, and decoded into
- * *out (a NUL-terminated copy, when out is not NULL).  Sets *end to the
- * index of the closing quote and *nul when the string holds U+0000. */
-static int scan_string(struct st_scan *sc, size_t i, size_t *end, char **out, bool *nul)
+ * *out (a NUL-terminated copy, when out is not NULL) of *out_len bytes.
+ * Sets *end to the index of the closing quote and *nul when the string
+ * holds U+0000. */
+static int scan_string(const struct st_scan *sc, size_t i, size_t *end, char **out,
+		       size_t *out_len, bool *nul)
 {
 	const unsigned char *s = sc->s;
 	size_t j, n = 0;
@@ -139,6 +168,7 @@ static int scan_string(struct st_scan *sc, size_t i, size_t *end, char **out, bo
 			if (d) {
 				d[n] = '\0';
 				*out = d;
+				*out_len = n;
 			}
 			*end = j;
 			return 0;
@@ -162,8 +192,11 @@ static int scan_string(struct st_scan *sc, size_t i, size_t *end, char **out, bo
 				d[n++] = meaning[esc - escapes];
 			continue;
 		}
-		if (s[j] != 'u' || hex4(s, sc->len, j + 1, &cp))
-			break;
+		if (s[j] != 'u' || hex4(s, sc->len, j + 1, &cp)) {
+			free(d);
+			return mf_error(sc->mf, _("the header is not JSON: a bad string at byte %llu"),
+					(unsigned long long)at(i));
+		}
 		j += 4;
 		/* A high surrogate must come with a low one: the pair is one
 		 * character; either alone is not text. */
@@ -182,8 +215,7 @@ static int scan_string(struct st_scan *sc, size_t i, size_t *end, char **out, bo
 			n += mf_utf8_put(cp, d + n);
 	}
 	free(d);
-	return mf_error(sc->mf, _("the header is not JSON: a bad string at byte %llu"),
-			(unsigned long long)at(i));
+	return cut_short(sc);
 }
 
 static int keys_add(struct st_keys *k, char *name, uint64_t pos)
@@ -223,20 +255,29 @@ static const struct st_key *find_twice(struct st_keys *k)
 	return NULL;
 }
 
-/* A key of the header object (depth 1) or of an entry in it (depth 2). */
+/* A key: of the header object (depth 1) or of an entry in it (depth 2),
+ * kept; deeper, only checked. */
 static int scan_key(struct st_scan *sc, size_t i, size_t *end)
 {
 	char *name;
+	size_t len;
 	bool nul;
 	int rc;
 
-	if ((rc = scan_string(sc, i, end, &name, &nul)))
+	if (sc->depth > 2)
+		return scan_string(sc, i, end, NULL, NULL, &nul);
+	if ((rc = scan_string(sc, i, end, &name, &len, &nul)))
 		return rc;
 	/* Names and keys are C strings from here on. */
 	if (nul) {
 		free(name);
 		return mf_error(sc->mf, _("the key at byte %llu holds a NUL character (\\u0000)"),
 				(unsigned long long)at(i));
+	}
+	/* The tensors and __metadata__: a bound on what the scan keeps. */
+	if (sc->depth == 1 && sc->top.n > MF_MAX_TENSORS) {
+		free(name);
+		return mf_error(sc->mf, _("more than %u tensors"), MF_MAX_TENSORS);
 	}
 	return keys_add(sc->depth == 1 ? &sc->top : &sc->inner, name, at(i));
 }
@@ -264,100 +305,167 @@ static int scan_close(struct st_scan *sc)
 	return 0;
 }
 
-/* A number token at s[i]: json-c clamps an integer past 2^64 - 1 to that
- * value, which would make a wrong offset or dimension look right. */
-static int scan_number(struct st_scan *sc, size_t i, size_t *end)
+static bool digit(unsigned char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+/* A number at s[i], as JSON has it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+ * An integer past 2^64 - 1 is refused: json-c clamps one to that value,
+ * which would make a wrong offset or dimension look right. */
+static int scan_number(const struct st_scan *sc, size_t i, size_t *end)
 {
 	const unsigned char *s = sc->s;
-	size_t j = i, digits;
-	bool neg = s[j] == '-';
+	size_t j = i, first;
+	bool neg = s[j] == '-', integer = true;
 
 	if (neg)
 		j++;
-	for (digits = j; j < sc->len && s[j] >= '0' && s[j] <= '9'; j++)
-		;
-	digits = j - digits;
-	if (!digits)
-		return mf_error(sc->mf, _("the header is not JSON: unexpected byte 0x%02x at byte %llu"),
-				j < sc->len ? s[j] : 0, (unsigned long long)at(j));
-	bool integer = j == sc->len || !strchr(".eE", s[j]) || !s[j];
+	first = j;
+	if (j < sc->len && s[j] == '0')
+		j++;
+	else if (j < sc->len && digit(s[j]))
+		while (j < sc->len && digit(s[j]))
+			j++;
+	else
+		return unexpected(sc, j);
+	size_t digits = j - first;
+	if (j < sc->len && s[j] == '.') {
+		integer = false;
+		if (++j >= sc->len || !digit(s[j]))
+			return unexpected(sc, j);
+		while (j < sc->len && digit(s[j]))
+			j++;
+	}
+	if (j < sc->len && (s[j] == 'e' || s[j] == 'E')) {
+		integer = false;
+		if (++j < sc->len && (s[j] == '+' || s[j] == '-'))
+			j++;
+		if (j >= sc->len || !digit(s[j]))
+			return unexpected(sc, j);
+		while (j < sc->len && digit(s[j]))
+			j++;
+	}
 	if (integer && !neg &&
-	    (digits > 20 || (digits == 20 && memcmp(s + j - 20, "18446744073709551615", 20) > 0)))
+	    (digits > 20 || (digits == 20 && memcmp(s + first, "18446744073709551615", 20) > 0)))
 		return mf_error(sc->mf, _("the number at byte %llu is larger than 2^64 - 1"),
 				(unsigned long long)at(i));
-	/* The rest of a fraction or an exponent: json-c has checked it. */
-	while (j < sc->len && s[j] && strchr("0123456789.eE+-", s[j]))
-		j++;
 	*end = j - 1;
 	return 0;
 }
 
-static int scan_token(struct st_scan *sc, size_t i, size_t *end)
+/* A string, a number, true, false or null at s[i]. */
+static int scan_scalar(const struct st_scan *sc, size_t i, size_t *end)
 {
-	const unsigned char *s = sc->s;
 	static const char *const words[] = {"true", "false", "null"};
 	bool nul;
-	size_t j;
-	int rc;
 
-	*end = i;
-	switch (s[i]) {
-	case ' ': case '\t': case '\n': case '\r': case ':': case ',':
-		return 0;
-	case '{':
-		if (++sc->depth == 2)
-			keys_clear(&sc->inner);
-		return 0;
-	case '[':
-		sc->depth++;
-		return 0;
-	case '}':
-		if (sc->depth && (rc = scan_close(sc)))
-			return rc;
-		/* fall through */
-	case ']':
-		if (!sc->depth)
-			break;
-		sc->depth--;
-		return 0;
-	case '"':
-		/* A string is a key when a colon follows it. */
-		if ((rc = scan_string(sc, i, &j, NULL, &nul)))
-			return rc;
-		for (size_t k = j + 1; k < sc->len; k++) {
-			if (s[k] == ':' && (sc->depth == 1 || sc->depth == 2))
-				return scan_key(sc, i, end);
-			if (!strchr(" \t\n\r", s[k]) || !s[k])
-				break;
-		}
-		*end = j;
-		return 0;
-	case '-': case '0': case '1': case '2': case '3': case '4':
-	case '5': case '6': case '7': case '8': case '9':
+	if (sc->s[i] == '"')
+		return scan_string(sc, i, end, NULL, NULL, &nul);
+	if (sc->s[i] == '-' || digit(sc->s[i]))
 		return scan_number(sc, i, end);
-	default:
-		for (size_t w = 0; w < 3; w++) {
-			size_t n = strlen(words[w]);
+	for (size_t w = 0; w < 3; w++) {
+		size_t n = strlen(words[w]);
 
-			if (sc->len - i >= n && memcmp(s + i, words[w], n) == 0) {
-				*end = i + n - 1;
-				return 0;
-			}
+		if (sc->len - i >= n && memcmp(sc->s + i, words[w], n) == 0) {
+			*end = i + n - 1;
+			return 0;
 		}
-		break;
 	}
 	/* Single quotes, NaN, Infinity, a form feed between tokens... */
-	return mf_error(sc->mf, _("the header is not JSON: unexpected byte 0x%02x at byte %llu"), s[i],
-			(unsigned long long)at(i));
+	return unexpected(sc, i);
+}
+
+static const char *json_kind_at(const char *s);
+
+static int scan_open(struct st_scan *sc, size_t i)
+{
+	if (sc->depth == 0 && sc->s[i] != '{')
+		return mf_error(sc->mf, _("the header is %s, not a JSON object"),
+				json_kind_at((const char *)sc->s + i));
+	if (sc->depth == ST_MAX_DEPTH)
+		return mf_error(sc->mf, _("the header is not JSON: %s at byte %llu"),
+				json_tokener_error_desc(json_tokener_error_depth),
+				(unsigned long long)at(i));
+	sc->open[sc->depth++] = (char)sc->s[i];
+	if (sc->depth == 2 && sc->s[i] == '{')
+		keys_clear(&sc->inner);
+	return 0;
+}
+
+/* What may come next: a value, a key, the colon after it, or after a
+ * value the comma or the end of its container. */
+enum st_want { WANT_VALUE, WANT_KEY, WANT_COLON, WANT_NEXT };
+
+static int scan_text(struct st_scan *sc)
+{
+	const unsigned char *s = sc->s;
+	enum st_want want = WANT_VALUE;
+	bool first = false, done = false;
+	int rc = 0;
+
+	for (size_t i = 0, end; i < sc->len && rc == 0; i++) {
+		unsigned char c = s[i];
+		char close = sc->depth && sc->open[sc->depth - 1] == '{' ? '}' : ']';
+
+		if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+			continue;
+		if (done)
+			return mf_error(sc->mf, _("the header has more after its JSON object (byte %llu)"),
+					(unsigned long long)at(i));
+		if ((want == WANT_NEXT || (first && want != WANT_COLON)) && sc->depth && c == (unsigned char)close) {
+			/* The container ends: right after it opened, or after a value. */
+			if (close == '}' && (rc = scan_close(sc)))
+				return rc;
+			done = --sc->depth == 0;
+			want = WANT_NEXT;
+			first = false;
+			continue;
+		}
+		switch (want) {
+		case WANT_KEY:
+			if (c != '"')
+				return unexpected(sc, i);
+			rc = scan_key(sc, i, &end);
+			want = WANT_COLON;
+			break;
+		case WANT_COLON:
+			if (c != ':')
+				return unexpected(sc, i);
+			end = i;
+			want = WANT_VALUE;
+			break;
+		case WANT_NEXT:
+			if (c != ',')
+				return unexpected(sc, i);
+			end = i;
+			want = close == '}' ? WANT_KEY : WANT_VALUE;
+			break;
+		case WANT_VALUE:
+			if (c == '{' || c == '[' || sc->depth == 0) {
+				rc = scan_open(sc, i);
+				end = i;
+				want = c == '{' ? WANT_KEY : WANT_VALUE;
+				first = true;
+				continue;
+			}
+			rc = scan_scalar(sc, i, &end);
+			want = WANT_NEXT;
+			break;
+		}
+		first = false;
+		i = end;
+	}
+	if (rc == 0 && !done)
+		rc = cut_short(sc);
+	return rc;
 }
 
 static int scan_header(const struct devcache_model_file *mf, const char *text, size_t len)
 {
 	struct st_scan sc = {.mf = mf, .s = (const unsigned char *)text, .len = len};
-	int rc = 0;
+	int rc = scan_text(&sc);
 
-	for (size_t i = 0, end; i < len && rc == 0; i = end + 1)
-		rc = scan_token(&sc, i, &end);
 	keys_clear(&sc.top);
 	keys_clear(&sc.inner);
 	free(sc.top.v);
@@ -367,34 +475,108 @@ static int scan_header(const struct devcache_model_file *mf, const char *text, s
 
 /* ---- the entries -------------------------------------------------------------- */
 
-/* What a value is, for the message that says it is the wrong thing. */
-static const char *json_kind(struct json_object *v)
+/* The text has passed the scan: the second pass only walks it. */
+struct st_walk {
+	struct devcache_model_file *mf;
+	struct st_scan sc; /* for scan_string()'s decoding */
+	const char *s;
+};
+
+static size_t skip_ws(const char *s, size_t i)
 {
-	switch (json_object_get_type(v)) {
-	case json_type_null:
-		return _("null");
-	case json_type_boolean:
-		return _("a boolean");
-	case json_type_double:
-		return _("a fractional number");
-	case json_type_int:
-		return _("an integer");
-	case json_type_object:
-		return _("an object");
-	case json_type_array:
-		return _("an array");
-	case json_type_string:
-		return _("a string");
-	}
-	return "?";
+	while (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')
+		i++;
+	return i;
 }
 
-/* A value as JSON text, for a message (json-c owns the text). */
-static const char *json_text(struct json_object *v)
+/* The index just past the value at s[i]. */
+static size_t skip_value(const char *s, size_t i)
 {
-	const char *s = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
+	size_t depth = 0;
 
-	return s ? s : "?";
+	do {
+		if (s[i] == '"') {
+			for (i++; s[i] != '"'; i++)
+				if (s[i] == '\\')
+					i++;
+			i++;
+		} else if (s[i] == '{' || s[i] == '[') {
+			depth++;
+			i++;
+		} else if (s[i] == '}' || s[i] == ']') {
+			depth--;
+			i++;
+		} else if (depth) {
+			i++;
+		} else {
+			while (s[i] && !strchr(",:]} \t\n\r", s[i]))
+				i++;
+		}
+	} while (depth);
+	return i;
+}
+
+/* What the value at s is, for the message that says it is the wrong thing;
+ * in the words the messages have always used for json-c's kinds. */
+static const char *json_kind_at(const char *s)
+{
+	switch (*s) {
+	case '{':
+		return _("an object");
+	case '[':
+		return _("an array");
+	case '"':
+		return _("a string");
+	case 't': case 'f':
+		return _("a boolean");
+	case 'n':
+		return _("null");
+	}
+	for (; *s && !strchr(",:]} \t\n\r", *s); s++)
+		if (*s == '.' || *s == 'e' || *s == 'E')
+			return _("a fractional number");
+	return _("an integer");
+}
+
+/* The value s[b..e) as json-c writes it, for a message: one small value
+ * parsed alone; a long one is cut. */
+static const char *value_text(const char *s, size_t b, size_t e, char *buf, size_t size)
+{
+	struct json_object *v = NULL;
+	char small[4096];
+
+	if (e - b < sizeof small) {
+		memcpy(small, s + b, e - b);
+		small[e - b] = '\0';
+		v = json_tokener_parse(small);
+	}
+	if (v || (e - b == 4 && memcmp(s + b, "null", 4) == 0)) /* json-c's null is NULL */
+		snprintf(buf, size, "%s", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+	else
+		snprintf(buf, size, "%.*s...", (int)(e - b < 64 ? e - b : 64), s + b);
+	json_object_put(v);
+	return buf;
+}
+
+/* A JSON integer from 0 to 2^64 - 1 at s[i] (the scan has refused one
+ * past that); -0 is 0, as json-c reads it. */
+static bool get_count(const char *s, size_t i, uint64_t *n)
+{
+	bool neg = s[i] == '-', zero = true;
+	uint64_t v = 0;
+
+	if (neg)
+		i++;
+	if (!digit((unsigned char)s[i]))
+		return false;
+	for (; digit((unsigned char)s[i]); i++) {
+		v = v * 10 + (uint64_t)(s[i] - '0');
+		zero = zero && s[i] == '0';
+	}
+	if (s[i] == '.' || s[i] == 'e' || s[i] == 'E' || (neg && !zero))
+		return false;
+	*n = v;
+	return true;
 }
 
 static void format_shape(char *buf, size_t size, const uint64_t *shape, unsigned n_dims)
@@ -412,92 +594,128 @@ static void format_shape(char *buf, size_t size, const uint64_t *shape, unsigned
 	}
 }
 
-/* shape[i] and data_offsets[i]: a JSON integer from 0 to 2^64 - 1 (the
- * scan has already rejected one past that, which json-c would clamp). */
-static bool get_count(struct json_object *v, uint64_t *n)
-{
-	if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0)
-		return false;
-	*n = json_object_get_uint64(v);
-	return true;
-}
-
+/* Where each field's value begins in the text. */
 struct st_fields {
-	struct json_object *dtype, *shape, *offsets;
+	size_t dtype, shape, offsets;
 };
 
 /* Exactly dtype, shape and data_offsets: the reference refuses others. */
-static int get_fields(struct devcache_model_file *mf, const char *name, struct json_object *entry,
-		      struct st_fields *f)
+static int get_fields(struct st_walk *w, const char *name, size_t i, struct st_fields *f)
 {
+	const char *s = w->s;
+	bool nul;
+	int rc;
+
 	memset(f, 0, sizeof *f);
-	if (!json_object_is_type(entry, json_type_object))
-		return mf_error(mf, _("tensor '%s': the entry is %s, not an object"), name,
-				json_kind(entry));
-	json_object_object_foreach(entry, key, val) {
-		if (strcmp(key, "dtype") == 0)
-			f->dtype = val;
-		else if (strcmp(key, "shape") == 0)
-			f->shape = val;
-		else if (strcmp(key, "data_offsets") == 0)
-			f->offsets = val;
-		else
-			return mf_error(mf, _("tensor '%s': unknown field '%s' (a tensor has only dtype, shape and data_offsets)"),
-					name, key);
+	if (s[i] != '{')
+		return mf_error(w->mf, _("tensor '%s': the entry is %s, not an object"), name,
+				json_kind_at(s + i));
+	for (i = skip_ws(s, i + 1); s[i] == '"'; i = skip_ws(s, i + 1)) {
+		size_t end, len, *field;
+		char *key;
+
+		if ((rc = scan_string(&w->sc, i, &end, &key, &len, &nul)))
+			return rc;
+		field = strcmp(key, "dtype") == 0 ? &f->dtype
+			: strcmp(key, "shape") == 0 ? &f->shape
+			: strcmp(key, "data_offsets") == 0 ? &f->offsets
+			: NULL;
+		if (!field) {
+			rc = mf_error(w->mf, _("tensor '%s': unknown field '%s' (a tensor has only dtype, shape and data_offsets)"),
+				      name, key);
+			free(key);
+			return rc;
+		}
+		free(key);
+		*field = skip_ws(s, skip_ws(s, end + 1) + 1);
+		i = skip_ws(s, skip_value(s, *field));
+		if (s[i] != ',')
+			break;
 	}
 	const char *missing = !f->dtype ? "dtype" : !f->shape ? "shape" : !f->offsets ? "data_offsets" : NULL;
 	if (missing)
-		return mf_error(mf, _("tensor '%s': field '%s' is missing"), name, missing);
+		return mf_error(w->mf, _("tensor '%s': field '%s' is missing"), name, missing);
 	return 0;
 }
 
-static int get_dtype(struct devcache_model_file *mf, const char *name, struct json_object *v,
-		     const struct st_dtype **dt)
+static int get_dtype(struct st_walk *w, const char *name, size_t i, const struct st_dtype **dt)
 {
-	if (!json_object_is_type(v, json_type_string))
-		return mf_error(mf, _("tensor '%s': dtype is %s, not a string"), name, json_kind(v));
-	*dt = find_dtype(json_object_get_string(v), (size_t)json_object_get_string_len(v));
+	size_t end, len;
+	char *text;
+	bool nul;
+	int rc;
+
+	if (w->s[i] != '"')
+		return mf_error(w->mf, _("tensor '%s': dtype is %s, not a string"), name,
+				json_kind_at(w->s + i));
+	if ((rc = scan_string(&w->sc, i, &end, &text, &len, &nul)))
+		return rc;
+	*dt = find_dtype(text, len);
+	free(text);
+	/* As it is written in the header, escapes and all: "F32\u0000" is
+	 * not F32, and the message must not show it as that. */
 	if (!*dt)
-		return mf_error(mf, _("tensor '%s': dtype '%s' is not one of %s"), name,
-				json_object_get_string(v), st_dtype_list);
+		return mf_error(w->mf, _("tensor '%s': dtype '%.*s' is not one of %s"), name,
+				(int)(end - i - 1 < 256 ? end - i - 1 : 256), w->s + i + 1,
+				st_dtype_list);
 	return 0;
 }
 
-static int get_shape(struct devcache_model_file *mf, const char *name, struct json_object *v,
-		     struct mf_tensor *t)
+/* The elements of the array at s[i]: how many, and where the first
+ * max_n of them begin. */
+static size_t array_elements(const char *s, size_t i, size_t *begin, size_t max_n)
 {
-	if (!json_object_is_type(v, json_type_array))
-		return mf_error(mf, _("tensor '%s': shape is %s, not an array"), name, json_kind(v));
-	size_t n = json_object_array_length(v);
-	if (n > DEVCACHE_MAX_DIMS)
-		return mf_error(mf, _("tensor '%s': shape has %zu dimensions, more than %d"), name, n,
-				DEVCACHE_MAX_DIMS);
-	for (size_t i = 0; i < n; i++) {
-		struct json_object *e = json_object_array_get_idx(v, i);
+	size_t n = 0;
 
-		if (!get_count(e, &t->shape[i]))
-			return mf_error(mf, _("tensor '%s': shape[%zu] is %s, not a non-negative integer"),
-					name, i, json_text(e));
+	for (i = skip_ws(s, i + 1); s[i] != ']'; n++) {
+		if (n < max_n)
+			begin[n] = i;
+		i = skip_ws(s, skip_value(s, i));
+		if (s[i] == ',')
+			i = skip_ws(s, i + 1);
 	}
+	return n;
+}
+
+static int get_shape(struct st_walk *w, const char *name, size_t i, struct mf_tensor *t)
+{
+	size_t begin[DEVCACHE_MAX_DIMS];
+	char text[256];
+
+	if (w->s[i] != '[')
+		return mf_error(w->mf, _("tensor '%s': shape is %s, not an array"), name,
+				json_kind_at(w->s + i));
+	size_t n = array_elements(w->s, i, begin, DEVCACHE_MAX_DIMS);
+	if (n > DEVCACHE_MAX_DIMS)
+		return mf_error(w->mf, _("tensor '%s': shape has %zu dimensions, more than %d"), name, n,
+				DEVCACHE_MAX_DIMS);
+	for (size_t k = 0; k < n; k++)
+		if (!get_count(w->s, begin[k], &t->shape[k]))
+			return mf_error(w->mf, _("tensor '%s': shape[%zu] is %s, not a non-negative integer"),
+					name, k,
+					value_text(w->s, begin[k], skip_value(w->s, begin[k]), text,
+						   sizeof text));
 	t->n_dims = (uint32_t)n;
 	return 0;
 }
 
-static int get_offsets(struct devcache_model_file *mf, const char *name, struct json_object *v,
-		       uint64_t off[2])
+static int get_offsets(struct st_walk *w, const char *name, size_t i, uint64_t off[2])
 {
-	if (!json_object_is_type(v, json_type_array))
-		return mf_error(mf, _("tensor '%s': data_offsets is %s, not an array"), name, json_kind(v));
-	if (json_object_array_length(v) != 2)
-		return mf_error(mf, _("tensor '%s': data_offsets %s is not [begin, end]"), name,
-				json_text(v));
-	for (size_t i = 0; i < 2; i++) {
-		struct json_object *e = json_object_array_get_idx(v, i);
+	size_t begin[2];
+	char text[256];
 
-		if (!get_count(e, &off[i]))
-			return mf_error(mf, _("tensor '%s': data_offsets[%zu] is %s, not a non-negative integer"),
-					name, i, json_text(e));
-	}
+	if (w->s[i] != '[')
+		return mf_error(w->mf, _("tensor '%s': data_offsets is %s, not an array"), name,
+				json_kind_at(w->s + i));
+	if (array_elements(w->s, i, begin, 2) != 2)
+		return mf_error(w->mf, _("tensor '%s': data_offsets %s is not [begin, end]"), name,
+				value_text(w->s, i, skip_value(w->s, i), text, sizeof text));
+	for (size_t k = 0; k < 2; k++)
+		if (!get_count(w->s, begin[k], &off[k]))
+			return mf_error(w->mf, _("tensor '%s': data_offsets[%zu] is %s, not a non-negative integer"),
+					name, k,
+					value_text(w->s, begin[k], skip_value(w->s, begin[k]), text,
+						   sizeof text));
 	return 0;
 }
 
@@ -528,39 +746,41 @@ static int check_size(struct devcache_model_file *mf, const char *name, const st
 	return 0;
 }
 
-static int add_tensor(struct devcache_model_file *mf, const char *name, struct json_object *entry)
+/* The entry at s[i] for the tensor name (taken over). */
+static int add_tensor(struct st_walk *w, char *name, size_t i)
 {
+	struct devcache_model_file *mf = w->mf;
 	uint64_t data_size = mf->size - mf->data_offset, off[2];
-	const struct st_dtype *dt;
+	const struct st_dtype *dt = NULL;
 	struct mf_tensor tmp, *t;
 	struct st_fields f;
 	int rc;
 
 	memset(&tmp, 0, sizeof tmp);
 	if (strlen(name) > MF_MAX_NAME)
-		return mf_error(mf, _("tensor '%.64s...': the name is longer than %u bytes"), name,
-				MF_MAX_NAME);
-	if ((rc = get_fields(mf, name, entry, &f)) || (rc = get_dtype(mf, name, f.dtype, &dt)) ||
-	    (rc = get_shape(mf, name, f.shape, &tmp)) || (rc = get_offsets(mf, name, f.offsets, off)))
-		return rc;
-	if (off[0] > off[1])
-		return mf_error(mf, _("tensor '%s': data_offsets [%llu, %llu] end before they begin"), name,
-				(unsigned long long)off[0], (unsigned long long)off[1]);
+		rc = mf_error(mf, _("tensor '%.64s...': the name is longer than %u bytes"), name,
+			      MF_MAX_NAME);
+	else if ((rc = get_fields(w, name, i, &f)) || (rc = get_dtype(w, name, f.dtype, &dt)) ||
+		 (rc = get_shape(w, name, f.shape, &tmp)) || (rc = get_offsets(w, name, f.offsets, off)))
+		;
+	else if (off[0] > off[1])
+		rc = mf_error(mf, _("tensor '%s': data_offsets [%llu, %llu] end before they begin"), name,
+			      (unsigned long long)off[0], (unsigned long long)off[1]);
 	/* Checked before the absolute offset is computed, so that it cannot
 	 * overflow. */
-	if (off[1] > data_size)
-		return mf_error(mf, _("tensor '%s': data_offsets [%llu, %llu] run past the end of the file (the data section holds %llu bytes)"),
-				name, (unsigned long long)off[0], (unsigned long long)off[1],
-				(unsigned long long)data_size);
-	if ((rc = check_size(mf, name, dt, &tmp, off)))
+	else if (off[1] > data_size)
+		rc = mf_error(mf, _("tensor '%s': data_offsets [%llu, %llu] run past the end of the file (the data section holds %llu bytes)"),
+			      name, (unsigned long long)off[0], (unsigned long long)off[1],
+			      (unsigned long long)data_size);
+	else
+		rc = check_size(mf, name, dt, &tmp, off);
+	if (rc) {
+		free(name);
 		return rc;
-
-	char *copy = strdup(name);
-	if (!copy)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	}
 	/* mf_add_tensor says only NULL: it fails for the tensor limit
 	 * (a malformed file) or for want of memory. */
-	if (!(t = mf_add_tensor(mf, copy)))
+	if (!(t = mf_add_tensor(mf, name)))
 		return mf->n_tensors >= MF_MAX_TENSORS ? DEVCACHE_EFORMAT : DEVCACHE_ENOMEM;
 	t->dtype = dt->name;
 	t->type = 0;
@@ -571,36 +791,101 @@ static int add_tensor(struct devcache_model_file *mf, const char *name, struct j
 	return 0;
 }
 
-/* __metadata__: string to string, kept in file order as JSON text. */
-static int add_metadata(struct devcache_model_file *mf, struct json_object *meta)
+/* One metadata value: the string at s[i] as JSON text, as json-c writes it. */
+static int meta_value(struct st_walk *w, const char *key, size_t i, char **json_p)
 {
-	if (!json_object_is_type(meta, json_type_object))
-		return mf_error(mf, _("__metadata__ is %s, not an object of strings"), json_kind(meta));
-	json_object_object_foreach(meta, key, val) {
-		if (strlen(key) > MF_MAX_NAME)
-			return mf_error(mf, _("__metadata__ '%.64s...': the key is longer than %u bytes"),
-					key, MF_MAX_NAME);
-		if (!json_object_is_type(val, json_type_string))
-			return mf_error(mf, _("__metadata__ '%s' is %s, not a string"), key,
-					json_kind(val));
+	struct json_object *v;
+	size_t end, len;
+	char *text;
+	bool nul;
+	int rc;
 
-		size_t len;
-		const char *json = json_object_to_json_string_length(
-			val, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
-		if (!json)
-			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-		if (len > MF_MAX_JSON_VALUE)
-			return mf_error(mf, _("__metadata__ '%s': the value is longer than %u bytes"), key,
-					MF_MAX_JSON_VALUE);
-		char *k = strdup(key), *v = strdup(json);
-		if (!k || !v) {
-			free(k);
-			free(v);
-			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	*json_p = NULL;
+	if ((rc = scan_string(&w->sc, i, &end, &text, &len, &nul)))
+		return rc;
+	v = json_object_new_string_len(text, (int)len);
+	free(text);
+	if (!v)
+		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	const char *json = json_object_to_json_string_length(
+		v, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+	if (!json)
+		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	else if (len > MF_MAX_JSON_VALUE)
+		rc = mf_error(w->mf, _("__metadata__ '%s': the value is longer than %u bytes"), key,
+			      MF_MAX_JSON_VALUE);
+	else if (!(*json_p = strdup(json)))
+		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	json_object_put(v);
+	return rc;
+}
+
+/* __metadata__ at s[i]: string to string, kept in file order as JSON text. */
+static int add_metadata(struct st_walk *w, size_t i)
+{
+	const char *s = w->s;
+	bool nul;
+	int rc;
+
+	if (s[i] != '{')
+		return mf_error(w->mf, _("__metadata__ is %s, not an object of strings"),
+				json_kind_at(s + i));
+	for (i = skip_ws(s, i + 1); s[i] == '"'; i = skip_ws(s, i + 1)) {
+		size_t end, len, v;
+		char *key, *json;
+
+		if ((rc = scan_string(&w->sc, i, &end, &key, &len, &nul)))
+			return rc;
+		v = skip_ws(s, skip_ws(s, end + 1) + 1);
+		if (len > MF_MAX_NAME)
+			rc = mf_error(w->mf, _("__metadata__ '%.64s...': the key is longer than %u bytes"),
+				      key, MF_MAX_NAME);
+		else if (s[v] != '"')
+			rc = mf_error(w->mf, _("__metadata__ '%s' is %s, not a string"), key,
+				      json_kind_at(s + v));
+		else if ((rc = meta_value(w, key, v, &json)) == 0) {
+			rc = mf_add_meta(w->mf, key, json); /* takes both over */
+			key = NULL;
 		}
-		int rc = mf_add_meta(mf, k, v);
+		if (rc) {
+			free(key);
+			return rc;
+		}
+		i = skip_ws(s, skip_value(s, v));
+		if (s[i] != ',')
+			break;
+	}
+	return 0;
+}
+
+/* The header object's members in file order: the tensors and __metadata__. */
+static int walk_header(struct devcache_model_file *mf, const char *text, size_t len)
+{
+	struct st_walk w = {.mf = mf, .sc = {.mf = mf, .s = (const unsigned char *)text, .len = len},
+			    .s = text};
+	const char *s = text;
+	size_t i = skip_ws(s, 0);
+	bool nul;
+	int rc;
+
+	for (i = skip_ws(s, i + 1); s[i] == '"'; i = skip_ws(s, i + 1)) {
+		size_t end, n, v;
+		char *key;
+
+		if ((rc = scan_string(&w.sc, i, &end, &key, &n, &nul)))
+			return rc;
+		v = skip_ws(s, skip_ws(s, end + 1) + 1);
+		if (strcmp(key, "__metadata__") == 0) {
+			free(key);
+			rc = add_metadata(&w, v);
+		} else {
+			rc = add_tensor(&w, key, v);
+		}
 		if (rc)
 			return rc;
+		i = skip_ws(s, skip_value(s, v));
+		if (s[i] != ',')
+			break;
 	}
 	return 0;
 }
@@ -716,48 +1001,8 @@ bool mf_json_out_of_memory(int jerr, const char *text, size_t len)
 	       !(len - ws >= 4 && memcmp(text + ws, "null", 4) == 0);
 }
 
-/* json-c, strict, on exactly len bytes; only JSON whitespace may follow
- * the object (the reference pads the header with spaces). */
-static int parse_json(struct devcache_model_file *mf, const char *text, size_t len,
-		      struct json_object **root_p)
-{
-	struct json_tokener *tok = json_tokener_new();
-	struct json_object *root;
-	int rc = 0;
-
-	*root_p = NULL;
-	if (!tok)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-	root = json_tokener_parse_ex(tok, text, (int)len);
-	enum json_tokener_error e = json_tokener_get_error(tok);
-	size_t end = json_tokener_get_parse_end(tok);
-
-	if (!root && mf_json_out_of_memory(e, text, len))
-		rc = err_set(DEVCACHE_ENOMEM, "%s: %s", mf->path, _("out of memory"));
-	else if (!root && e == json_tokener_continue)
-		rc = mf_error(mf, _("the header is not JSON: it ends inside the object (byte %llu)"),
-			      (unsigned long long)at(len));
-	else if (!root)
-		rc = mf_error(mf, _("the header is not JSON: %s at byte %llu"), json_tokener_error_desc(e),
-			      (unsigned long long)at(end));
-	else if (!json_object_is_type(root, json_type_object))
-		rc = mf_error(mf, _("the header is %s, not a JSON object"), json_kind(root));
-	for (; rc == 0 && end < len; end++)
-		if (!strchr(" \t\n\r", text[end]) || !text[end])
-			rc = mf_error(mf, _("the header has more after its JSON object (byte %llu)"),
-				      (unsigned long long)at(end));
-	json_tokener_free(tok);
-	if (rc)
-		json_object_put(root);
-	else
-		*root_p = root;
-	return rc;
-}
-
 int safetensors_parse(struct devcache_model_file *mf)
 {
-	struct json_object *root = NULL;
 	char *text;
 	size_t len = 0, bad;
 	int rc;
@@ -767,25 +1012,11 @@ int safetensors_parse(struct devcache_model_file *mf)
 	if ((rc = read_header(mf, &text, &len)))
 		return rc;
 	mf->data_offset = 8 + (uint64_t)len;
-	if ((bad = mf_utf8_invalid_at((const unsigned char *)text, len)) < len) {
+	if ((bad = mf_utf8_invalid_at((const unsigned char *)text, len)) < len)
 		rc = mf_error(mf, _("the header is not valid UTF-8 (byte %llu)"),
 			      (unsigned long long)at(bad));
-		goto out;
-	}
-	if ((rc = parse_json(mf, text, len, &root)) || (rc = scan_header(mf, text, len)))
-		goto out;
-	/* json-c walks an object in the order its keys came: file order. */
-	json_object_object_foreach(root, key, val) {
-		if (strcmp(key, "__metadata__") == 0)
-			rc = add_metadata(mf, val);
-		else
-			rc = add_tensor(mf, key, val);
-		if (rc)
-			goto out;
-	}
-	rc = check_layout(mf);
-out:
-	json_object_put(root);
+	else if ((rc = scan_header(mf, text, len)) == 0 && (rc = walk_header(mf, text, len)) == 0)
+		rc = check_layout(mf);
 	free(text);
 	return rc;
 }

@@ -633,9 +633,12 @@ static void unknown_dtype(void **state)
 		   "tensor 'w': dtype 'F128' is not one of F64, F32");
 	expect_bad("lower.safetensors", "{" T("w", "f32", "[1]", 0, 4) "}", 4,
 		   "tensor 'w': dtype 'f32' is not one of");
-	/* Not "F32" followed by a NUL. */
+	/* Not "F32" followed by a NUL, and not shown as "F32": the whole
+	 * dtype as the header writes it. */
 	expect_bad("nul-dtype.safetensors", "{" T("w", "F32\\u0000", "[1]", 0, 4) "}", 4,
-		   "tensor 'w': dtype 'F32' is not one of");
+		   "tensor 'w': dtype 'F32\\u0000' is not one of");
+	expect_bad("nul-dtype-u8.safetensors", "{" T("w", "U8\\u0000x", "[1]", 0, 1) "}", 1,
+		   "tensor 'w': dtype 'U8\\u0000x' is not one of");
 }
 
 static void dtype_not_a_string(void **state)
