@@ -113,9 +113,15 @@ size_t mf_utf8_put(uint32_t cp, char *out)
 
 size_t mf_utf8_invalid_at(const unsigned char *s, size_t len)
 {
-	for (size_t i = 0, n; i < len; i += n)
+	for (size_t i = 0, n; i < len; i += n) {
+		/* A header is mostly ASCII. */
+		while (i < len && s[i] < 0x80)
+			i++;
+		if (i == len)
+			break;
 		if (!(n = mf_utf8_seq(s + i, len - i)))
 			return i;
+	}
 	return len;
 }
 
@@ -179,7 +185,11 @@ static int index_names(struct devcache_model_file *mf)
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	for (size_t i = 0; i < mf->n_tensors; i++)
 		mf->by_name[i] = &mf->tensors[i];
-	qsort(mf->by_name, mf->n_tensors, sizeof *mf->by_name, by_name);
+	size_t sorted = 1;
+	while (sorted < mf->n_tensors && by_name(&mf->by_name[sorted - 1], &mf->by_name[sorted]) < 0)
+		sorted++;
+	if (sorted < mf->n_tensors)
+		qsort(mf->by_name, mf->n_tensors, sizeof *mf->by_name, by_name);
 	for (size_t i = 1; i < mf->n_tensors; i++)
 		if (strcmp(mf->by_name[i - 1]->name, mf->by_name[i]->name) == 0)
 			return mf_error(mf, _("two tensors are named '%s'"), mf->by_name[i]->name);

@@ -76,8 +76,11 @@ static uint64_t le64(const unsigned char *p)
 #define ST_MAX_DEPTH 32
 
 struct st_key {
-	char *name;  /* decoded: "\u0061" is "a" */
-	uint64_t at; /* of its opening quote, in the file */
+	const char *name; /* decoded ("\u0061" is "a"), not NUL-terminated: in the
+			   * text when it has no escape, else a copy of its own */
+	size_t len;
+	bool owned;
+	uint64_t at;      /* of its opening quote, in the file */
 };
 
 struct st_keys {
@@ -98,7 +101,8 @@ struct st_scan {
 static void keys_clear(struct st_keys *k)
 {
 	for (size_t i = 0; i < k->n; i++)
-		free(k->v[i].name);
+		if (k->v[i].owned)
+			free((char *)k->v[i].name);
 	k->n = 0;
 }
 
@@ -218,39 +222,48 @@ static int scan_string(const struct st_scan *sc, size_t i, size_t *end, char **o
 	return cut_short(sc);
 }
 
-static int keys_add(struct st_keys *k, char *name, uint64_t pos)
+static int keys_add(struct st_keys *k, const char *name, size_t len, bool owned, uint64_t pos)
 {
 	if (k->n == k->cap) {
 		size_t cap = k->cap ? 2 * k->cap : 16;
 		struct st_key *v = realloc(k->v, cap * sizeof *v);
 
 		if (!v) {
-			free(name);
+			if (owned)
+				free((char *)name);
 			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 		}
 		k->v = v;
 		k->cap = cap;
 	}
-	k->v[k->n++] = (struct st_key){name, pos};
+	k->v[k->n++] = (struct st_key){name, len, owned, pos};
 	return 0;
 }
 
 static int by_key(const void *x, const void *y)
 {
 	const struct st_key *a = x, *b = y;
-	int c = strcmp(a->name, b->name);
+	int c = memcmp(a->name, b->name, a->len < b->len ? a->len : b->len);
 
+	if (!c)
+		c = (a->len > b->len) - (a->len < b->len);
 	return c ? c : (a->at > b->at) - (a->at < b->at);
 }
 
 /* The first key (in sorted order) given twice in one object, or NULL. */
 static const struct st_key *find_twice(struct st_keys *k)
 {
+	size_t sorted = 1;
+
 	if (k->n < 2)
 		return NULL;
-	qsort(k->v, k->n, sizeof *k->v, by_key);
+	while (sorted < k->n && by_key(&k->v[sorted - 1], &k->v[sorted]) < 0)
+		sorted++;
+	if (sorted < k->n)
+		qsort(k->v, k->n, sizeof *k->v, by_key);
 	for (size_t i = 1; i < k->n; i++)
-		if (strcmp(k->v[i - 1].name, k->v[i].name) == 0)
+		if (k->v[i - 1].len == k->v[i].len &&
+		    memcmp(k->v[i - 1].name, k->v[i].name, k->v[i].len) == 0)
 			return &k->v[i - 1];
 	return NULL;
 }
@@ -264,45 +277,59 @@ static int scan_key(struct st_scan *sc, size_t i, size_t *end)
 	bool nul;
 	int rc;
 
-	if (sc->depth > 2)
-		return scan_string(sc, i, end, NULL, NULL, &nul);
-	if ((rc = scan_string(sc, i, end, &name, &len, &nul)))
+	if ((rc = scan_string(sc, i, end, NULL, NULL, &nul)) || sc->depth > 2)
 		return rc;
-	/* Names and keys are C strings from here on. */
-	if (nul) {
-		free(name);
-		return mf_error(sc->mf, _("the key at byte %llu holds a NUL character (\\u0000)"),
-				(unsigned long long)at(i));
+	/* Most keys have no escape: they are their text. */
+	if (!memchr(sc->s + i + 1, '\\', *end - i - 1)) {
+		name = (char *)sc->s + i + 1;
+		len = *end - i - 1;
+	} else if ((rc = scan_string(sc, i, end, &name, &len, &nul))) {
+		return rc;
 	}
-	/* The tensors and __metadata__: a bound on what the scan keeps. */
-	if (sc->depth == 1 && sc->top.n > MF_MAX_TENSORS) {
-		free(name);
+	bool owned = name != (char *)sc->s + i + 1;
+	/* Names and keys are C strings from here on. */
+	if (nul || (sc->depth == 1 && sc->top.n > MF_MAX_TENSORS)) {
+		if (owned)
+			free(name);
+		if (nul)
+			return mf_error(sc->mf, _("the key at byte %llu holds a NUL character (\\u0000)"),
+					(unsigned long long)at(i));
+		/* The tensors and __metadata__: a bound on what the scan keeps. */
 		return mf_error(sc->mf, _("more than %u tensors"), MF_MAX_TENSORS);
 	}
-	return keys_add(sc->depth == 1 ? &sc->top : &sc->inner, name, at(i));
+	return keys_add(sc->depth == 1 ? &sc->top : &sc->inner, name, len, owned, at(i));
 }
 
 /* An object at depth 1 or 2 closes: no key in it may be given twice. */
 static int scan_close(struct st_scan *sc)
 {
-	const struct st_key *k;
+	const struct st_key *k, *owner;
+	char *name = NULL, *o = NULL;
+	int rc = 0;
 
-	if (sc->depth == 1 && (k = find_twice(&sc->top)))
-		return mf_error(sc->mf, _("the header gives '%s' twice (bytes %llu and %llu)"), k->name,
-				(unsigned long long)k[0].at, (unsigned long long)k[1].at);
-	if (sc->depth != 2 || !sc->top.n)
-		return 0;
-	/* The entry belongs to the key read last at depth 1. */
-	const char *owner = sc->top.v[sc->top.n - 1].name;
-	if ((k = find_twice(&sc->inner)) && strcmp(owner, "__metadata__") == 0)
-		return mf_error(sc->mf, _("__metadata__ gives '%s' twice (bytes %llu and %llu)"),
-				k->name, (unsigned long long)k[0].at, (unsigned long long)k[1].at);
-	if (k)
-		return mf_error(sc->mf, _("tensor '%s': field '%s' is given twice (bytes %llu and %llu)"),
-				owner, k->name, (unsigned long long)k[0].at,
-				(unsigned long long)k[1].at);
-	keys_clear(&sc->inner);
-	return 0;
+	if (sc->depth == 1 && (k = find_twice(&sc->top))) {
+		if (!(name = strndup(k->name, k->len)))
+			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		rc = mf_error(sc->mf, _("the header gives '%s' twice (bytes %llu and %llu)"), name,
+			      (unsigned long long)k[0].at, (unsigned long long)k[1].at);
+	} else if (sc->depth == 2 && sc->top.n && (k = find_twice(&sc->inner))) {
+		/* The entry belongs to the key read last at depth 1. */
+		owner = &sc->top.v[sc->top.n - 1];
+		if (!(name = strndup(k->name, k->len)) || !(o = strndup(owner->name, owner->len)))
+			rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		else if (strcmp(o, "__metadata__") == 0)
+			rc = mf_error(sc->mf, _("__metadata__ gives '%s' twice (bytes %llu and %llu)"),
+				      name, (unsigned long long)k[0].at, (unsigned long long)k[1].at);
+		else
+			rc = mf_error(sc->mf, _("tensor '%s': field '%s' is given twice (bytes %llu and %llu)"),
+				      o, name, (unsigned long long)k[0].at,
+				      (unsigned long long)k[1].at);
+	} else if (sc->depth == 2) {
+		keys_clear(&sc->inner);
+	}
+	free(name);
+	free(o);
+	return rc;
 }
 
 static bool digit(unsigned char c)
@@ -726,8 +753,16 @@ static int check_size(struct devcache_model_file *mf, const char *name, const st
 {
 	char shape[DEVCACHE_MAX_DIMS * 22 + 1];
 	uint64_t elements = 1, bits;
+	bool over = false;
 
+	for (unsigned i = 0; i < t->n_dims; i++)
+		over = over || __builtin_mul_overflow(elements, t->shape[i], &elements);
+	over = over || __builtin_mul_overflow(elements, (uint64_t)dt->bits, &bits);
+	if (!over && bits % 8 == 0 && bits / 8 == off[1] - off[0])
+		return 0;
+	/* Only for a message: a million tensors would format a million. */
 	format_shape(shape, sizeof shape, t->shape, t->n_dims);
+	elements = 1;
 	for (unsigned i = 0; i < t->n_dims; i++)
 		if (__builtin_mul_overflow(elements, t->shape[i], &elements))
 			return mf_error(mf, _("tensor '%s': shape [%s] has more than 2^64 - 1 elements"),
@@ -925,7 +960,12 @@ static int check_layout(struct devcache_model_file *mf)
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	for (size_t i = 0; i < mf->n_tensors; i++)
 		v[i] = &mf->tensors[i];
-	qsort(v, mf->n_tensors, sizeof *v, by_offsets);
+	/* Writers mostly list the tensors in the order of their data. */
+	size_t sorted = 1;
+	while (sorted < mf->n_tensors && by_offsets(&v[sorted - 1], &v[sorted]) < 0)
+		sorted++;
+	if (sorted < mf->n_tensors)
+		qsort(v, mf->n_tensors, sizeof *v, by_offsets);
 	for (size_t i = 0; i < mf->n_tensors && rc == 0; i++) {
 		const struct mf_tensor *t = v[i];
 		unsigned long long begin = t->offset - mf->data_offset, end = begin + t->size;

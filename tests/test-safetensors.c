@@ -8,7 +8,10 @@
 #include <devcache.h>
 
 #include <signal.h>
+#include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 TEST_TMPDIR_FIXTURE("safetensors");
@@ -857,6 +860,128 @@ static void name_longer_than_the_limit(void **state)
 	free(header);
 }
 
+
+/* ---- memory in proportion to the header --------------------------------------------------- */
+
+/* Opening path in a child process: its result, and the memory it took
+ * beyond what it started with (its peak resident size less ours at the
+ * fork, which it shares at first). */
+static int open_in_child(const char *path, uint64_t *extra_p)
+{
+	long pages = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	struct rusage ru;
+	int status;
+
+	assert_non_null(f);
+	assert_int_equal(fscanf(f, "%ld %ld", &pages, &resident), 2);
+	fclose(f);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		devcache_model_file_t *mf = NULL;
+		int rc = devcache_model_file_open(path, &mf);
+
+		devcache_model_file_close(mf);
+		_exit(-rc);
+	}
+	assert_int_equal(wait4(pid, &status, 0, &ru), pid);
+	if (!WIFEXITED(status))
+		fail_msg("%s: the child process ended by signal %d", path, WTERMSIG(status));
+	uint64_t peak = (uint64_t)ru.ru_maxrss * 1024,
+		 base = (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+	*extra_p = peak > base ? peak - base : 0;
+	return -WEXITSTATUS(status);
+}
+
+/* At most 64 MiB and 8 bytes a byte of header: json-c's tree of the
+ * header took 260 bytes a byte of "{}" (2.6 GB for 10 MB). */
+static void expect_memory_in_proportion(const char *path, size_t hlen, int want_rc)
+{
+	uint64_t extra, bound = ((uint64_t)64 << 20) + 8 * (uint64_t)hlen;
+	int rc = open_in_child(path, &extra);
+
+	if (rc != want_rc || extra > bound)
+		fail_msg("%s: %d (not %d), %llu MiB beyond the start, more than %llu MiB?", path, rc,
+			 want_rc, (unsigned long long)(extra >> 20), (unsigned long long)(bound >> 20));
+}
+
+/* A header of about n bytes: open, then pre, a counter (to keep keys
+ * distinct, when counted) and post again and again, then close. */
+static char *repeated(size_t n, const char *open, const char *pre, bool counted, const char *post,
+		      const char *close, size_t *len_p)
+{
+	char *h = malloc(n + 64);
+	size_t len = 0;
+
+	assert_non_null(h);
+	len += (size_t)sprintf(h, "%s", open);
+	for (unsigned i = 0; len + strlen(close) + 40 < n; i++)
+		len += counted ? (size_t)sprintf(h + len, "%s%u%s", pre, i, post)
+			       : (size_t)sprintf(h + len, "%s%s", pre, post);
+	len -= h[len - 1] == ','; /* no comma before the close */
+	len += (size_t)sprintf(h + len, "%s", close);
+	*len_p = len;
+	return h;
+}
+
+static void ten_mb_of_empty_objects_take_memory_in_proportion(void **state)
+{
+	size_t len;
+	char *h;
+
+	(void)state;
+	/* Distinct keys, each an empty entry: the scan keeps every key. */
+	h = repeated(10 << 20, "{", "\"k", true, "\":{},", "}", &len);
+	expect_memory_in_proportion(write_st_n("braces.safetensors", h, len, 0), len,
+				    DEVCACHE_EFORMAT);
+	expect_bad_file(path_of("braces.safetensors"), "tensor 'k0': field 'dtype' is missing");
+	free(h);
+	/* One entry of empty arrays and objects. */
+	h = repeated(10 << 20, "{\"w\":[", "[],{},", false, "", "]}", &len);
+	expect_memory_in_proportion(write_st_n("arrays.safetensors", h, len, 0), len,
+				    DEVCACHE_EFORMAT);
+	expect_bad_file(path_of("arrays.safetensors"), "tensor 'w': the entry is an array");
+	free(h);
+}
+
+static void many_tensors_take_memory_in_proportion(void **state)
+{
+	const unsigned n = 100000;
+	char *h = malloc((size_t)n * 100 + 16);
+	size_t len = 0;
+
+	(void)state;
+	assert_non_null(h);
+	h[len++] = '{';
+	for (unsigned i = 0; i < n; i++)
+		len += (size_t)sprintf(h + len, "%s\"model.layers.%u.weight\":{\"dtype\":\"U8\","
+					"\"shape\":[1],\"data_offsets\":[%u,%u]}",
+				       i ? "," : "", i, i, i + 1);
+	h[len++] = '}';
+	const char *path = write_st_n("many.safetensors", h, len, n);
+	expect_memory_in_proportion(path, len, 0);
+	devcache_model_file_t *mf = open_ok(path);
+	devcache_tensor_info_t t;
+	assert_int_equal(devcache_model_file_tensor_count(mf), n);
+	assert_int_equal(devcache_model_file_find(mf, "model.layers.99999.weight", &t), 0);
+	assert_int_equal(t.offset, devcache_model_file_data_offset(mf) + 99999);
+	devcache_model_file_close(mf);
+	free(h);
+}
+
+/* More keys than a header may have tensors stop the scan there. */
+static void more_keys_than_tensors_are_refused(void **state)
+{
+	size_t len;
+	char *h;
+
+	(void)state;
+	h = repeated(14 << 20, "{", "\"", true, "\":0,", "}", &len);
+	expect_bad_file(write_st_n("keys.safetensors", h, len, 0), "more than 1048576 tensors");
+	free(h);
+}
+
 /* Every byte of a valid file changed in turn to each of a few telling
  * values, and every length it could be cut to: the reader answers each
  * with success or a malformed-file error, never anything worse. */
@@ -929,6 +1054,9 @@ int main(void)
 		cmocka_unit_test(json_cut_short),
 		cmocka_unit_test(trailing_garbage_after_the_object),
 		cmocka_unit_test(deep_nesting_is_refused),
+		cmocka_unit_test(ten_mb_of_empty_objects_take_memory_in_proportion),
+		cmocka_unit_test(many_tensors_take_memory_in_proportion),
+		cmocka_unit_test(more_keys_than_tensors_are_refused),
 		cmocka_unit_test(single_quotes_are_refused),
 		cmocka_unit_test(nan_and_infinity_are_refused),
 		cmocka_unit_test(control_character_in_a_string_is_refused),
