@@ -238,8 +238,10 @@ int mf_open_file(const char *path, struct devcache_model_file **mf_p)
 		int e = errno;
 
 		devcache_model_file_close(mf);
-		return err_set(e == ENOENT ? DEVCACHE_ENOENT : DEVCACHE_EIO, _("%s: cannot open: %s"),
-			       path, strerror(e));
+		rc = err_set(e == ENOENT ? DEVCACHE_ENOENT : DEVCACHE_EIO, _("%s: cannot open: %s"),
+			     path, strerror(e));
+		errno = e; /* for a set's message: EMFILE */
+		return rc;
 	}
 	if (!S_ISREG(st.st_mode)) {
 		devcache_model_file_close(mf);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -61,6 +62,11 @@ static char *dir_of(const char *path)
 int mf_oom(void)
 {
 	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+}
+
+int mf_by_string(const void *x, const void *y)
+{
+	return strcmp(*(const char *const *)x, *(const char *const *)y);
 }
 
 /* ---- the set ------------------------------------------------------------------ */
@@ -148,31 +154,142 @@ void mf_sum_parts(struct devcache_model_file *set)
 		set->size += set->parts[p]->size;
 }
 
-/* A copy of a metadata pair into the set, unless the key is there. */
 static int copy_meta(struct devcache_model_file *set, const char *key, const char *value)
 {
-	char *k, *v;
+	char *k = strdup(key), *v = strdup(value);
 
-	for (size_t i = 0; i < set->n_meta; i++)
-		if (strcmp(set->meta[i].key, key) == 0)
-			return 0;
-	if (!(k = strdup(key)) || !(v = strdup(value))) {
+	if (!k || !v) {
 		free(k);
+		free(v);
 		return mf_oom();
 	}
 	return mf_add_meta(set, k, v);
 }
 
+/* The part's keys are distinct (its reader refuses a key given twice);
+ * the set's are looked up sorted, so that a set of a million keys costs
+ * n log n, not n^2. */
 int mf_copy_part_meta(struct devcache_model_file *set, const struct devcache_model_file *part)
 {
+	size_t n = set->n_meta;
+	const char **have = malloc((n ? n : 1) * sizeof *have);
 	int rc = 0;
 
-	for (size_t i = 0; rc == 0 && i < part->n_meta; i++)
-		rc = copy_meta(set, part->meta[i].key, part->meta[i].value);
+	if (!have)
+		return mf_oom();
+	for (size_t i = 0; i < n; i++)
+		have[i] = set->meta[i].key;
+	qsort(have, n, sizeof *have, mf_by_string);
+	for (size_t i = 0; rc == 0 && i < part->n_meta; i++) {
+		const char *key = part->meta[i].key;
+
+		if (!bsearch(&key, have, n, sizeof *have, mf_by_string))
+			rc = copy_meta(set, key, part->meta[i].value);
+	}
+	free(have);
 	return rc;
 }
 
 /* ---- Hugging Face shards: NAME.safetensors.index.json ----------------------------- */
+
+/*
+ * Before json-c builds its tree of an index, one pass over the text
+ * bounds what the tree will cost: json-c's objects cost about 800 bytes
+ * each, its arrays 150, its other values and keys about 100, so that
+ * 10 MB of "{}" would need 2.6 GB.  A real index (tensor names mapped to
+ * file names) needs about 3.5 bytes a byte of its text; the pass refuses
+ * one that would need more than 64 MiB and 8 bytes a byte.  It also
+ * refuses what json-c would change without a word: a key that holds
+ * U+0000 (json-c cuts it there) and an integer past 2^64 - 1 (json-c
+ * clamps it).  The text is not yet known to be JSON: the pass only tells
+ * strings from the rest, and json-c judges the grammar after it.
+ */
+#define INDEX_BUDGET_BASE ((uint64_t)64 << 20)
+#define INDEX_BUDGET_PER_BYTE 8
+
+struct index_counts {
+	uint64_t objects, arrays, values;
+};
+
+/* The string whose opening quote is at s[i]: the index of its closing
+ * quote (or len), and whether it holds a \u0000. */
+static size_t index_string(const char *s, size_t len, size_t i, bool *nul)
+{
+	*nul = false;
+	for (i++; i < len && s[i] != '"'; i++)
+		if (s[i] == '\\' && i + 1 < len) {
+			if (s[++i] == 'u' && len - i > 4 && memcmp(s + i + 1, "0000", 4) == 0)
+				*nul = true;
+		}
+	return i;
+}
+
+static int index_number(const struct devcache_model_file *probe, const char *s, size_t len,
+			size_t *i)
+{
+	size_t b = *i, e = b;
+	bool integer = b == 0 || s[b - 1] != '-';
+
+	while (e < len && s[e] >= '0' && s[e] <= '9')
+		e++;
+	size_t digits = e - b;
+	for (; e < len && s[e] && strchr("0123456789.eE+-", s[e]); e++)
+		integer = integer && s[e] != '.' && s[e] != 'e' && s[e] != 'E';
+	*i = e - 1;
+	if (integer && (digits > 20 || (digits == 20 && memcmp(s + b, "18446744073709551615", 20) > 0)))
+		return mf_error(probe, _("the number %.*s%s at byte %llu is larger than 2^64 - 1"),
+				(int)(digits < 64 ? digits : 64), s + b, digits > 64 ? "..." : "",
+				(unsigned long long)b);
+	return 0;
+}
+
+static int index_precheck(const struct devcache_model_file *probe, const char *s, size_t len)
+{
+	struct index_counts c = {0, 0, 0};
+	bool nul;
+	int rc;
+
+	for (size_t i = 0; i < len; i++) {
+		switch (s[i]) {
+		case '"': {
+			size_t b = i, k;
+
+			i = index_string(s, len, i, &nul);
+			for (k = i + 1; k < len && strchr(" \t\n\r", s[k]) && s[k]; k++)
+				;
+			if (nul && k < len && s[k] == ':')
+				return mf_error(probe, _("the key at byte %llu holds a NUL character (\\u0000)"),
+						(unsigned long long)b);
+			c.values++;
+			break;
+		}
+		case '{':
+			c.objects++;
+			break;
+		case '[':
+			c.arrays++;
+			break;
+		case '0': case '1': case '2': case '3': case '4':
+		case '5': case '6': case '7': case '8': case '9':
+			if ((rc = index_number(probe, s, len, &i)))
+				return rc;
+			/* fall through */
+		case 't': case 'f': case 'n':
+			c.values++;
+			break;
+		}
+	}
+	uint64_t need = c.objects * 800 + c.arrays * 150 + c.values * 100;
+	uint64_t budget = INDEX_BUDGET_BASE + INDEX_BUDGET_PER_BYTE * (uint64_t)len;
+	if (need > budget)
+		return mf_error(probe, _("%llu objects, %llu arrays and %llu other values in %llu bytes: "
+					 "reading them would take about %llu MiB, more than the %llu MiB "
+					 "the reader allows a file of this size"),
+				(unsigned long long)c.objects, (unsigned long long)c.arrays,
+				(unsigned long long)c.values, (unsigned long long)len,
+				(unsigned long long)(need >> 20), (unsigned long long)(budget >> 20));
+	return 0;
+}
 
 int mf_read_index(const char *path, struct json_object **root_p)
 {
@@ -204,7 +321,8 @@ int mf_read_index(const char *path, struct json_object **root_p)
 			      (unsigned long long)probe.size, MAX_INDEX_BYTES);
 	else if (!(text = malloc((size_t)probe.size + 1)) || !(tok = json_tokener_new()))
 		rc = mf_oom();
-	else if ((rc = mf_read(&probe, text, (size_t)probe.size, 0, _("the index"))) == 0) {
+	else if ((rc = mf_read(&probe, text, (size_t)probe.size, 0, _("the index"))) == 0 &&
+		 (rc = index_precheck(&probe, text, (size_t)probe.size)) == 0) {
 		json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
 		root = json_tokener_parse_ex(tok, text, (int)probe.size);
 		enum json_tokener_error jerr = json_tokener_get_error(tok);
@@ -236,17 +354,25 @@ int mf_read_index(const char *path, struct json_object **root_p)
 static int weight_map(const char *path, struct json_object *root, struct json_object **map_p)
 {
 	struct devcache_model_file probe = {.path = (char *)path};
-	struct json_object *map;
+	struct json_object *map, *meta;
 
 	if (!json_object_object_get_ex(root, "weight_map", &map) ||
 	    !json_object_is_type(map, json_type_object))
 		return mf_error(&probe, _("not a safetensors index: it has no \"weight_map\" object"));
+	if (json_object_object_get_ex(root, "metadata", &meta) &&
+	    !json_object_is_type(meta, json_type_object))
+		return mf_error(&probe, _("the index's \"metadata\" is not an object"));
 	json_object_object_foreach(map, name, v) {
 		const char *file = json_object_is_type(v, json_type_string) ? json_object_get_string(v)
 									     : NULL;
 
 		if (!file || !*file)
 			return mf_error(&probe, _("weight_map: tensor '%s' is not mapped to a file name"),
+					name);
+		/* json-c keeps the whole string; a C string would end early. */
+		if (strlen(file) != (size_t)json_object_get_string_len(v))
+			return mf_error(&probe, _("weight_map: tensor '%s' is mapped to a file name that "
+						  "holds a NUL character (\\u0000)"),
 					name);
 		if (strchr(file, '/') || strcmp(file, "..") == 0 || strcmp(file, ".") == 0)
 			return mf_error(&probe, _("weight_map: tensor '%s' is mapped to '%s', which is "
@@ -255,11 +381,6 @@ static int weight_map(const char *path, struct json_object *root, struct json_ob
 	}
 	*map_p = map;
 	return 0;
-}
-
-int mf_by_string(const void *x, const void *y)
-{
-	return strcmp(*(const char *const *)x, *(const char *const *)y);
 }
 
 /* The distinct shard file names of a weight_map, sorted: the shard order. */
@@ -283,7 +404,23 @@ static int shard_names(struct json_object *map, const char ***names_p, size_t *n
 	return 0;
 }
 
-static int open_shard(const char *index, const char *dir, const char *name,
+/* Each shard holds a descriptor while the model is open (mf_open_file):
+ * a set of more shards than the process may open says so, and names the
+ * limit and the index. */
+static int too_many_files(const char *index, const char *name, size_t i, size_t n, int e)
+{
+	struct rlimit rl;
+	char limit[32] = "?";
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		snprintf(limit, sizeof limit, "%llu", (unsigned long long)rl.rlim_cur);
+	return err_set(DEVCACHE_EIO, _("%s: cannot open shard %zu of %zu (%s): %s; an open model "
+				       "holds one file descriptor for each shard, and this process may "
+				       "hold %s (RLIMIT_NOFILE, ulimit -n)"),
+		       index, i + 1, n, name, strerror(e), limit);
+}
+
+static int open_shard(const char *index, const char *dir, const char *name, size_t i, size_t n,
 		      struct devcache_model_file **mf_p)
 {
 	char *path = mf_join(dir, name);
@@ -292,7 +429,9 @@ static int open_shard(const char *index, const char *dir, const char *name,
 	if (!path)
 		return mf_oom();
 	rc = mf_open_file(path, mf_p);
-	if (rc == DEVCACHE_ENOENT) {
+	if (rc == DEVCACHE_EIO && (errno == EMFILE || errno == ENFILE))
+		rc = too_many_files(index, name, i, n, errno);
+	else if (rc == DEVCACHE_ENOENT) {
 		char why[1024]; /* err_set() overwrites the last error */
 
 		snprintf(why, sizeof why, "%s", devcache_last_error());
@@ -335,10 +474,9 @@ static int check_index(struct devcache_model_file *set, struct json_object *root
 	 * shard that holds it, and not as missing from the map's. */
 	json_object_object_foreach(map, name, v) {
 		const char *file = json_object_get_string(v);
-		size_t p = 0;
+		const char **at = bsearch(&file, names, set->n_parts, sizeof *names, mf_by_string);
+		size_t p = (size_t)(at - names); /* every file of the map is a shard */
 
-		while (strcmp(names[p], file) != 0)
-			p++;
 		if (mf_index(set->parts[p], name) < 0)
 			return mf_error(set, _("tensor '%s' is not in %s, where the weight_map puts it"),
 					name, set->parts[p]->path);
@@ -368,11 +506,12 @@ static int index_meta(struct devcache_model_file *set, struct json_object *root)
 	    json_object_is_type(meta, json_type_object)) {
 		json_object_object_foreach(meta, key, v) {
 			/* As the shards' __metadata__ reads: "org/model", not "org\/model". */
-			if ((rc = copy_meta(set, key,
-					    json_object_to_json_string_ext(
-						    v, JSON_C_TO_STRING_PLAIN |
-							       JSON_C_TO_STRING_NOSLASHESCAPE))))
-				return rc;
+			const char *json = json_object_to_json_string_ext(
+				v, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+
+			/* json-c's keys are distinct: nothing to look up. */
+			if (!json || (rc = copy_meta(set, key, json)))
+				return json ? rc : mf_oom();
 		}
 	}
 	return set->n_parts ? mf_copy_part_meta(set, set->parts[0]) : 0;
@@ -401,7 +540,7 @@ static int open_index(const char *path, struct devcache_model_file **set_p)
 	for (size_t i = 0; i < n; i++) {
 		struct devcache_model_file *part;
 
-		if ((rc = open_shard(path, dir, names[i], &part)) || (rc = mf_add_part(set, part)))
+		if ((rc = open_shard(path, dir, names[i], i, n, &part)) || (rc = mf_add_part(set, part)))
 			goto out;
 	}
 	mf_sum_parts(set);

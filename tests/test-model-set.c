@@ -2,11 +2,14 @@
 /* test-model-set.c - models of several files: Hugging Face shards with an index, opened as one model, and each way an index and its shards can disagree. */
 #include "tap.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <devcache.h>
@@ -331,6 +334,151 @@ static void an_index_over_its_size_limit_is_refused(void **state)
 		NULL);
 }
 
+/* json-c cuts a key at U+0000 and a C string ends there: "a\u0000b"
+ * passed for "a". */
+static void a_nul_in_a_weight_map_key_or_file_is_refused(void **state)
+{
+	static const struct mw_tensor t[] = {{"a", 10, 0}};
+	char idx[512];
+
+	(void)state;
+	mw_sharded(dir, "m", t, 1, 1, 3, 0, NULL, 0);
+	path_of(idx, sizeof idx, "m.safetensors.index.json");
+	mw_text(idx, "{\"weight_map\": {\"a\\u0000b\": \"m-00001-of-00001.safetensors\"}}");
+	refused(idx, DEVCACHE_EFORMAT, idx, "the key at byte 16 holds a NUL character (\\u0000)", NULL);
+	mw_text(idx, "{\"weight_map\": {\"a\": \"m-00001-of-00001.safetensors\\u0000x\"}}");
+	refused(idx, DEVCACHE_EFORMAT, idx,
+		"weight_map: tensor 'a' is mapped to a file name that holds a NUL character", NULL);
+	/* The same escape in a value elsewhere is text like any other. */
+	mw_text(idx, "{\"metadata\": {\"note\": \"x\\u0000y\"}, "
+		     "\"weight_map\": {\"a\": \"m-00001-of-00001.safetensors\"}}");
+	devcache_model_file_close(opened(idx));
+}
+
+/* json-c clamps an integer past 2^64 - 1: the message said 18446744073709551615. */
+static void a_total_size_past_2_64_is_refused_with_its_digits(void **state)
+{
+	static const struct mw_tensor t[] = {{"a", 10, 0}};
+	char idx[512];
+
+	(void)state;
+	mw_sharded(dir, "m", t, 1, 1, 3, 0, NULL, 0);
+	path_of(idx, sizeof idx, "m.safetensors.index.json");
+	mw_text(idx, "{\"metadata\": {\"total_size\": 18446744073709551620}, "
+		     "\"weight_map\": {\"a\": \"m-00001-of-00001.safetensors\"}}");
+	refused(idx, DEVCACHE_EFORMAT, idx,
+		"the number 18446744073709551620 at byte 28 is larger than 2^64 - 1", NULL);
+	/* An exponent is not an integer's digits. */
+	mw_text(idx, "{\"metadata\": {\"total_size\": 1e999999999999999999999}, "
+		     "\"weight_map\": {\"a\": \"m-00001-of-00001.safetensors\"}}");
+	refused(idx, DEVCACHE_EFORMAT, idx, "metadata.total_size is", NULL);
+	mw_text(idx, "{\"metadata\": [10], "
+		     "\"weight_map\": {\"a\": \"m-00001-of-00001.safetensors\"}}");
+	refused(idx, DEVCACHE_EFORMAT, idx, "the index's \"metadata\" is not an object", NULL);
+}
+
+/* Opening path in a child process: its result, and the memory it took
+ * beyond what it started with (its peak resident size less ours at the
+ * fork, which it shares at first).  nofile: its RLIMIT_NOFILE, or 0. */
+static int open_in_child(const char *path, rlim_t nofile, uint64_t *extra_p, char *msg, size_t size)
+{
+	long pages = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	struct rusage ru;
+	int status, fds[2];
+
+	assert_non_null(f);
+	assert_int_equal(fscanf(f, "%ld %ld", &pages, &resident), 2);
+	fclose(f);
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit rl = {nofile, nofile};
+		devcache_model_file_t *mf = NULL;
+
+		close(fds[0]);
+		if (nofile && setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			_exit(99);
+		int rc = devcache_model_file_open(path, &mf);
+		devcache_model_file_close(mf);
+		if (write(fds[1], devcache_last_error(), strlen(devcache_last_error())) < 0)
+			_exit(98);
+		_exit(-rc);
+	}
+	close(fds[1]);
+	ssize_t got = read(fds[0], msg, size - 1);
+	msg[got > 0 ? got : 0] = '\0';
+	close(fds[0]);
+	assert_int_equal(wait4(pid, &status, 0, &ru), pid);
+	if (!WIFEXITED(status))
+		fail_msg("%s: the child process ended by signal %d", path, WTERMSIG(status));
+	uint64_t peak = (uint64_t)ru.ru_maxrss * 1024,
+		 base = (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+	*extra_p = peak > base ? peak - base : 0;
+	return -WEXITSTATUS(status);
+}
+
+/* json-c's tree of 10 MB of "{}" took 2.6 GB; the bound is 64 MiB and 8
+ * bytes a byte of the index. */
+static void a_ten_mb_index_of_empty_objects_is_refused_in_proportion(void **state)
+{
+	const size_t n = 10 << 20;
+	char idx[512], msg[1024];
+	char *text = malloc(n + 64);
+	size_t len = 0;
+	uint64_t extra;
+
+	(void)state;
+	assert_non_null(text);
+	len += (size_t)sprintf(text, "{\"weight_map\": {");
+	for (unsigned i = 0; len < n; i++)
+		len += (size_t)sprintf(text + len, "%s\"%u\":{}", i ? "," : "", i);
+	len += (size_t)sprintf(text + len, "}}");
+	path_of(idx, sizeof idx, "big.safetensors.index.json");
+	mw_text(idx, text);
+	free(text);
+	int rc = open_in_child(idx, 0, &extra, msg, sizeof msg);
+	if (rc != DEVCACHE_EFORMAT || extra > ((uint64_t)64 << 20) + 8 * (uint64_t)len)
+		fail_msg("%d, %llu MiB beyond the start: %s", rc, (unsigned long long)(extra >> 20), msg);
+	assert_contains(msg, idx);
+	assert_contains(msg, "objects, ");
+	assert_contains(msg, "the reader allows a file of this size");
+}
+
+/* Each shard holds a descriptor while the model is open: past the limit
+ * the message names the index and the limit, and the shards are found by
+ * a search, not one by one (15,000 shards took 22 s). */
+static void many_shards_and_the_descriptor_limit(void **state)
+{
+	enum { N = 300 };
+	static char names[N][32];
+	static struct mw_tensor t[N];
+	char idx[512], msg[1024];
+	devcache_tensor_info_t info;
+	uint64_t extra;
+
+	(void)state;
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(names[i], sizeof names[i], "w%u", i);
+		/* The map names the shards in reverse order. */
+		t[i] = (struct mw_tensor){names[i], 1 + i % 7, N - 1 - i};
+	}
+	mw_sharded(dir, "m", t, N, N, 5, 0, idx, sizeof idx);
+	devcache_model_file_t *mf = opened(idx);
+	assert_int_equal(devcache_model_file_shard_count(mf), N);
+	assert_int_equal(devcache_model_file_find(mf, "w0", &info), 0);
+	assert_int_equal(info.shard, N - 1);
+	devcache_model_file_close(mf);
+	int rc = open_in_child(idx, 64, &extra, msg, sizeof msg);
+	if (rc != DEVCACHE_EIO)
+		fail_msg("%d: %s", rc, msg);
+	assert_contains(msg, idx);
+	assert_contains(msg, "of 300");
+	assert_contains(msg, "this process may hold 64 (RLIMIT_NOFILE");
+	assert_contains(msg, strerror(EMFILE));
+}
+
 #define T(f) TMPDIR_TEST(f)
 
 int main(void)
@@ -351,6 +499,10 @@ int main(void)
 		T(a_weight_map_outside_the_folder_is_refused),
 		T(a_json_file_that_is_not_json_is_refused),
 		T(an_index_over_its_size_limit_is_refused),
+		T(a_nul_in_a_weight_map_key_or_file_is_refused),
+		T(a_total_size_past_2_64_is_refused_with_its_digits),
+		T(a_ten_mb_index_of_empty_objects_is_refused_in_proportion),
+		T(many_shards_and_the_descriptor_limit),
 	};
 
 	return RUN_TAP(tests);
