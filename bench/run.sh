@@ -61,6 +61,8 @@ rm -f "$log.fail" "$log.out" "$log.rc"
 	echo
 	run "$b/loadbench" -d "$b"
 	echo
+	run "$b/headerbench" -d "$b"
+	echo
 	run sh "`dirname "$0"`/soak.sh" "$1"
 	echo
 	echo "== Targets"
