@@ -180,10 +180,11 @@ static int index_names(struct devcache_model_file *mf)
 {
 	if (!mf->n_tensors)
 		return 0;
-	mf->by_name = malloc(mf->n_tensors * sizeof *mf->by_name);
-	if (!mf->by_name)
+	/* The safetensors reader has made it, sorted. */
+	bool made = mf->by_name != NULL;
+	if (!made && !(mf->by_name = malloc(mf->n_tensors * sizeof *mf->by_name)))
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-	for (size_t i = 0; i < mf->n_tensors; i++)
+	for (size_t i = 0; !made && i < mf->n_tensors; i++)
 		mf->by_name[i] = &mf->tensors[i];
 	size_t sorted = 1;
 	while (sorted < mf->n_tensors && by_name(&mf->by_name[sorted - 1], &mf->by_name[sorted]) < 0)
