@@ -94,6 +94,10 @@ char *mf_join(const char *dir, const char *name);
 int mf_oom(void);
 /* qsort()'s comparison of two strings (const char *). */
 int mf_by_string(const void *x, const void *y);
+/* Each shard holds a descriptor while the model is open (mf_open_file):
+ * opening shard i (0-based) of n, name, of the set whose file is index
+ * failed with e, EMFILE or ENFILE; the error names the limit and the set. */
+int mf_too_many_files(const char *index, const char *name, size_t i, size_t n, int e);
 /* A new, empty set named path. */
 int mf_new_set(const char *path, struct devcache_model_file **set_p);
 /* Append a part (taken over: closed on failure). */

@@ -404,10 +404,7 @@ static int shard_names(struct json_object *map, const char ***names_p, size_t *n
 	return 0;
 }
 
-/* Each shard holds a descriptor while the model is open (mf_open_file):
- * a set of more shards than the process may open says so, and names the
- * limit and the index. */
-static int too_many_files(const char *index, const char *name, size_t i, size_t n, int e)
+int mf_too_many_files(const char *index, const char *name, size_t i, size_t n, int e)
 {
 	struct rlimit rl;
 	char limit[32] = "?";
@@ -430,7 +427,7 @@ static int open_shard(const char *index, const char *dir, const char *name, size
 		return mf_oom();
 	rc = mf_open_file(path, mf_p);
 	if (rc == DEVCACHE_EIO && (errno == EMFILE || errno == ENFILE))
-		rc = too_many_files(index, name, i, n, errno);
+		rc = mf_too_many_files(index, name, i, n, errno);
 	else if (rc == DEVCACHE_ENOENT) {
 		char why[1024]; /* err_set() overwrites the last error */
 

@@ -114,7 +114,9 @@ static int open_split(struct devcache_model_file *mf, unsigned long long count,
 			part = mf;
 			mf = NULL;
 		} else if ((rc = mf_open_file(path, &part))) {
-			if (rc == DEVCACHE_ENOENT) {
+			if (rc == DEVCACHE_EIO && (errno == EMFILE || errno == ENFILE)) {
+				rc = mf_too_many_files(set->path, path, k, count, errno);
+			} else if (rc == DEVCACHE_ENOENT) {
 				char why[1024]; /* err_set() overwrites the last error */
 
 				snprintf(why, sizeof why, "%s", devcache_last_error());

@@ -2,11 +2,14 @@
 /* test-model-split.c - GGUF splits: a model in files named PREFIX-NNNNN-of-MMMMM.gguf, opened the same by any shard, and each split key or name that can be wrong. */
 #include "tap.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <devcache.h>
@@ -362,12 +365,61 @@ static void split_keys_in_a_name_without_the_pattern_are_refused(void **state)
 	refused(path, DEVCACHE_EFORMAT, path, "split.count is 3, but the name says shard 1 of 2", NULL);
 }
 
+/* Each shard holds a descriptor while the model is open: past the limit
+ * the message names the split and the limit (it said only "Too many open
+ * files" of one shard's path). */
+static void a_split_past_the_descriptor_limit_names_it(void **state)
+{
+	enum { N = 100 };
+	static char names[N][32];
+	static struct mw_tensor t[N];
+	char first[512], msg[1024];
+	int status, fds[2];
+
+	(void)state;
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(names[i], sizeof names[i], "w%u", i);
+		t[i] = (struct mw_tensor){names[i], 1 + i % 5, i};
+	}
+	mw_gguf_split(dir, "many", t, N, N, 5, 0, first, sizeof first);
+	devcache_model_file_close(opened(first));
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit rl = {32, 32};
+		devcache_model_file_t *mf = NULL;
+
+		close(fds[0]);
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			_exit(99);
+		int rc = devcache_model_file_open(first, &mf);
+		devcache_model_file_close(mf);
+		if (write(fds[1], devcache_last_error(), strlen(devcache_last_error())) < 0)
+			_exit(98);
+		_exit(-rc);
+	}
+	close(fds[1]);
+	ssize_t got = read(fds[0], msg, sizeof msg - 1);
+	msg[got > 0 ? got : 0] = '\0';
+	close(fds[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	if (-WEXITSTATUS(status) != DEVCACHE_EIO)
+		fail_msg("%d: %s", -WEXITSTATUS(status), msg);
+	assert_contains(msg, first);
+	assert_contains(msg, "of 100");
+	assert_contains(msg, "this process may hold 32 (RLIMIT_NOFILE");
+	assert_contains(msg, strerror(EMFILE));
+}
+
 #define T(f) TMPDIR_TEST(f)
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(a_gguf_split_opens_the_same_by_any_shard),
+		T(a_split_past_the_descriptor_limit_names_it),
 		T(a_gguf_split_may_hold_only_metadata_in_its_first_shard),
 		T(a_gguf_split_has_its_first_shards_metadata),
 		T(a_gguf_of_one_is_a_single_file),
