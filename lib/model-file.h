@@ -4,6 +4,7 @@
 #define DEVCACHE_MODEL_FILE_H
 
 #include "internal.h"
+#include "utf8.h" /* mf_utf8_seq() and mf_utf8_put() for the parsers */
 
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -146,14 +147,6 @@ void mf_tensor_info(const struct mf_tensor *t, devcache_tensor_info_t *info);
  * (its enum json_tokener_error): whether it ran out of memory, rather than
  * found the text malformed or JSON's null (safetensors.c). */
 bool mf_json_out_of_memory(int jerr, const char *text, size_t len);
-/* UTF-8 as RFC 3629 has it (no overlong forms, surrogates or code points
- * past U+10FFFF): the length of the sequence at s (1 to 4) or 0 if the
- * bytes there are not one; and where the first such place in s is, or len. */
-size_t mf_utf8_seq(const unsigned char *s, size_t n);
-size_t mf_utf8_invalid_at(const unsigned char *s, size_t len);
-/* Write code point cp (at most U+10FFFF, no surrogate) to out as UTF-8;
- * return how many bytes (1 to 4). */
-size_t mf_utf8_put(uint32_t cp, char *out);
 /* The index of the tensor of that name, or -1. */
 long mf_index(const struct devcache_model_file *mf, const char *name);
 

@@ -86,33 +86,15 @@ void tool_wrap(FILE *out, size_t first_width, size_t indent, const char *text)
 	putc('\n', out);
 }
 
-/* One UTF-8 character at s (RFC 3629: no overlong forms, surrogates or code
- * points past U+10FFFF): its length, or 0 if it is not one. */
-static size_t utf8_char(const unsigned char *s)
-{
-	unsigned c = s[0];
-	size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
-
-	if (c < 0x80)
-		return 1;
-	for (size_t i = 1; i < n; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) ||
-	    (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f))
-		return 0;
-	return n;
-}
-
 char *tool_utf8_clean(const char *text)
 {
-	const unsigned char *s = (const unsigned char *)text;
-	char *out = malloc(3 * strlen(text) + 1), *p = out;
+	const unsigned char *s = (const unsigned char *)text, *end = s + strlen(text);
+	char *out = malloc(3 * (size_t)(end - s) + 1), *p = out;
 
 	if (!out)
 		return NULL;
-	while (*s) {
-		size_t n = utf8_char(s);
+	while (s < end) {
+		size_t n = mf_utf8_seq(s, (size_t)(end - s));
 
 		if (n) {
 			memcpy(p, s, n);

@@ -11,6 +11,7 @@
 #include <devcache.h>
 
 #include "../lib/bytes.h" /* format_bytes(), built into the tool too */
+#include "../lib/utf8.h"  /* likewise */
 
 #if ENABLE_NLS
 #include <libintl.h>
