@@ -26,10 +26,19 @@ const char *i18n_ngettext(const char *one, const char *many, unsigned long n)
 #endif
 
 /* ---- errors ------------------------------------------------------------- */
-/* Set this thread's detail message and return code. */
+/* Set this thread's detail message and return code.  Every string
+ * argument is shown safely (utf8_show) and bounded so that the format's own
+ * words survive whatever names are put in (the note in error.c). */
 int err_set(int code, const char *fmt, ...) DEVCACHE_PRINTF(2, 3);
 int err_setv(int code, const char *fmt, va_list ap) DEVCACHE_PRINTF(2, 0);
 void err_clear(void);
+/* Format as err_set does, into buf[size] (size > 0), for a message that a
+ * later err_set quotes ("%s: %s", path, why); returns its length.  Use
+ * these, not snprintf, for any text that carries a name from input. */
+size_t err_format(char *buf, size_t size, const char *fmt, ...) DEVCACHE_PRINTF(3, 4);
+size_t err_vformat(char *buf, size_t size, const char *fmt, va_list ap) DEVCACHE_PRINTF(3, 0);
+/* Likewise for the log: shown safely, only the whole bounded. */
+size_t msg_vformat(char *buf, size_t size, const char *fmt, va_list ap) DEVCACHE_PRINTF(3, 0);
 
 /* ---- logging ------------------------------------------------------------ */
 struct log_entry {

@@ -76,7 +76,7 @@ void log_msgv(struct log_state *log, enum devcache_log_level level, const char *
 	if (!__atomic_load_n(&log->deferring, __ATOMIC_ACQUIRE) &&
 	    (int)level > __atomic_load_n(&log->level, __ATOMIC_RELAXED))
 		return;
-	vsnprintf(text, sizeof text, fmt, ap);
+	msg_vformat(text, sizeof text, fmt, ap); /* names from input shown safely */
 	pthread_mutex_lock(&log->lock);
 	if (!log->deferring || !defer(log, level, text))
 		log->fn(log->user, level, text);

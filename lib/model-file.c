@@ -15,8 +15,9 @@ int mf_error(const struct devcache_model_file *mf, const char *fmt, ...)
 	char fault[1024];
 	va_list ap;
 
+	/* Bounded and shown as err_set() would, so that quoting it keeps it. */
 	va_start(ap, fmt);
-	vsnprintf(fault, sizeof fault, fmt, ap);
+	err_vformat(fault, sizeof fault, fmt, ap);
 	va_end(ap);
 	return err_set(DEVCACHE_EFORMAT, "%s: %s", mf->path, fault);
 }

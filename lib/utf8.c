@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* utf8.c - UTF-8: the one decoder and encoder of the library and the tool. */
+/* utf8.c - UTF-8: the one decoder and encoder, and how text from input is shown to a person. */
 #include "utf8.h"
+
+#include <stdbool.h>
+#include <string.h>
 
 size_t mf_utf8_seq(const unsigned char *s, size_t n)
 {
@@ -66,5 +69,39 @@ size_t mf_utf8_invalid_at(const unsigned char *s, size_t len)
 		if (!(n = mf_utf8_seq(s + i, len - i)))
 			return i;
 	}
+	return len;
+}
+
+size_t utf8_show(const char *s, size_t n, char out[UTF8_SHOWN_MAX], size_t *len_p)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *u = (const unsigned char *)s;
+	size_t seq = mf_utf8_seq(u, n), take = seq ? seq : 1;
+	/* C0 and DEL; C1 is U+0080..U+009F, 0xc2 0x80..0x9f in UTF-8. */
+	bool control = seq == 0 || (seq == 1 && (u[0] < 0x20 || u[0] == 0x7f)) ||
+		       (seq == 2 && u[0] == 0xc2 && u[1] <= 0x9f);
+
+	if (!control) {
+		memcpy(out, s, take);
+		*len_p = take;
+		return take;
+	}
+	for (size_t i = 0; i < take; i++) {
+		out[4 * i] = '\\';
+		out[4 * i + 1] = 'x';
+		out[4 * i + 2] = hex[u[i] >> 4];
+		out[4 * i + 3] = hex[u[i] & 0xf];
+	}
+	*len_p = 4 * take;
+	return take;
+}
+
+size_t utf8_shown_len(const char *s, size_t n)
+{
+	char unit[UTF8_SHOWN_MAX];
+	size_t len = 0, shown;
+
+	for (size_t i = 0; i < n; len += shown)
+		i += utf8_show(s + i, n - i, unit, &shown);
 	return len;
 }
