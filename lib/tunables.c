@@ -298,25 +298,27 @@ static int parse_bool(const char *text, bool *out)
 }
 
 /* One message for each type, not "invalid %s" with the type's English name
- * put in: a translation words each as its language needs. */
+ * put in: a translation words each as its language needs.  The text is the
+ * user's: err_format() shows it safely and bounds it, so that the expected
+ * form after it survives in the message that quotes why. */
 static void say_invalid(enum tunable_type type, const char *text, const char *expected, char *why,
 			size_t why_size)
 {
 	switch (type) {
 	case TT_BOOL:
-		snprintf(why, why_size, _("invalid bool '%s' (expected %s)"), text, expected);
+		err_format(why, why_size, _("invalid bool '%s' (expected %s)"), text, expected);
 		break;
 	case TT_INT:
-		snprintf(why, why_size, _("invalid int '%s' (expected %s)"), text, expected);
+		err_format(why, why_size, _("invalid int '%s' (expected %s)"), text, expected);
 		break;
 	case TT_FLOAT:
-		snprintf(why, why_size, _("invalid float '%s' (expected %s)"), text, expected);
+		err_format(why, why_size, _("invalid float '%s' (expected %s)"), text, expected);
 		break;
 	case TT_SIZE:
-		snprintf(why, why_size, _("invalid size '%s' (expected %s)"), text, expected);
+		err_format(why, why_size, _("invalid size '%s' (expected %s)"), text, expected);
 		break;
 	default:
-		snprintf(why, why_size, _("invalid enum '%s' (expected %s)"), text, expected);
+		err_format(why, why_size, _("invalid enum '%s' (expected %s)"), text, expected);
 		break;
 	}
 }
@@ -337,13 +339,13 @@ int tunable_parse_def(const struct tunable_def *def, const char *raw, struct tun
 
 	memset(out, 0, sizeof *out);
 	if (!text) {
-		snprintf(why, why_size, _("out of memory"));
+		err_format(why, why_size, _("out of memory"));
 		return DEVCACHE_ENOMEM;
 	}
 	expected_text(def, expected, sizeof expected);
 	parse_range(def, &range);
 	if (!*text && def->type != TT_STRING) {
-		snprintf(why, why_size, _("missing value (expected %s)"), expected);
+		err_format(why, why_size, _("missing value (expected %s)"), expected);
 		rc = DEVCACHE_ECONFIG;
 		goto out;
 	}
@@ -378,7 +380,7 @@ int tunable_parse_def(const struct tunable_def *def, const char *raw, struct tun
 	case TT_STRING:
 		out->str = strdup(text);
 		if (!out->str) {
-			snprintf(why, why_size, _("out of memory"));
+			err_format(why, why_size, _("out of memory"));
 			rc = DEVCACHE_ENOMEM;
 		}
 		goto out;
@@ -393,7 +395,7 @@ int tunable_parse_def(const struct tunable_def *def, const char *raw, struct tun
 		char accepted[192];
 
 		describe_range(&range, accepted, sizeof accepted);
-		snprintf(why, why_size, _("'%s' is out of range (accepted: %s%s%s)"), text,
+		err_format(why, why_size, _("'%s' is out of range (accepted: %s%s%s)"), text,
 			 accepted, def->flags & T_UNLIMITED ? _(", or unlimited") : "",
 			 def->flags & T_AUTO ? _(", or auto") : "");
 		rc = DEVCACHE_ECONFIG;

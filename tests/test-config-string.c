@@ -5,6 +5,8 @@
 #include "config-fixture.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* ---- option strings ------------------------------------------------------------ */
 
@@ -272,6 +274,36 @@ static void string_bad_value(void **state)
 			    "MiB such as 512, or with a unit such as 2G, or unlimited)");
 }
 
+/* Control bytes in DEVCACHE_OPTIONS reach the message, and the terminal
+ * that prints it, only as \xNN; a long value is cut, not the reason. */
+static void string_control_bytes_are_shown_escaped(void **state)
+{
+	struct fixture *fx = *state;
+	char *text = malloc(3000);
+
+	assert_int_equal(setenv("DEVCACHE_OPTIONS", "log_level:\x1b]0;pwned\x07\x1b[2J", 1), 0);
+	assert_int_equal(devcache_open(&fx->ctx, NULL), DEVCACHE_ECONFIG);
+	assert_null(fx->ctx);
+	assert_string_equal(devcache_last_error(),
+			    "DEVCACHE_OPTIONS: log_level: invalid enum '\\x1b]0;pwned\\x07\\x1b[2J' "
+			    "(expected one of: none, error, warning, info, debug)");
+	assert_int_equal(config_apply_string(&fx->set, "fr\xc2\x9b" "2J\xffob:1", "DEVCACHE_OPTIONS",
+					     &fx->log),
+			 DEVCACHE_ECONFIG);
+	assert_contains(devcache_last_error(), "DEVCACHE_OPTIONS: unknown tunable 'fr\\xc2\\x9b2J\\xffob'");
+	assert_non_null(text);
+	strcpy(text, "load_workers:");
+	memset(text + strlen(text), 'x', 2900);
+	text[2913] = '\0';
+	assert_int_equal(config_apply_string(&fx->set, text, "DEVCACHE_OPTIONS", &fx->log),
+			 DEVCACHE_ECONFIG);
+	assert_contains(devcache_last_error(), "DEVCACHE_OPTIONS: load_workers: invalid int 'xxx");
+	assert_contains(devcache_last_error(), "bytes left out)");
+	assert_contains(devcache_last_error(), "xxx' (expected an integer)");
+	assert_true(strlen(devcache_last_error()) < 400);
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -286,6 +318,7 @@ int main(void)
 		T(string_compat_keys),
 		T(string_unknown_key),
 		T(string_bad_value),
+		T(string_control_bytes_are_shown_escaped),
 	};
 
 	no_outside_config();
