@@ -140,14 +140,14 @@ static void a_quoted_message_keeps_its_reason(void **state)
 	const char *e;
 
 	(void)state;
-	err_set(DEVCACHE_ENOENT, "%s: cannot open it: No such file or directory", name);
+	err_set(DEVCACHE_ENOENT, "%s: the header states %d bytes, but the file holds only %d "
+		"bytes after its first 8", name, 123456789, 42);
 	snprintf(why, sizeof why, "%s", devcache_last_error());
 	err_set(DEVCACHE_ENOENT, "%s: shard %s is missing: %s", index, name, why);
 	e = devcache_last_error();
 	assert_true(strlen(e) < 1023);
 	assert_contains(e, ".index.json: shard n");
-	assert_contains(e, "nnn: cannot open it: No such file or directory");
-	assert_true(strlen(e) > strlen(why) + 200);
+	assert_contains(e, why);
 	free(name);
 	free(index);
 }
