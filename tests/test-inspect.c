@@ -264,6 +264,94 @@ static void a_pipeline_that_links_back_into_itself_exits_1(void **state)
 	const char *load[] = {"load", dir, NULL};
 	assert_int_equal(run_with_alarm(load, err, sizeof err), 1);
 	assert_contains(err, path);
+/* What a file names reaches the terminal only as text: no byte of an
+ * escape sequence (ESC ]0;title BEL retitles the terminal, ESC [2J clears
+ * it), of DEL or of C1 (U+009B is a one-byte CSI) is printed raw. */
+static void assert_no_control_bytes(const char *text)
+{
+	for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+		if ((*p < 0x20 && *p != '\n') || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 &&
+								  p[1] <= 0x9f))
+			fail_msg("control byte 0x%02x at byte %zu of:\n%s", *p,
+				 (size_t)(p - (const unsigned char *)text), text);
+}
+
+static void shows_names_from_the_file_escaped(void **state)
+{
+	static const char header[] =
+		"{\"__metadata__\":{\"ti\\u001b]0;pwned\\u0007tle\":"
+		"\"v\\u001b[2J\\u009b2J\\u007f\"},"
+		"\"w\\u001b]0;title\\u0007\\u001b[2J\\u0085\":{\"dtype\":\"F32\",\"shape\":[1],"
+		"\"data_offsets\":[0,4]}}";
+	char path[512];
+
+	(void)state;
+	path_of(path, sizeof path, "escapes\x1b[2J.safetensors");
+	mw_raw(path, sizeof header - 1, header, sizeof header - 1, "\0\0\0\0", 4);
+	RUN("inspect", path);
+	assert_int_equal(r.status, 0);
+	assert_no_control_bytes(r.out);
+	assert_contains(r.out, "escapes\\x1b[2J.safetensors: safetensors");
+	assert_contains(r.out, "  ti\\x1b]0;pwned\\x07tle = \"v\\u001b[2J\\xc2\\x9b2J\\x7f\"\n");
+	assert_contains(r.out, "  w\\x1b]0;title\\x07\\x1b[2J\\xc2\\x85  F32 ");
+	/* Cut to the line, a value is still cut between whole escapes. */
+	RUN("inspect", "--full", path);
+	assert_int_equal(r.status, 0);
+	assert_no_control_bytes(r.out);
+	/* JSON stays json-c's, which escapes C0 its own way. */
+	RUN("inspect", "--json", path);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "\"name\":\"w\\u001b]0;title\\u0007\\u001b[2J\xc2\x85\"");
+}
+
+/* A long metadata value with escapes, cut to the line: never in the middle
+ * of one. */
+static void cuts_escaped_values_between_escapes(void **state)
+{
+	char header[512], path[512], value[200] = "";
+
+	(void)state;
+	for (int i = 0; i < 30; i++)
+		strcat(value, "\\u007f");
+	snprintf(header, sizeof header,
+		 "{\"__metadata__\":{\"k\":\"%s\"},\"w\":{\"dtype\":\"U8\",\"shape\":[1],"
+		 "\"data_offsets\":[0,1]}}",
+		 value);
+	path_of(path, sizeof path, "long-escapes.safetensors");
+	mw_raw(path, strlen(header), header, strlen(header), "\0", 1);
+	RUN("inspect", path);
+	assert_int_equal(r.status, 0);
+	assert_no_control_bytes(r.out);
+	/* DEL stays raw in json-c's text: \x7f, four columns each, cut whole
+	 * ("  k = \"" and 17 of them fill the 71 columns before "..."). */
+	assert_contains(r.out, "  k = \"\\x7f\\x7f");
+	assert_contains(r.out, "\\x7f\\x7f...\n");
+}
+
+/* The tool's error message names the tensor escaped, and a name of 5000
+ * bytes leaves the reason whole. */
+static void errors_show_names_escaped_and_keep_the_reason(void **state)
+{
+	char path[512], *header = malloc(6000);
+	size_t len;
+
+	(void)state;
+	assert_non_null(header);
+	strcpy(header, "{\"w\\u001b]0;title\\u0007\\u001b[2J\\n");
+	len = strlen(header);
+	memset(header + len, 'A', 5000);
+	strcpy(header + len + 5000,
+	       "\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}");
+	path_of(path, sizeof path, "long-name.safetensors");
+	mw_raw(path, strlen(header), header, strlen(header), "\0\0\0\0", 4);
+	RUN("inspect", path);
+	assert_int_equal(r.status, 1);
+	assert_no_control_bytes(r.err);
+	assert_contains(r.err, "long-name.safetensors: tensor 'w\\x1b]0;title\\x07\\x1b[2J\\x0aAAA");
+	assert_contains(r.err, "bytes left out)");
+	assert_contains(r.err, "AAAA': shape [2] has 8 bytes of F32 but data_offsets [0, 4] hold 4\n");
+	assert_int_equal(strchr(r.err, '\n') - r.err + 1, (long)strlen(r.err)); /* one line */
+	free(header);
 }
 
 static void usage_errors_exit_2(void **state)
@@ -291,6 +379,9 @@ int main(void)
 		TMPDIR_TEST(lists_a_set_with_its_shards),
 		TMPDIR_TEST(lists_a_pipeline_s_components),
 		TMPDIR_TEST(a_pipeline_that_links_back_into_itself_exits_1),
+		TMPDIR_TEST(shows_names_from_the_file_escaped),
+		TMPDIR_TEST(cuts_escaped_values_between_escapes),
+		TMPDIR_TEST(errors_show_names_escaped_and_keep_the_reason),
 		cmocka_unit_test(usage_errors_exit_2),
 	};
 

@@ -98,8 +98,8 @@ static struct columns measure(const devcache_model_file_t *mf, const char *shape
 
 		devcache_model_file_tensor(mf, i, &t);
 		format_shape(&t, shape, sizeof shape);
-		w.name = max_int(w.name, (int)tool_width(t.name));
-		w.dtype = max_int(w.dtype, (int)tool_width(t.dtype));
+		w.name = max_int(w.name, (int)tool_width(tool_shown(t.name)));
+		w.dtype = max_int(w.dtype, (int)tool_width(tool_shown(t.dtype)));
 		w.shape = max_int(w.shape, (int)tool_width(shape));
 		w.offset = max_int(w.offset, digits(t.offset));
 		w.bytes = max_int(w.bytes, digits(t.size));
@@ -157,13 +157,15 @@ static void print_tensors(const devcache_model_file_t *mf, bool sharded)
 
 		devcache_model_file_tensor(mf, i, &t);
 		format_shape(&t, shape, sizeof shape);
+		const char *name = tool_shown(t.name);
+
 		printf("  ");
-		if ((int)tool_width(t.name) > w.name)
-			printf("%s\n  %*s", t.name, w.name, "");
+		if ((int)tool_width(name) > w.name)
+			printf("%s\n  %*s", name, w.name, "");
 		else
-			print_left(t.name, w.name);
+			print_left(name, w.name);
 		printf("  ");
-		print_left(t.dtype, w.dtype);
+		print_left(tool_shown(t.dtype), w.dtype);
 		printf("  ");
 		print_left(shape, w.shape);
 		printf("  %*llu  %*llu", w.offset, (unsigned long long)t.offset, w.bytes,
@@ -177,7 +179,28 @@ static void print_tensors(const devcache_model_file_t *mf, bool sharded)
 	}
 }
 
-/* "  key = value", the value cut where the line ends unless full. */
+/* value shown (tool_shown), whole characters of it up to cols columns. */
+static void print_shown_upto(const char *value, int cols)
+{
+	size_t n = strlen(value), len;
+	char unit[UTF8_SHOWN_MAX + 1];
+
+	for (size_t i = 0; i < n;) {
+		size_t used = utf8_show(value + i, n - i, unit, &len);
+		int w;
+
+		unit[len] = '\0';
+		w = (int)tool_width(unit);
+		if (w > cols)
+			return;
+		fputs(unit, stdout);
+		cols -= w;
+		i += used;
+	}
+}
+
+/* "  key = value", the value cut where the line ends unless full; keys and
+ * values are the file's, shown safely. */
 static bool print_metadata(const devcache_model_file_t *mf, bool full)
 {
 	bool cut = false;
@@ -188,17 +211,16 @@ static bool print_metadata(const devcache_model_file_t *mf, bool full)
 		int room;
 
 		devcache_model_file_metadata(mf, i, &key, &value);
+		key = tool_shown(key);
 		room = TOOL_COLUMNS - 2 - (int)tool_width(key) - 3;
-		if (full || (int)tool_width(value) <= room) {
-			printf("  %s = %s\n", key, value);
+		if (full || (int)tool_width(tool_shown(value)) <= room) {
+			printf("  %s = %s\n", key, tool_shown(value));
 			continue;
 		}
 		/* Whole characters, three columns left for "...". */
-		int end = 0;
-		for (int cols = 0; value[end] && cols < max_int(room - 3, 0); cols++)
-			for (end++; (value[end] & 0xc0) == 0x80; end++)
-				;
-		printf("  %s = %.*s...\n", key, end, value);
+		printf("  %s = ", key);
+		print_shown_upto(value, max_int(room - 3, 0));
+		printf("...\n");
 		cut = true;
 	}
 	return cut;
@@ -220,6 +242,7 @@ static void print_table(const char *path, const devcache_model_file_t *mf, bool 
 	format_bytes(devcache_model_file_size(mf), size, sizeof size);
 	format_name(mf, fmt, sizeof fmt);
 	/* A long path, and what it is on the line under it. */
+	path = tool_shown(path);
 	printf("%s:%s%s, %s\n", path,
 	       tool_width(path) + 3 + strlen(fmt) + strlen(size) > TOOL_COLUMNS ? "\n  " : " ",
 	       fmt, size);
@@ -248,7 +271,7 @@ static void print_table(const char *path, const devcache_model_file_t *mf, bool 
 			devcache_model_file_shard(mf, i, &shard, &n);
 			format_bytes(n, size, sizeof size);
 			printf("  %*zu  %*s  ", w, i, sw, size);
-			tool_wrap(stdout, (size_t)(2 + w + 2 + sw + 2), 4, shard);
+			tool_wrap(stdout, (size_t)(2 + w + 2 + sw + 2), 4, tool_shown(shard));
 		}
 	}
 	if (nm && print_metadata(mf, full))
@@ -356,15 +379,15 @@ static void print_pipeline(const char *path, const devcache_pipeline_t *pl)
 
 		devcache_pipeline_component(pl, i, &c);
 		format_bytes(c.size, size, sizeof size);
-		name_w = max_int(name_w, (int)tool_width(c.name));
-		class_w = max_int(class_w, (int)tool_width(c.class_name));
+		name_w = max_int(name_w, (int)tool_width(tool_shown(c.name)));
+		class_w = max_int(class_w, (int)tool_width(tool_shown(c.class_name)));
 		size_w = max_int(size_w, (int)strlen(size));
 		files_w = max_int(files_w, digits(c.shards));
 	}
 	printf(P_("%s: a diffusers pipeline of %zu component; load one with weights\n",
 		  "%s: a diffusers pipeline of %zu components; load one of those with weights\n",
 		  n),
-	       path, n);
+	       tool_shown(path), n);
 	printf("  ");
 	print_left(_("component"), name_w);
 	printf("  ");
@@ -384,9 +407,9 @@ static void print_pipeline(const char *path, const devcache_pipeline_t *pl)
 			snprintf(size, sizeof size, "-");
 		snprintf(files, sizeof files, "%zu", c.shards);
 		printf("  ");
-		print_left(c.name, name_w);
+		print_left(tool_shown(c.name), name_w);
 		printf("  ");
-		print_left(c.class_name, class_w);
+		print_left(tool_shown(c.class_name), class_w);
 		printf("  ");
 		print_right(size, size_w);
 		printf("  ");
@@ -468,7 +491,7 @@ static int inspect_one(const char *path, bool full, struct json_object *out, boo
 		devcache_model_file_close(mf);
 	}
 	if (out && !o) {
-		tool_error("%s: %s", path, devcache_strerror(DEVCACHE_ENOMEM));
+		tool_error("%s: %s", tool_shown(path), devcache_strerror(DEVCACHE_ENOMEM));
 		return EXIT_RUNTIME;
 	}
 	if (out)

@@ -107,3 +107,32 @@ char *tool_utf8_clean(const char *text)
 	*p = '\0';
 	return out;
 }
+
+/* The tool is single-threaded: a few buffers in turn, so that one call's
+ * text can sit beside the next ones' in a printf. */
+#define SHOWN_SLOTS 8
+
+const char *tool_shown(const char *s)
+{
+	static char *slot[SHOWN_SLOTS];
+	static size_t cap[SHOWN_SLOTS];
+	static unsigned next;
+	unsigned k = next++ % SHOWN_SLOTS;
+	size_t n = strlen(s), len = utf8_shown_len(s, n), at = 0, one;
+
+	if (len == n)
+		return s;
+	if (len + 1 > cap[k]) {
+		char *p = realloc(slot[k], len + 1);
+
+		if (!p)
+			return "?";
+		slot[k] = p;
+		cap[k] = len + 1;
+	}
+	for (size_t i = 0; i < n; at += one)
+		i += utf8_show(s + i, n - i, slot[k] + at, &one);
+	slot[k][at] = '\0';
+	return slot[k];
+}
+

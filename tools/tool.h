@@ -72,6 +72,13 @@ size_t tool_width(const char *s);
  * (already counted in first_width), the others with indent spaces. */
 void tool_wrap(FILE *out, size_t first_width, size_t indent, const char *text);
 
+/* text from input (a name, a key, a value, a path) as it may reach the
+ * terminal: control characters and bytes that are not UTF-8 as \xNN
+ * (utf8_show(), as the library's messages have them).  text itself where
+ * nothing needs it, else a buffer of the tool's that the eighth next call
+ * reuses; "?" without memory. */
+const char *tool_shown(const char *text);
+
 /* A copy of text with each byte that is not part of valid UTF-8 replaced by
  * U+FFFD, for JSON; NULL without memory. */
 char *tool_utf8_clean(const char *text);
