@@ -10,7 +10,8 @@ devcachepyexec_PYTHON = python/devcache/__init__.py python/devcache/torch.py \
 devcachepyexec_LTLIBRARIES = python/devcache/_devcache.la
 python_devcache__devcache_la_SOURCES = python/devcache/pydevcache.h \
 	python/devcache/_devcache.c python/devcache/pycontext.c python/devcache/pydevice.c \
-	python/devcache/pymodel.c python/devcache/pytensor.c python/devcache/pypickle.c
+	python/devcache/pymodel.c python/devcache/pytensor.c python/devcache/pypickle.c \
+	lib/utf8.h lib/utf8.c
 python_devcache__devcache_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CPPFLAGS)
 # Python's headers break -Wstrict-prototypes and friends in ways that are
 # not ours; the extension's own code is still built with -Wall -Wextra.

@@ -11,6 +11,8 @@
 
 #include <devcache-torch.h>
 
+#include "../../lib/utf8.h" /* built in, as into the tool */
+
 /* ---- errors ----------------------------------------------------------------- */
 
 static PyObject *Error;
@@ -39,11 +41,46 @@ static const struct {
 	{DEVCACHE_EAGAIN, "NotReadyError", NULL, "Not ready yet."},
 };
 
+/* detail as the library shows text from input (lib/utf8.h): control
+ * characters as \xNN.  The library's messages are shown so already; the
+ * binding's own quote what it was given (a path), raw.  Takes detail over. */
+static PyObject *shown(PyObject *detail)
+{
+	/* A path's bytes that are not UTF-8 are surrogates here: \xNN too. */
+	PyObject *bytes = PyUnicode_AsEncodedString(detail, "utf-8", "surrogateescape");
+	char *s, *buf, *at;
+	Py_ssize_t n;
+	size_t len, one;
+
+	if (!bytes || PyBytes_AsStringAndSize(bytes, &s, &n) < 0) {
+		PyErr_Clear(); /* lone surrogates of another kind: kept as they are */
+		Py_XDECREF(bytes);
+		return detail;
+	}
+	len = utf8_shown_len(s, (size_t)n);
+	if (len == (size_t)n) {
+		Py_DECREF(bytes);
+		return detail;
+	}
+	if (!(buf = at = PyMem_Malloc(len + 1))) {
+		Py_DECREF(bytes);
+		Py_DECREF(detail);
+		return PyErr_NoMemory();
+	}
+	for (size_t i = 0; i < (size_t)n; at += one)
+		i += utf8_show(s + i, (size_t)n - i, at, &one);
+	Py_DECREF(bytes);
+	Py_DECREF(detail);
+	detail = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)len, "strict");
+	PyMem_Free(buf);
+	return detail;
+}
+
 static PyObject *raise_detail(int err, PyObject *detail)
 {
 	PyObject *cls = Error, *exc, *code;
 
-	if (!detail)
+	if (!detail || !(detail = shown(detail)))
 		return NULL;
 	if (err < 0 && err >= DEVCACHE_ERROR_MIN && code_class[-err])
 		cls = code_class[-err];

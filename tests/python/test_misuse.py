@@ -254,6 +254,41 @@ def bad_files(d):
             check(m["v"].tobytes() == RAW["v"])
 
 
+def printable(text):
+    """No control character (C0, DEL, C1) in text."""
+    return not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in text)
+
+
+def names_escaped_in_errors(d):
+    # What a file or a path names reaches str(e) only as text: an escape
+    # sequence would retitle (ESC ]0;...BEL) or clear (ESC [2J) the
+    # terminal that prints it.  A name of 5000 bytes leaves the reason.
+    long_name = "w\x1b]0;title\x07\x1b[2J\n" + "A" * 5000
+    p = mf.write_bytes(os.path.join(d, "names.safetensors"), mf.raw_safetensors(
+        {long_name: {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"xxxx"))
+    with open_ctx() as ctx:
+        for fn in (ctx.load, devcache.inspect):
+            e = raises(devcache.FormatError, fn, p)
+            check(printable(str(e)), repr(str(e)))
+            check("tensor 'w\\x1b]0;title\\x07\\x1b[2J\\x0aAAA" in str(e), repr(str(e)))
+            check("AAA': shape [2] has 8 bytes of F32 but data_offsets [0, 4] hold 4"
+                  in str(e), repr(str(e)))
+            check(len(str(e)) < 1024 and e.detail == str(e))
+        # A path from the caller, in the library's message ...
+        gone = os.path.join(d, "gone\x1b[2J\x9b.safetensors")
+        e = raises(devcache.NotFoundError, ctx.load, gone)
+        check(printable(str(e)) and "gone\\x1b[2J\\xc2\\x9b.safetensors" in str(e),
+              repr(str(e)))
+        # ... and in one of the binding's own.
+        q = model_file(d, "esc\x1b]0;title\x07.safetensors")
+        with ctx.load(q) as m:
+            view = m["w"]
+            e = raises(devcache.BusyError, m.make_resident, ["w"])
+            check(printable(str(e)) and "esc\\x1b]0;title\\x07.safetensors" in str(e),
+                  repr(str(e)))
+            del view
+
+
 def bad_arguments(d):
     p = model_file(d)
     with open_ctx() as ctx:
@@ -665,6 +700,9 @@ class Survives(unittest.TestCase):
 
     def test_bad_arguments(self):
         self.survive(bad_arguments)
+
+    def test_names_escaped_in_errors(self):
+        self.survive(names_escaped_in_errors)
 
     def test_capsule_dropped_during_an_error(self):
         self.survive(capsule_dropped_during_an_error)
