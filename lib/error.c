@@ -590,6 +590,17 @@ size_t msg_vformat(char *buf, size_t size, const char *fmt, va_list ap)
 	return format(buf, size, SIZE_MAX, fmt, ap);
 }
 
+size_t msg_format(char *buf, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+	size_t len;
+
+	va_start(ap, fmt);
+	len = msg_vformat(buf, size, fmt, ap);
+	va_end(ap);
+	return len;
+}
+
 /* The message may quote the one it replaces (devcache_last_error() as an
  * argument): it is written aside first, as the formatter must not read
  * what it writes. */

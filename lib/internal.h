@@ -37,7 +37,9 @@ void err_clear(void);
  * these, not snprintf, for any text that carries a name from input. */
 size_t err_format(char *buf, size_t size, const char *fmt, ...) DEVCACHE_PRINTF(3, 4);
 size_t err_vformat(char *buf, size_t size, const char *fmt, va_list ap) DEVCACHE_PRINTF(3, 0);
-/* Likewise for the log: shown safely, only the whole bounded. */
+/* Likewise for the log and the summaries: shown safely, only the whole
+ * bounded (a line of a summary keeps its path whole where it fits). */
+size_t msg_format(char *buf, size_t size, const char *fmt, ...) DEVCACHE_PRINTF(3, 4);
 size_t msg_vformat(char *buf, size_t size, const char *fmt, va_list ap) DEVCACHE_PRINTF(3, 0);
 
 /* ---- logging ------------------------------------------------------------ */

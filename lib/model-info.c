@@ -181,7 +181,7 @@ int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out)
 		fprintf(out, "  %-10s %10s %5s  %s\n", _("device"), _("size"), _("locks"), _("file"));
 	/* Most recently used first: the last lines go first when room is needed. */
 	for (struct devcache_model *m = c->head; m; m = m->next) {
-		char share[128] = "";
+		char share[128] = "", line[4352];
 
 		format_bytes(m->bytes, d, sizeof d);
 		if (m->partial) {
@@ -193,9 +193,12 @@ int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out)
 			format_bytes(on_dev + on_host, b, sizeof b);
 			snprintf(share, sizeof share, _(" (partial: %s of %s on %s)"), a, b, m->dev->id);
 		}
-		fprintf(out, "  %-10s %10s %5d  %s%s%s%s%s\n", m->ram_copy ? "RAM" : m->dev->id, d,
-			m->locks, m->mf->path, share, m->writable ? _(" (writable)") : "",
-			m->state == ENTRY_LOADING ? _(" (loading)") : "", lease_note(m));
+		/* The path is the caller's, from input: shown as messages show it. */
+		msg_format(line, sizeof line, "  %-10s %10s %5d  %s%s%s%s%s\n",
+			   m->ram_copy ? "RAM" : m->dev->id, d, m->locks, m->mf->path, share,
+			   m->writable ? _(" (writable)") : "",
+			   m->state == ENTRY_LOADING ? _(" (loading)") : "", lease_note(m));
+		fputs(line, out);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ferror(out) ? err_set(DEVCACHE_EIO, _("devcache_cache_summary: write error")) : 0;

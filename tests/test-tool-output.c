@@ -243,6 +243,54 @@ static void o_means_tunables_after_every_command(void **state)
 	}
 }
 
+/* No byte of a terminal control (C0 but the newline, DEL, C1) in text. */
+static void assert_no_control_bytes(const char *what, const char *text)
+{
+	for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+		if ((*p < 0x20 && *p != '\n') || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 &&
+								  p[1] <= 0x9f))
+			fail_msg("%s: control byte 0x%02x at byte %zu of:\n%s", what, *p,
+				 (size_t)(p - (const unsigned char *)text), text);
+}
+
+/* A folder name from DEVCACHE_BACKEND_PATH and a model's path reach the
+ * terminal escaped: info's and load's text, and the library's warnings. */
+static void info_and_load_show_names_escaped(void **state)
+{
+	char path_env[4200], esc_model[512];
+	const char *env[] = {path_env, "LANGUAGE=C", "LC_ALL=C", NULL};
+	FILE *in, *out;
+	char buf[4096];
+	size_t n;
+
+	(void)state;
+	snprintf(path_env, sizeof path_env, "DEVCACHE_BACKEND_PATH=%s:/nonexistent/t\x1b]0;title\x07",
+		 test_env("TEST_MODULES"));
+	RUN(env, "info");
+	assert_int_equal(r.status, 0);
+	assert_no_control_bytes("info", r.out);
+	assert_no_control_bytes("info's warnings", r.err);
+	assert_contains(r.out, "(/nonexistent/t\\x1b]0;title\\x07: no such directory)\n");
+	assert_contains(r.err, "/nonexistent/t\\x1b]0;title\\x07: no such directory");
+	snprintf(esc_model, sizeof esc_model, "%s/esc\x1b[2J\xc2\x9b.safetensors", dir);
+	in = fopen(model, "rb");
+	out = fopen(esc_model, "wb");
+	assert_non_null(in);
+	assert_non_null(out);
+	while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+		assert_int_equal(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	assert_int_equal(fclose(out), 0);
+	RUN(plain, "load", esc_model);
+	assert_int_equal(r.status, 0);
+	assert_no_control_bytes("load", r.out);
+	assert_contains(r.out, "/esc\\x1b[2J\\xc2\\x9b.safetensors on host:");
+	RUN(plain, "load", "--repeat", "\x1b[2J", esc_model);
+	assert_int_equal(r.status, 2);
+	assert_no_control_bytes("load's usage error", r.err);
+	assert_contains(r.err, "invalid repeat count '\\x1b[2J'");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -251,6 +299,7 @@ int main(void)
 		cmocka_unit_test(inspect_and_load_fit_80_columns),
 		cmocka_unit_test(every_json_is_json),
 		cmocka_unit_test(o_means_tunables_after_every_command),
+		cmocka_unit_test(info_and_load_show_names_escaped),
 	};
 	cmocka_set_message_output(CM_OUTPUT_TAP);
 	return cmocka_run_group_tests(tests, setup, teardown);

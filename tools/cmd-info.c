@@ -100,7 +100,7 @@ static bool print_missing(const char *path)
 
 		if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
 			continue;
-		if (asprintf(&line, _("(%s: no such directory)"), dir) >= 0) {
+		if (asprintf(&line, _("(%s: no such directory)"), tool_shown(dir)) >= 0) {
 			printf("  ");
 			tool_wrap(stdout, 2, 3, line);
 			free(line);
@@ -118,7 +118,7 @@ static void print_backends(devcache_ctx_t *ctx)
 
 	if (devcache_config_get(ctx, "backend_path", path, sizeof path, NULL))
 		path[0] = '\0';
-	if (asprintf(&line, _("Backends (modules from %s):"), path) >= 0) {
+	if (asprintf(&line, _("Backends (modules from %s):"), tool_shown(path)) >= 0) {
 		tool_wrap(stdout, 0, 2, line);
 		free(line);
 	}
@@ -132,12 +132,12 @@ static void print_backends(devcache_ctx_t *ctx)
 			snprintf(devices, sizeof devices, P_(", %u device", ", %u devices", b.device_count),
 				 b.device_count);
 		if (asprintf(&line, "%s%s%s%s", status_text(b.status), devices, *b.reason ? ": " : "",
-			     b.reason) >= 0) {
-			print_row(b.name, line);
+			     tool_shown(b.reason)) >= 0) {
+			print_row(tool_shown(b.name), line);
 			free(line);
 		}
 		if (strcmp(b.path, "built-in") != 0 && *b.path)
-			print_row("", b.path);
+			print_row("", tool_shown(b.path));
 	}
 	bool missing = print_missing(path);
 
@@ -163,8 +163,10 @@ static int print_devices(devcache_ctx_t *ctx)
 		format_bytes(info.total_memory, total, sizeof total);
 		format_bytes(info.free_memory, free_mem, sizeof free_mem);
 		format_caps(info.caps, caps, sizeof caps);
-		print_row(info.id, info.name);
-		if (*info.pci_bus_id && asprintf(&line, "%s %s", _("PCI bus:"), info.pci_bus_id) >= 0)
+		/* The driver's words, shown as a file's would be. */
+		print_row(tool_shown(info.id), tool_shown(info.name));
+		if (*info.pci_bus_id &&
+		    asprintf(&line, "%s %s", _("PCI bus:"), tool_shown(info.pci_bus_id)) >= 0)
 			print_row("", line), free(line);
 		if (asprintf(&line, _("memory: %s free of %s; capabilities: %s"), free_mem, total,
 			     caps) >= 0)

@@ -178,7 +178,7 @@ static int parse_args(struct tool *t, struct load_opts *o, int argc, char **argv
 			    strchr(optarg, '-')) {
 				tool_error(_("invalid repeat count '%s' (expected a whole number "
 					     "from 1)"),
-					   optarg);
+					   tool_shown(optarg));
 				return tool_try_help();
 			}
 			break;
@@ -244,7 +244,7 @@ static void print_load(const char *path, const char *dev_id, bool host,
 		snprintf(rest + n, sizeof rest - n, "%s", _(": mapped in place, nothing read"));
 	}
 	/* TRANSLATORS: a model file and the device it was loaded onto. */
-	if (asprintf(&where, _("%s on %s:"), path, dev_id) < 0)
+	if (asprintf(&where, _("%s on %s:"), tool_shown(path), tool_shown(dev_id)) < 0)
 		return;
 	if (tool_width(where) + 1 + tool_width(rest) <= TOOL_COLUMNS) {
 		printf("%s %s\n", where, rest);
@@ -283,7 +283,7 @@ static struct json_object *load_json(const char *path, const devcache_load_resul
 static int load_once(devcache_ctx_t *ctx, devcache_device_t *dev, const char *dev_id, bool host,
 		     const char *path, const struct load_opts *o)
 {
-	struct progress p = {.label = path};
+	struct progress p = {.label = tool_shown(path)}; /* no other tool_shown() until it is done */
 	devcache_load_result_t r;
 	devcache_load_args_t args = {
 		.struct_size = sizeof args,
