@@ -264,6 +264,8 @@ static void a_pipeline_that_links_back_into_itself_exits_1(void **state)
 	const char *load[] = {"load", dir, NULL};
 	assert_int_equal(run_with_alarm(load, err, sizeof err), 1);
 	assert_contains(err, path);
+}
+
 /* What a file names reaches the terminal only as text: no byte of an
  * escape sequence (ESC ]0;title BEL retitles the terminal, ESC [2J clears
  * it), of DEL or of C1 (U+009B is a one-byte CSI) is printed raw. */
