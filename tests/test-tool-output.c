@@ -289,6 +289,12 @@ static void info_and_load_show_names_escaped(void **state)
 	assert_int_equal(r.status, 2);
 	assert_no_control_bytes("load's usage error", r.err);
 	assert_contains(r.err, "invalid repeat count '\\x1b[2J'");
+	/* devcache config prints each tunable's value, set from anywhere. */
+	snprintf(path_env, sizeof path_env, "DEVCACHE_BACKEND_PATH=/nonexistent/c\x1b[2J\xc2\x9b");
+	RUN(env, "config");
+	assert_int_equal(r.status, 0);
+	assert_no_control_bytes("config", r.out);
+	assert_contains(r.out, "backend_path = /nonexistent/c\\x1b[2J\\xc2\\x9b");
 }
 
 int main(void)

@@ -37,7 +37,7 @@ static int check_file(const char *path)
 
 	if (rc)
 		return tool_status(rc == DEVCACHE_EIO ? DEVCACHE_EIO : DEVCACHE_ECONFIG);
-	printf(_("%s: valid\n"), path);
+	printf(_("%s: valid\n"), tool_shown(path));
 	return EXIT_OK;
 }
 
@@ -48,7 +48,7 @@ static void print_tunable(const devcache_tunable_desc_t *d, const char *value, c
 	size_t w = tool_width(d->name) + 3;
 
 	printf("%s = ", d->name);
-	if (asprintf(&line, "%s  (%s)", value, tool_origin(origin)) >= 0) {
+	if (asprintf(&line, "%s  (%s)", tool_shown(value), tool_shown(tool_origin(origin))) >= 0) {
 		tool_wrap(stdout, w, DESC_INDENT, line);
 		free(line);
 	}

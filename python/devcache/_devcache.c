@@ -44,13 +44,17 @@ static const struct {
 /* detail as the library shows text from input (lib/utf8.h): control
  * characters as \xNN.  The library's messages are shown so already; the
  * binding's own quote what it was given (a path), raw.  Takes detail over. */
-static PyObject *shown(PyObject *detail)
+PyObject *pdc_shown(PyObject *detail)
 {
-	/* A path's bytes that are not UTF-8 are surrogates here: \xNN too. */
-	PyObject *bytes = PyUnicode_AsEncodedString(detail, "utf-8", "surrogateescape");
+	PyObject *bytes;
 	char *s, *buf, *at;
 	Py_ssize_t n;
 	size_t len, one;
+
+	if (!detail)
+		return NULL;
+	/* A path's bytes that are not UTF-8 are surrogates here: \xNN too. */
+	bytes = PyUnicode_AsEncodedString(detail, "utf-8", "surrogateescape");
 
 	if (!bytes || PyBytes_AsStringAndSize(bytes, &s, &n) < 0) {
 		PyErr_Clear(); /* lone surrogates of another kind: kept as they are */
@@ -80,7 +84,7 @@ static PyObject *raise_detail(int err, PyObject *detail)
 {
 	PyObject *cls = Error, *exc, *code;
 
-	if (!detail || !(detail = shown(detail)))
+	if (!detail || !(detail = pdc_shown(detail)))
 		return NULL;
 	if (err < 0 && err >= DEVCACHE_ERROR_MIN && code_class[-err])
 		cls = code_class[-err];

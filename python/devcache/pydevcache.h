@@ -61,6 +61,10 @@ extern PyTypeObject Context_Type, Device_Type, Model_Type, Tensor_Type;
 
 /* Raise the exception class of err with the library's detail message. */
 PyObject *pdc_raise(int err);
+/* text as the library shows text from input: control characters and
+ * bytes that are not UTF-8 as \xNN (lib/utf8.h).  Takes text over; NULL
+ * with an exception set where it fails. */
+PyObject *pdc_shown(PyObject *text);
 /* Raise the exception class of err with a message of our own. */
 PyObject *pdc_raise_msg(int err, const char *fmt, ...);
 /* Enter a call on ctx (raises ValueError when it is closed); leave it. */

@@ -13,6 +13,8 @@
  */
 #include "pydevcache.h"
 
+#include <stdarg.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,19 +214,35 @@ static const char *where(TensorObject *self)
 	return self->host ? "host" : self->model->device->info.id;
 }
 
+/* Raise type with a message about this tensor, its name shown escaped: a
+ * name comes from the file, and a traceback prints the message raw. */
+static void tensor_error(PyObject *type, const char *fmt, ...)
+{
+	va_list ap;
+	PyObject *msg;
+
+	va_start(ap, fmt);
+	msg = PyUnicode_FromFormatV(fmt, ap);
+	va_end(ap);
+	if (msg && (msg = pdc_shown(msg))) {
+		PyErr_SetObject(type, msg);
+		Py_DECREF(msg);
+	}
+}
+
 /* ---- the buffer protocol -------------------------------------------------------- */
 
 static int tensor_getbuffer(TensorObject *self, Py_buffer *view, int flags)
 {
 	if (!self->host) {
-		PyErr_Format(PyExc_BufferError,
+		tensor_error(PyExc_BufferError,
 			     "devcache: tensor '%s' is on %s, not in host memory: use "
 			     "__cuda_array_interface__, __dlpack__ or tobytes()",
 			     self->info.name, where(self));
 		return -1;
 	}
 	if ((flags & PyBUF_WRITABLE) && self->readonly) {
-		PyErr_Format(PyExc_BufferError,
+		tensor_error(PyExc_BufferError,
 			     "devcache: tensor '%s' is read-only: load the model with "
 			     "writable=True to change it",
 			     self->info.name);
@@ -295,7 +313,7 @@ static PyObject *interface(TensorObject *self, int cuda)
 static PyObject *tensor_array_interface(TensorObject *self, void *Py_UNUSED(closure))
 {
 	if (!self->host) {
-		PyErr_Format(PyExc_AttributeError,
+		tensor_error(PyExc_AttributeError,
 			     "devcache: tensor '%s' is on %s: it has no __array_interface__",
 			     self->info.name, where(self));
 		return NULL;
@@ -306,7 +324,7 @@ static PyObject *tensor_array_interface(TensorObject *self, void *Py_UNUSED(clos
 static PyObject *tensor_cuda_array_interface(TensorObject *self, void *Py_UNUSED(closure))
 {
 	if (self->host || (self->dl_device != DL_CUDA && self->dl_device != DL_ROCM)) {
-		PyErr_Format(PyExc_AttributeError,
+		tensor_error(PyExc_AttributeError,
 			     "devcache: tensor '%s' is on %s: it has no __cuda_array_interface__",
 			     self->info.name, where(self));
 		return NULL;
@@ -324,7 +342,7 @@ static PyObject *tensor_array(TensorObject *self, PyObject *args, PyObject *kw)
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:__array__", names, &dtype, &copy))
 		return NULL;
 	if (!self->host) {
-		PyErr_Format(PyExc_TypeError,
+		tensor_error(PyExc_TypeError,
 			     "devcache: tensor '%s' is on %s: copy it with tobytes(), or hand it to "
 			     "a GPU library (torch.as_tensor, cupy.asarray)",
 			     self->info.name, where(self));
@@ -408,7 +426,7 @@ static PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw)
 		return NULL;
 	}
 	if (!self->dl_device) {
-		PyErr_Format(PyExc_BufferError, "devcache: tensor '%s' is on %s, which DLPack cannot name",
+		tensor_error(PyExc_BufferError, "devcache: tensor '%s' is on %s, which DLPack cannot name",
 			     self->info.name, where(self));
 		return NULL;
 	}
@@ -427,7 +445,7 @@ static PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw)
 	/* The unversioned layout has no read-only flag: a consumer would be
 	 * free to write into pages mapped read-only, and the process would die. */
 	if (!versioned && self->readonly && self->host) {
-		PyErr_Format(PyExc_BufferError,
+		tensor_error(PyExc_BufferError,
 			     "devcache: tensor '%s' is read-only and the consumer asked for DLPack "
 			     "without a read-only flag (before 1.0): use numpy.asarray(), or load "
 			     "the model with writable=True",
@@ -472,7 +490,7 @@ static PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw)
 static PyObject *tensor_dlpack_device(TensorObject *self, PyObject *Py_UNUSED(ignored))
 {
 	if (!self->dl_device) {
-		PyErr_Format(PyExc_BufferError, "devcache: tensor '%s' is on %s, which DLPack cannot name",
+		tensor_error(PyExc_BufferError, "devcache: tensor '%s' is on %s, which DLPack cannot name",
 			     self->info.name, where(self));
 		return NULL;
 	}
@@ -507,9 +525,10 @@ static PyObject *tensor_tobytes(TensorObject *self, PyObject *Py_UNUSED(ignored)
 
 static PyObject *tensor_repr(TensorObject *self)
 {
-	return PyUnicode_FromFormat("<devcache.Tensor '%s' %s %R on %s%s>", self->info.name,
-				    self->info.dtype, self->logical_shape, where(self),
-				    self->readonly ? ", read-only" : "");
+	return pdc_shown(PyUnicode_FromFormat("<devcache.Tensor '%s' %s %R on %s%s>",
+					      self->info.name, self->info.dtype,
+					      self->logical_shape, where(self),
+					      self->readonly ? ", read-only" : ""));
 }
 
 static PyObject *tensor_name(TensorObject *self, void *Py_UNUSED(c))

@@ -287,6 +287,18 @@ def names_escaped_in_errors(d):
             check(printable(str(e)) and "esc\\x1b]0;title\\x07.safetensors" in str(e),
                   repr(str(e)))
             del view
+        # A tensor's name, in the binding's messages about the tensor and
+        # in its repr.
+        name = "t\x1b[2J\x9b"
+        r = mf.write_bytes(os.path.join(d, "ctl.safetensors"), mf.raw_safetensors(
+            {name: {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}, b"abcd"))
+        with ctx.load(r) as m:
+            t = m[name]
+            check(printable(repr(t)) and "t\\x1b[2J\\xc2\\x9b" in repr(t), repr(repr(t)))
+            e = raises(BufferError, t.__dlpack__)  # read-only, legacy DLPack
+            check(printable(str(e)) and "tensor 't\\x1b[2J\\xc2\\x9b' is read-only" in str(e),
+                  repr(str(e)))
+            del t
 
 
 def bad_arguments(d):
