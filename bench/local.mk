@@ -75,7 +75,7 @@ EXTRA_LTLIBRARIES = $(bench_modules)
 bench_modules_benchdev_la_SOURCES = bench/modules/benchdev.c
 bench_modules_benchdev_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 
-EXTRA_DIST += bench/README bench/run.sh bench/soak.sh bench/pybench.py
+EXTRA_DIST += bench/README bench/HISTORY bench/run.sh bench/soak.sh bench/pybench.py
 CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/report.txt bench/report.tmp* \
 	bench/*.safetensors bench/*.safetensors.tmp \
 	bench/*.safetensors.index.json bench/*.safetensors.index.json.tmp bench/headerbench-* \
