@@ -12,7 +12,7 @@
 
 
 
-static int cjson_reserve(struct cjson *j, size_t more)
+static int meta_text_reserve(struct meta_text *j, size_t more)
 {
 	if (j->cap - j->len > more)
 		return 0;
@@ -27,9 +27,9 @@ static int cjson_reserve(struct cjson *j, size_t more)
 	return 0;
 }
 
-int cjson_put(struct cjson *j, const char *s, size_t n)
+int meta_text_put(struct meta_text *j, const char *s, size_t n)
 {
-	int rc = cjson_reserve(j, n);
+	int rc = meta_text_reserve(j, n);
 
 	if (rc)
 		return rc;
@@ -42,7 +42,7 @@ int cjson_put(struct cjson *j, const char *s, size_t n)
 /* Append o's text while the whole stays within limit: 1 when it was
  * appended, 0 when it did not fit, or an error (o NULL: json-c ran out of
  * memory). */
-int cjson_put_value(struct cjson *j, struct json_object *o, size_t limit)
+int meta_text_put_value(struct meta_text *j, struct json_object *o, size_t limit)
 {
 	const char *text;
 	size_t n;
@@ -51,13 +51,13 @@ int cjson_put_value(struct cjson *j, struct json_object *o, size_t limit)
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	if (j->len + n > limit)
 		return 0;
-	return cjson_put(j, text, n) ? DEVCACHE_ENOMEM : 1;
+	return meta_text_put(j, text, n) ? DEVCACHE_ENOMEM : 1;
 }
 
 /* As json_put_value, dropping o, which the caller made for this. */
-int cjson_put_new(struct cjson *j, struct json_object *o, size_t limit)
+int meta_text_put_new(struct meta_text *j, struct json_object *o, size_t limit)
 {
-	int rc = cjson_put_value(j, o, limit);
+	int rc = meta_text_put_value(j, o, limit);
 
 	json_object_put(o);
 	return rc;
@@ -102,9 +102,9 @@ static struct json_object *json_new_double(int digits)
 	return o;
 }
 
-int jreuse_init(struct jreuse *r)
+int json_scratch_init(struct json_scratch *r)
 {
-	*r = (struct jreuse){
+	*r = (struct json_scratch){
 		.str = json_object_new_string(""), .i64 = json_object_new_int64(0),
 		.u64 = json_object_new_uint64(0), .boolean = json_object_new_boolean(0),
 		.f32 = json_new_double(9), .f64 = json_new_double(17),
@@ -115,7 +115,7 @@ int jreuse_init(struct jreuse *r)
 	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 }
 
-void jreuse_free(struct jreuse *r)
+void json_scratch_free(struct json_scratch *r)
 {
 	json_object_put(r->str);
 	json_object_put(r->i64);
@@ -134,7 +134,7 @@ void jreuse_free(struct jreuse *r)
  * replacement keeps the text valid JSON and shows where the bad bytes
  * were.  tail, when not NULL, is appended as it is.  NULL when memory ran
  * out. */
-struct json_object *cjson_text(struct jreuse *r, const unsigned char *s, size_t n,
+struct json_object *json_scratch_string(struct json_scratch *r, const unsigned char *s, size_t n,
 				     const char *tail)
 {
 	size_t tn = tail ? strlen(tail) : 0, len = 0, in;
@@ -177,7 +177,7 @@ struct json_object *cjson_text(struct jreuse *r, const unsigned char *s, size_t 
  * fit, and "…(N more bytes)" inside the quotes.  Each byte taken off the
  * end takes at least one byte off the text, so taking off what overflowed
  * and trying again ends in a few rounds. */
-int cjson_put_cut_string(struct jreuse *r, struct cjson *j, const unsigned char *s, size_t len,
+int meta_text_put_cut_string(struct json_scratch *r, struct meta_text *j, const unsigned char *s, size_t len,
 			  bool *shown_p)
 {
 	size_t keep = len;
@@ -190,11 +190,11 @@ int cjson_put_cut_string(struct jreuse *r, struct cjson *j, const unsigned char 
 
 		snprintf(more, sizeof more, "\xe2\x80\xa6(%llu more bytes)",
 			 (unsigned long long)(len - keep));
-		if (!(o = cjson_text(r, s, keep, more)) ||
+		if (!(o = json_scratch_string(r, s, keep, more)) ||
 		    !(text = json_object_to_json_string_length(o, JSON_FLAGS, &n)))
 			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 		if (j->len + n <= JSON_ROOM || keep == 0) {
-			int rc = cjson_put(j, text, n);
+			int rc = meta_text_put(j, text, n);
 
 			*shown_p = rc == 0;
 			return rc;

@@ -30,7 +30,8 @@
 #define JSON_ROOM (MF_MAX_JSON_VALUE - JSON_RESERVE)
 #define JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
-struct cjson {
+/* A metadata value's JSON text as it is written, capped (above). */
+struct meta_text {
 	char *p;
 	size_t len, cap;
 	bool full;
@@ -39,7 +40,7 @@ struct cjson {
 /* The json-c objects a header's values are written through, made once and
  * set to each value in turn, and the string being built: a vocabulary of
  * 256k tokens costs no allocation per token. */
-struct jreuse {
+struct json_scratch {
 	struct json_object *str, *i64, *u64, *boolean, *f32, *f64;
 	/* "", never set: json-c 0.16 leaks the buffer of a string object set
 	 * to the empty string after a longer one (json_object_set_string_len). */
@@ -48,22 +49,22 @@ struct jreuse {
 	size_t text_cap;
 };
 
-int jreuse_init(struct jreuse *r);
-void jreuse_free(struct jreuse *r);
+int json_scratch_init(struct json_scratch *r);
+void json_scratch_free(struct json_scratch *r);
 /* Append s to j (no cap: the caller checked). */
-int cjson_put(struct cjson *j, const char *s, size_t n);
+int meta_text_put(struct meta_text *j, const char *s, size_t n);
 /* Append o's text while the whole stays within limit: 1 when it was
  * appended, 0 when it did not fit, or an error (o NULL: json-c ran out of
- * memory).  cjson_put_new also drops o, which the caller made for this. */
-int cjson_put_value(struct cjson *j, struct json_object *o, size_t limit);
-int cjson_put_new(struct cjson *j, struct json_object *o, size_t limit);
+ * memory).  meta_text_put_new also drops o, which the caller made for this. */
+int meta_text_put_value(struct meta_text *j, struct json_object *o, size_t limit);
+int meta_text_put_new(struct meta_text *j, struct json_object *o, size_t limit);
 /* s[0..n) as a JSON string in r->str, bytes that are not UTF-8 as U+FFFD,
  * tail appended as it is; NULL when memory ran out. */
-struct json_object *cjson_text(struct jreuse *r, const unsigned char *s, size_t n,
+struct json_object *json_scratch_string(struct json_scratch *r, const unsigned char *s, size_t n,
 			       const char *tail);
 /* A top-level string too long for the room left: its first characters and
  * "…(N more bytes)" inside the quotes. */
-int cjson_put_cut_string(struct jreuse *r, struct cjson *j, const unsigned char *s, size_t len,
+int meta_text_put_cut_string(struct json_scratch *r, struct meta_text *j, const unsigned char *s, size_t len,
 			 bool *shown_p);
 
 #endif

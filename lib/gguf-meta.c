@@ -73,10 +73,10 @@ static int read_scratch(struct parse *p, size_t len)
 	return cur_read(&p->c, p->scratch, len);
 }
 
-static int read_value(struct parse *p, uint32_t type, unsigned depth, struct cjson *j, bool show,
+static int read_value(struct parse *p, uint32_t type, unsigned depth, struct meta_text *j, bool show,
 		      bool *shown_p);
 
-static int read_string_value(struct parse *p, unsigned depth, struct cjson *j, bool show,
+static int read_string_value(struct parse *p, unsigned depth, struct meta_text *j, bool show,
 			     bool *shown_p)
 {
 	struct cursor *c = &p->c;
@@ -104,7 +104,7 @@ static int read_string_value(struct parse *p, unsigned depth, struct cjson *j, b
 		j->full = true;
 		return 0;
 	}
-	if ((rc = cjson_put_value(j, cjson_text(&p->json, p->scratch, (size_t)len, NULL), JSON_ROOM)) != 0) {
+	if ((rc = meta_text_put_value(j, json_scratch_string(&p->json, p->scratch, (size_t)len, NULL), JSON_ROOM)) != 0) {
 		*shown_p = rc == 1;
 		return rc == 1 ? 0 : rc;
 	}
@@ -113,7 +113,7 @@ static int read_string_value(struct parse *p, unsigned depth, struct cjson *j, b
 		j->full = true;
 		return 0;
 	}
-	return cjson_put_cut_string(&p->json, j, p->scratch, (size_t)len, shown_p);
+	return meta_text_put_cut_string(&p->json, j, p->scratch, (size_t)len, shown_p);
 }
 
 /* Read count elements of an array for their checks only. */
@@ -129,7 +129,7 @@ static int skip_elements(struct parse *p, uint32_t type, unsigned depth, uint64_
 	return 0;
 }
 
-static int read_array(struct parse *p, unsigned depth, struct cjson *j, bool show, bool *shown_p)
+static int read_array(struct parse *p, unsigned depth, struct meta_text *j, bool show, bool *shown_p)
 {
 	struct cursor *c = &p->c;
 	uint64_t type_at = c->pos, count, hidden = 0;
@@ -159,7 +159,7 @@ static int read_array(struct parse *p, unsigned depth, struct cjson *j, bool sho
 		j->full = true;
 	if (!show || j->full)
 		return skip_elements(p, type, depth, count);
-	if ((rc = cjson_put(j, "[", 1)))
+	if ((rc = meta_text_put(j, "[", 1)))
 		return rc;
 	*shown_p = true;
 	for (uint64_t i = 0; i < count; i++) {
@@ -171,7 +171,7 @@ static int read_array(struct parse *p, unsigned depth, struct cjson *j, bool sho
 				return rc;
 			break;
 		}
-		if (!ready && (rc = cjson_put(j, ",", 1)))
+		if (!ready && (rc = meta_text_put(j, ",", 1)))
 			return rc;
 		ready = true;
 		if ((rc = read_value(p, type, depth + 1, j, true, &shown)))
@@ -185,16 +185,16 @@ static int read_array(struct parse *p, unsigned depth, struct cjson *j, bool sho
 		char more[64];
 
 		snprintf(more, sizeof more, "\xe2\x80\xa6(%llu more)", (unsigned long long)hidden);
-		if ((!ready && (rc = cjson_put(j, ",", 1))) ||
-		    (rc = cjson_put_new(j, json_object_new_string(more), SIZE_MAX)) < 0)
+		if ((!ready && (rc = meta_text_put(j, ",", 1))) ||
+		    (rc = meta_text_put_new(j, json_object_new_string(more), SIZE_MAX)) < 0)
 			return rc;
 	}
-	return cjson_put(j, "]", 1);
+	return meta_text_put(j, "]", 1);
 }
 
 /* A scalar in its json-c object (NULL when memory ran out); v holds its
  * bits, zero-extended. */
-static struct json_object *json_scalar(struct jreuse *r, uint32_t type, uint64_t v)
+static struct json_object *json_scalar(struct json_scratch *r, uint32_t type, uint64_t v)
 {
 	int ok;
 
@@ -231,7 +231,7 @@ static struct json_object *json_scalar(struct jreuse *r, uint32_t type, uint64_t
 
 /* One value of the given (known) type: its JSON text appended to j when
  * show is set and it fits (*shown_p says which), else only read and checked. */
-static int read_value(struct parse *p, uint32_t type, unsigned depth, struct cjson *j, bool show,
+static int read_value(struct parse *p, uint32_t type, unsigned depth, struct meta_text *j, bool show,
 		      bool *shown_p)
 {
 	struct cursor *c = &p->c;
@@ -267,7 +267,7 @@ static int read_value(struct parse *p, uint32_t type, unsigned depth, struct cjs
 				c->name, (unsigned long long)at, (unsigned)v);
 	if (!show)
 		return 0;
-	if ((rc = cjson_put_value(j, json_scalar(&p->json, type, v), JSON_ROOM)) == 0)
+	if ((rc = meta_text_put_value(j, json_scalar(&p->json, type, v), JSON_ROOM)) == 0)
 		j->full = true;
 	*shown_p = rc == 1;
 	return rc == 1 ? 0 : rc;
@@ -333,7 +333,7 @@ static int key_error(struct parse *p, enum name_error fault, uint64_t at, uint64
 
 /* general.alignment: the spec makes it a UINT32, and the data section and
  * every tensor's offset are multiples of it. */
-static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, struct cjson *j)
+static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, struct meta_text *j)
 {
 	struct cursor *c = &p->c;
 	uint64_t at;
@@ -354,7 +354,7 @@ static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, stru
 				  "of two"),
 				c->name, (unsigned long long)at, (unsigned)v);
 	p->mf->alignment = v;
-	rc = cjson_put_value(j, json_scalar(&p->json, GGUF_UINT32, v), JSON_ROOM);
+	rc = meta_text_put_value(j, json_scalar(&p->json, GGUF_UINT32, v), JSON_ROOM);
 	return rc == 1 ? 0 : rc;
 }
 
@@ -380,7 +380,7 @@ int read_kv(struct parse *p, uint64_t index)
 	struct cursor *c = &p->c;
 	uint64_t key_at = c->pos, type_at, len;
 	enum name_error fault;
-	struct cjson j = {0};
+	struct meta_text j = {0};
 	uint32_t type;
 	size_t *slot;
 	char *key;

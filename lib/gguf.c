@@ -226,7 +226,7 @@ int gguf_parse(struct devcache_model_file *mf)
 	p->mf = mf;
 	p->c.mf = mf;
 	mf->alignment = GGUF_DEFAULT_ALIGNMENT;
-	if ((rc = jreuse_init(&p->json)) || (rc = read_header(p, &n_tensors, &n_kv)))
+	if ((rc = json_scratch_init(&p->json)) || (rc = read_header(p, &n_tensors, &n_kv)))
 		goto out;
 	for (uint64_t i = 0; i < n_kv && !rc; i++)
 		rc = read_kv(p, i);
@@ -248,7 +248,7 @@ int gguf_parse(struct devcache_model_file *mf)
 	if (!rc)
 		rc = check_overlaps(p);
 out:
-	jreuse_free(&p->json);
+	json_scratch_free(&p->json);
 	free(p->scratch);
 	free(p->keys);
 	free(p);

@@ -99,7 +99,7 @@ struct parse {
 	size_t scratch_cap;
 	size_t *keys;            /* open addressing: index + 1 into mf->meta, 0 free */
 	size_t keys_cap;
-	struct jreuse json;      /* what values are written through */
+	struct json_scratch json;      /* what values are written through */
 	struct cursor c;         /* last: its buffer is large */
 };
 
