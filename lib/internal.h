@@ -12,6 +12,7 @@
 #include <devcache.h>
 #include <devcache-backend.h>
 
+#include "module-tunables.h"
 #include "tunables.h"
 
 /* ---- i18n --------------------------------------------------------------- */
@@ -70,8 +71,6 @@ void log_default_handler(void *user, enum devcache_log_level level, const char *
 const char *log_level_name(enum devcache_log_level level);
 
 /* ---- config ------------------------------------------------------------- */
-/* Receives each error when a caller wants all of them rather than the first. */
-typedef void (*config_report_fn)(void *user, const char *message);
 
 /* The sources devcache_open reads, named explicitly so tests can point them
  * anywhere. NULL members are skipped. */
@@ -102,39 +101,6 @@ int config_apply_sources(struct tunable_set *set, const struct config_sources *s
  * free.  DEVCACHE_ENOMEM where that path cannot be made. */
 int config_sources_from_env(struct config_sources *src, char **user_p);
 void config_warn_unknown_env(struct log_state *log);
-
-/* ---- the tunables of backend modules (module-tunables.c) ------------------ */
-struct module_tunable {
-	struct tunable_def def; /* every string owned */
-	char *module;
-	struct tunable_value v;
-	char *text; /* v formatted, for devcache_config_get and the module */
-};
-
-struct module_tunables {
-	struct module_tunable *t;
-	size_t n;
-};
-
-/* Check what a module declares and add it, with its defaults; on failure
- * why says what is malformed (DEVCACHE_EBACKEND), or that memory ran out
- * (DEVCACHE_ENOMEM), and nothing is added. */
-int module_tunables_declare(struct module_tunables *mt, const char *module,
-			    const struct devcache_backend_tunable *decl, char *why, size_t why_size);
-const struct module_tunable *module_tunables_find(const struct module_tunables *mt,
-						  const char *name);
-/* Give mt's tunables the values of set's pending pairs that name them (the
- * pairs leave set).  Errors go to report when it is set, else the first
- * one is returned. */
-int module_tunables_apply(struct module_tunables *mt, struct tunable_set *set,
-			  config_report_fn report, void *user);
-/* Empty set's pending pairs: one that names a module of not_loaded (found,
- * not opened) is ignored with a message, any other is an unknown tunable. */
-int module_tunables_leftover(struct tunable_set *set, const struct module_tunables *mt,
-			     const char *const *not_loaded, size_t n_not_loaded,
-			     struct log_state *log, config_report_fn report, void *user);
-void module_tunables_free_one(struct module_tunables *one);
-void module_tunables_free(struct module_tunables *mt);
 
 /* ---- context, backends, devices ----------------------------------------- */
 struct backend;

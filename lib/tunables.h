@@ -38,6 +38,10 @@ struct pending_pair {
 	char *key, *value, *origin;
 };
 
+/* Receives each error of a configuration source when a caller wants all of
+ * them rather than the first. */
+typedef void (*config_report_fn)(void *user, const char *message);
+
 /* At most this many distinct pending keys: more is an error (devcache.conf(5)). */
 #define PENDING_MAX 256u
 
