@@ -23,8 +23,8 @@
  * cache's life, model-load.c a load from lookup to commit, model-place.c
  * a new model's bytes on the host or a device, model-chunks.c a model in
  * one device allocation or several, model-partial.c models larger than
- * their device's budget, model-lease.c read leases on mapped files,
- * model-read.c a tensor's bytes copied out, model-info.c what the cache
+ * their device's budget, model-guard.c mapped files that another process
+ * shrinks or rewrites, model-read.c a tensor's bytes copied out, model-info.c what the cache
  * and its models say of themselves.
  */
 
@@ -174,10 +174,11 @@ uint64_t mc_budget_of(struct model_cache *c, const devcache_device_t *dev)
 /* Give back what an entry holds; the caller has unlinked and uncharged it. */
 void mc_entry_free(struct devcache_model *m)
 {
-	lease_release(m);
-	for (size_t i = 0; m->maps && i < mf_part_count(m->mf); i++)
+	for (size_t i = 0; m->maps && i < mf_part_count(m->mf); i++) {
+		guard_remove(&m->maps[i]); /* first: the handler must not map over it */
 		if (m->maps[i].p)
 			munmap(m->maps[i].p, m->maps[i].len);
+	}
 	free(m->maps);
 	if (m->ram_copy)
 		munmap(m->ram_copy, m->bytes);
@@ -339,7 +340,6 @@ void model_cache_destroy(devcache_ctx_t *ctx)
 
 	if (!c)
 		return;
-	lease_stop(c); /* first: it walks the models */
 	pthread_mutex_lock(&ctx->lock);
 	for (size_t i = 0; i < ctx->n_pressure; i++)
 		if (ctx->pressure[i].fn == cache_pressure && ctx->pressure[i].user == c) {

@@ -18,7 +18,7 @@ enum entry_state { ENTRY_LOADING, ENTRY_READY };
 struct host_map {
 	void *p;
 	size_t len;
-	int lease; /* enum map_lease, read and written atomically (model-lease.c) */
+	struct guard_slot *guard; /* its range in the SIGBUS handler's registry (model-guard.c) */
 };
 
 /* One cached model: a file or a set placed on one device, writable or not.
@@ -61,7 +61,6 @@ struct model_cache {
 	uint64_t *vram_used, *vram_budget; /* by device index */
 	devcache_cache_stats_t stats;
 	uint64_t clock;       /* ticks at each use of a partial model's tensors */
-	struct lease_watch *lease; /* model-lease.c: made at the first lease, under lock */
 };
 
 bool mc_is_host(const devcache_device_t *dev);
@@ -108,32 +107,25 @@ struct stage_file *mc_stage_files(const devcache_model_file_t *mf);
 /* A failed upload's message names the file as well as the device. */
 int mc_upload_failed(const struct devcache_model *m, int rc);
 
-/* ---- model-lease.c: read leases on mapped files ------------------------------------ */
+/* ---- model-guard.c: mapped files that another process changes ------------------- */
 
-/* What protects a file's mapping (struct host_map.lease). */
-enum map_lease {
-	LEASE_NONE,  /* a copy, or a mapping left unprotected */
-	LEASE_HELD,  /* a mapping whose file holds a read lease */
-	LEASE_MOVED  /* the file was opened for writing: the mapping now is anonymous memory */
-};
+struct guard_slot;
 
-/* Take a read lease on f for its new mapping hm (lease_signal), its break
- * to be told to the cache's watcher thread, started at the first lease;
- * where none can be taken, hm stays LEASE_NONE and the log says why.
- * Unlocked. */
-void lease_take(struct model_cache *c, const devcache_model_file_t *f, struct host_map *hm);
-/* Give back the leases m holds, before its files are closed. */
-void lease_release(struct devcache_model *m);
-/* Whether a file of m was opened for writing and its mapping moved: m is
- * then no longer its files' model, and never a hit. */
-bool lease_moved(const struct devcache_model *m);
-/* For devcache_cache_summary(): "", or what protects m's mappings and
- * what does not.  Called with the cache locked, as is lease_moved(). */
-const char *lease_note(const struct devcache_model *m);
+/* Register hm's new mapping of f, mapped with protection prot, with the
+ * process's SIGBUS handler (installed at the first call): a fault in it
+ * then reads zeros and marks the file changed. */
+int guard_add(const devcache_model_file_t *f, struct host_map *hm, int prot);
+/* Take hm's mapping out of the registry; before it is unmapped. */
+void guard_remove(struct host_map *hm);
+/* DEVCACHE_EIO, naming the file, where file part of m (any file of m)
+ * changed under its mapping: a fault answered, or a size or modification
+ * time other than the loaded one; 0 otherwise, and for copies. */
+int guard_check_part(const struct devcache_model *m, size_t part);
+int guard_check(const struct devcache_model *m);
+/* Whether a file of a ready m changed so: m is then never a hit. */
+bool guard_changed(const struct devcache_model *m);
 /* The context's model cache, made on first use. */
 int mc_get_cache(devcache_ctx_t *ctx, struct model_cache **c_p);
-/* Stop the watcher thread: first thing at model_cache_destroy(). */
-void lease_stop(struct model_cache *c);
 
 /* ---- model-chunks.c: a model in one device allocation or several ------------------ */
 

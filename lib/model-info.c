@@ -76,6 +76,15 @@ int devcache_model_tensor_at(const devcache_model_t *m, size_t index, devcache_t
 		*data_p = chunks_tensor(m, index);
 		info->place = DEVCACHE_PLACE_DEVICE;
 	}
+	/* A host tensor is the file's mapping: no pointer into a file that
+	 * changed under it. */
+	if (info->place == DEVCACHE_PLACE_HOST && m->maps) {
+		int rc = guard_check_part(m, info->shard);
+
+		if (rc)
+			*data_p = NULL;
+		return rc;
+	}
 	return 0;
 }
 
@@ -197,7 +206,8 @@ int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out)
 		msg_format(line, sizeof line, "  %-10s %10s %5d  %s%s%s%s%s\n",
 			   m->ram_copy ? "RAM" : m->dev->id, d, m->locks, m->mf->path, share,
 			   m->writable ? _(" (writable)") : "",
-			   m->state == ENTRY_LOADING ? _(" (loading)") : "", lease_note(m));
+			   m->state == ENTRY_LOADING ? _(" (loading)") : "",
+			   guard_changed(m) ? _(" (file changed while mapped)") : "");
 		fputs(line, out);
 	}
 	pthread_mutex_unlock(&c->lock);

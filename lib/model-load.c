@@ -138,7 +138,7 @@ static struct devcache_model *find(struct model_cache *c, const devcache_model_f
 {
 	for (struct devcache_model *m = c->head; m; m = m->next)
 		if (m->dev == dev && m->writable == writable && same_files(m->mf, mf) &&
-		    !lease_moved(m))
+		    !guard_changed(m))
 			return m;
 	return NULL;
 }
@@ -174,7 +174,7 @@ static struct devcache_model *find_by_path(struct model_cache *c, const struct s
 				xs = stat(x->path, &pst) == 0 ? &pst : NULL;
 			same = xs && is_file(x, xs) && x->size == (uint64_t)xs->st_size;
 		}
-		if (same && !lease_moved(m))
+		if (same && !guard_changed(m))
 			return m;
 	}
 	return NULL;
@@ -472,8 +472,8 @@ void devcache_model_release(devcache_model_t *m)
 	pthread_mutex_lock(&c->lock);
 	if (m->locks > 0 && --m->locks == 0) {
 		c->stats.locked_models--;
-		/* Its file was rewritten: it can never be a hit again. */
-		if (lease_moved(m)) {
+		/* Its file changed under it: it can never be a hit again. */
+		if (guard_changed(m)) {
 			c->stats.evictions++;
 			mc_drop(c, m);
 		}

@@ -390,12 +390,8 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 	pthread_mutex_lock(&c->lock);
 	wait_ready(c, m);
 	/* Uploads read the files, which no longer hold its tensors. */
-	if (lease_moved(m)) {
+	if ((rc = guard_check(m))) {
 		pthread_mutex_unlock(&c->lock);
-		rc = err_set(DEVCACHE_EBUSY,
-			     _("devcache_model_make_resident: %s was rewritten while it was loaded; "
-			       "release the model and load it again"),
-			     m->mf->path);
 		goto out;
 	}
 	for (size_t i = 0; i < m->mf->n_tensors; i++) {

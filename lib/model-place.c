@@ -45,24 +45,26 @@ static int copy_file(struct devcache_model *m, size_t part, const devcache_load_
 	return 0;
 }
 
-/* Zero-copy.  Pages come from the page cache as they are touched, so the
- * file must keep its size while it is mapped: a file truncated under a
- * mapping raises SIGBUS on access (devcache.conf(5), mmap).  Its size is
- * checked here, once the mapping exists. */
+/* Zero-copy.  Pages come from the page cache as they are touched; should
+ * another process shrink the file meanwhile, a page past its new end
+ * raises SIGBUS, which the guard (model-guard.c) answers with zeros,
+ * marking the model changed.  Its size is checked here, once the mapping
+ * is guarded. */
 static int map_file(struct devcache_model *m, size_t part, bool writable)
 {
 	const devcache_model_file_t *f = mf_part(m->mf, part);
 	struct host_map *hm = &m->maps[part];
+	int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ, rc;
 	struct stat st;
 	void *p;
 
 	hm->len = f->size ? (size_t)f->size : 1;
-	p = writable ? mmap(NULL, hm->len, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, 0)
-		     : mmap(NULL, hm->len, PROT_READ, MAP_SHARED, f->fd, 0);
+	p = mmap(NULL, hm->len, prot, writable ? MAP_PRIVATE : MAP_SHARED, f->fd, 0);
 	if (p == MAP_FAILED)
 		return err_set(DEVCACHE_EIO, _("%s: cannot map: %s"), f->path, strerror(errno));
 	hm->p = p;
-	lease_take(m->cache, f, hm);
+	if ((rc = guard_add(f, hm, prot)))
+		return rc;
 	if (fstat(f->fd, &st) != 0 || (uint64_t)st.st_size != f->size)
 		return mf_error(f, _("the file changed size while it was being opened"));
 	return 0;

@@ -3,7 +3,7 @@
 model_tests = tests/test-safetensors tests/test-gguf tests/test-gguf-meta tests/test-gguf-tensors \
 	tests/test-inspect tests/test-model-cache tests/test-model-set tests/test-model-split \
 	tests/test-model-folder tests/test-model-set-load tests/test-model-partial tests/test-model-copy \
-	tests/test-model-lease tests/test-load-tool tests/test-host-faults
+	tests/test-model-guard tests/test-load-tool tests/test-host-faults
 # What the GGUF reader's tests share; what the tests of models of several files share.
 gguf_bytes = tests/gguf-bytes.c tests/gguf-bytes.h
 model_set_fixture = tests/model-set-fixture.c tests/model-set-fixture.h
@@ -59,10 +59,10 @@ tests_test_model_copy_SOURCES = tests/test-model-copy.c tests/tap.h \
 	$(model_writer)
 tests_test_model_copy_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_model_copy_LDADD = $(test_ldadd)
-tests_test_model_lease_SOURCES = tests/test-model-lease.c tests/tap.h \
+tests_test_model_guard_SOURCES = tests/test-model-guard.c tests/tap.h \
 	$(model_writer)
-tests_test_model_lease_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
-tests_test_model_lease_LDADD = $(test_ldadd)
+tests_test_model_guard_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_model_guard_LDADD = $(test_ldadd)
 # Its own malloc, pread and pthread_create (tests/interpose.c) stand in
 # front of libc's for the library linked into it, to fail each in turn.
 tests_test_host_faults_SOURCES = tests/test-host-faults.c tests/tap.h \

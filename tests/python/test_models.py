@@ -8,6 +8,7 @@ device tests need TEST_FAKES and TEST_BACKENDS (the fake CUDA driver).
 """
 import gc
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -125,34 +126,80 @@ class HostLoads(Base):
                 self.assertIs(t.model, m)
                 self.assertIn(repr(name), repr(t))
 
-    def test_tobytes_of_a_truncated_file_is_an_error(self):
-        # tobytes() reads the file, not its mapping: a file cut short
-        # under a model it has no lease on (lease_signal 0) raises
-        # devcache.Error naming it, never SIGBUS.
-        ctx = devcache.open(mf.isolated("lease_signal:0"), config_files=False,
-                            environment=False)
-        self.addCleanup(ctx.close)
-        with ctx.load(self.file) as m:
-            name = max((t[0] for t in self.tensors), key=lambda n: m[n].nbytes)
-            self.assertGreater(m[name].nbytes, 0)
-            os.truncate(self.file, 8)
-            with self.assertRaises(devcache.Error) as cm:
-                m[name].tobytes()
-            self.assertIn(self.file, str(cm.exception))
-            self.assertIn("shrank", str(cm.exception))
+    def big_file(self):
+        # One tensor over many pages, no byte of it zero; and where the file
+        # will be cut, in the middle of it.
+        raw = bytes(1 + (i * 7) % 251 for i in range(300000))
+        path = self.safetensors([("big", ("U8", (len(raw),), raw))], name="big.safetensors")
+        size = os.path.getsize(path)
+        return path, raw, size - 200000, 100000
 
-    def test_a_leased_file_truncated_keeps_its_tensors(self):
-        # With the read lease (the default, where the kernel gives one),
-        # truncating the file first moves the mapping into memory: the
-        # buffer and tobytes() keep the bytes as loaded.
-        with self.ctx.load(self.file) as m:
-            if "(unprotected)" in self.ctx.cache_summary():
-                self.skipTest("no read lease on " + self.file)
-            os.truncate(self.file, 8)
-            for name, (_dtype, _shape, raw) in self.tensors:
-                self.assertEqual(m[name].tobytes(), raw, name)
-                self.assertEqual(memoryview(m[name]).tobytes(), raw, name)
-            self.assertIn("file rewritten", self.ctx.cache_summary())
+    def cut_elsewhere(self, path, size):
+        # Another process opens the file for writing without waiting
+        # (O_NONBLOCK: EWOULDBLOCK were there a lease on it) and cuts it.
+        code = ("import os, sys\n"
+                "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK)\n"
+                "os.ftruncate(fd, int(sys.argv[2]))\n")
+        r = subprocess.run([sys.executable, "-c", code, path, str(size)],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def assert_changed(self, cm, path):
+        self.assertIn(path, str(cm.exception))
+        self.assertIn("changed while it was mapped", str(cm.exception))
+
+    def test_a_view_of_a_file_cut_by_another_process_reads_zeros(self):
+        # The view's pages past the cut read zeros, not SIGBUS; the bytes
+        # before it are the file's; the model is then an error to use.
+        path, raw, cut, keep = self.big_file()
+        with self.ctx.load(path) as m:
+            t = m["big"]
+            mv = memoryview(t)
+            self.assertEqual(mv.tobytes(), raw)
+            self.cut_elsewhere(path, cut)
+            self.assertEqual(mv.tobytes(), raw[:keep] + bytes(len(raw) - keep))
+            with self.assertRaises(devcache.InputOutputError) as cm:
+                m["big"]
+            self.assert_changed(cm, path)
+            with self.assertRaises(devcache.Error) as cm:
+                t.tobytes()
+            self.assert_changed(cm, path)
+            self.assertIn("file changed while mapped", self.ctx.cache_summary())
+            mv.release()
+
+    @NEED_NUMPY
+    def test_a_numpy_view_of_a_file_cut_by_another_process_reads_zeros(self):
+        path, raw, cut, keep = self.big_file()
+        for writable in (False, True):
+            self.safetensors([("big", ("U8", (len(raw),), raw))], name="big.safetensors")
+            with self.ctx.load(path, writable=writable) as m:
+                a = numpy.asarray(m["big"])
+                self.assertEqual(a.tobytes(), raw)
+                self.cut_elsewhere(path, cut)
+                self.assertEqual(a[:keep].tobytes(), raw[:keep])
+                self.assertFalse(a[keep:].any())
+                with self.assertRaises(devcache.Error) as cm:
+                    numpy.asarray(m["big"])
+                self.assert_changed(cm, path)
+                del a
+
+    def test_faulthandler_enabled_before_the_load(self):
+        # python -X faulthandler (as pytest) installs its SIGBUS handler
+        # before devcache's: devcache's, installed at the first mapping,
+        # answers the fault in its mapping and faulthandler stays quiet.
+        path, raw, cut, keep = self.big_file()
+        code = ("import faulthandler, os, sys, devcache\n"
+                "assert faulthandler.is_enabled()\n"
+                "ctx = devcache.open('log_level:error', config_files=False, environment=False)\n"
+                "m = ctx.load(sys.argv[1])\n"
+                "mv = memoryview(m['big'])\n"
+                "os.truncate(sys.argv[1], int(sys.argv[2]))\n"
+                "sys.stdout.write(mv.tobytes().hex())\n")
+        r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code, path, str(cut)],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(bytes.fromhex(r.stdout), raw[:keep] + bytes(len(raw) - keep))
+        self.assertNotIn("Fatal Python error", r.stderr)
 
     def test_memoryview(self):
         with self.ctx.load(self.file) as m:
