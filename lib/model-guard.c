@@ -24,8 +24,10 @@
  *
  *   1. map_file() registers each mapping here (guard_add): a slot in a
  *      registry of address ranges.  The first registration in the process
- *      installs the SIGBUS handler, with SA_SIGINFO and SA_ONSTACK, saving
- *      the action it replaces.
+ *      installs the SIGBUS handler (SA_SIGINFO, SA_ONSTACK, SA_NODEFER),
+ *      saving the action it replaces; a later one that finds another
+ *      handler installed since (a test framework's, Python's
+ *      faulthandler.enable()) installs it again in front of that one.
  *   2. A fault inside a registered range: the handler maps anonymous zero
  *      pages, with the mapping's protection, from the faulting page to the
  *      end of that file's mapping (MAP_FIXED), sets the slot's changed
@@ -37,6 +39,11 @@
  *      called with the same arguments; with SIG_DFL or SIG_IGN saved, that
  *      action is put back and the fault, retried, kills the process as it
  *      would have (a signal sent by a process is raised again, or ignored).
+ *      A saved handler that puts its own saved action (ours) back and
+ *      raises the signal, as faulthandler does, reaches ours again while
+ *      passing is counted: the default action then, not a loop.  (One
+ *      that longjmp()s out, as cmocka's does, leaves passing counted until
+ *      the next install: a SIGBUS sent meanwhile takes the default action.)
  *   4. Every later use of the model through the library (a tensor's
  *      pointer, its copy, an upload of a partial model's tensor, a load
  *      that would be a hit) first checks the flag, and the file's size and
