@@ -67,8 +67,6 @@
  * mapped over a range that has been given back to the system.
  */
 
-#define SLOTS_PER_CHUNK 64
-
 struct guard_slot {
 	uintptr_t start, end; /* the range, page-aligned; 0, 0 when free or going */
 	int prot;
@@ -76,6 +74,9 @@ struct guard_slot {
 	int busy;    /* handlers between their lookup and their mmap */
 	int changed; /* the file changed under the mapping */
 };
+
+/* A chunk fills a page (of 4 KiB or more). */
+#define SLOTS_PER_CHUNK ((4096 - sizeof(void *)) / sizeof(struct guard_slot))
 
 struct guard_chunk {
 	struct guard_slot slot[SLOTS_PER_CHUNK];
@@ -241,8 +242,11 @@ static struct guard_slot *claim(void)
 			}
 		tail = &c->next;
 	}
-	struct guard_chunk *c = calloc(1, sizeof *c);
-	if (!c)
+	/* Mapped, not from the heap: it is never given back, and the
+	 * program's malloc has no business with a signal handler's data. */
+	struct guard_chunk *c = mmap(NULL, sizeof *c, PROT_READ | PROT_WRITE,
+				     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (c == MAP_FAILED)
 		return NULL;
 	c->slot[0].claimed = 1;
 	__atomic_store_n(tail, c, __ATOMIC_RELEASE); /* never freed: the handler may be in it */
