@@ -328,6 +328,10 @@ static void shrunk_and_regrown(void **state)
 
 /* ---- faults that are not the cache's ------------------------------------------------ */
 
+/* SIGBUS's action when the program started (a sanitizer's handler, or
+ * SIG_DFL), before cmocka put its own in for each test. */
+static struct sigaction at_start;
+
 static void program_handler(int sig)
 {
 	(void)sig;
@@ -354,8 +358,8 @@ static int outside_fault(enum before before)
 		char path[512], own[600];
 		devcache_model_t *m;
 
-		/* As a program that set nothing: not cmocka's handler of the test. */
-		signal(SIGBUS, SIG_DFL);
+		/* As the program started: not cmocka's handler of the test. */
+		sigaction(SIGBUS, &at_start, NULL);
 		if (before == HANDLER_THEN_MODEL) {
 			struct sigaction sa = {.sa_handler = program_handler};
 
@@ -422,6 +426,7 @@ static void a_fault_elsewhere_is_not_answered(void **state)
 
 int main(void)
 {
+	sigaction(SIGBUS, NULL, &at_start);
 	const struct CMUnitTest tests[] = {
 		TMPDIR_TEST(a_fault_elsewhere_is_not_answered),
 		TMPDIR_TEST(held_open_and_cut),
