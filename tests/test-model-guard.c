@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -226,6 +227,30 @@ static void api_refuses(devcache_ctx_t *ctx, devcache_model_t *m, const char *pa
 	free(text);
 }
 
+/* A thread of the program's that reads tensor "a" all along, while the
+ * other process cuts the file: each byte is as loaded or 0. */
+struct reader {
+	const struct view *v;
+	pthread_t thread;
+	int stop; /* atomic */
+	unsigned long passes, bad;
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *r = arg;
+
+	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE) || r->passes < 2) {
+		for (size_t j = 0; j < tensors[0].size; j += 97) {
+			unsigned char c = r->v->p[0][j];
+
+			r->bad += c != 0 && c != mw_byte("a", j, r->v->seed) && (int)j != r->v->patched;
+		}
+		r->passes++;
+	}
+	return NULL;
+}
+
 static uint64_t models(devcache_ctx_t *ctx)
 {
 	devcache_cache_stats_t s;
@@ -272,9 +297,17 @@ static void one_case(enum how how, unsigned flags)
 		v.patched = 5;
 	}
 	no_lease_on(path);
+	struct reader r = {.v = &v};
+	if (how == BY_NAME)
+		assert_int_equal(pthread_create(&r.thread, NULL, reader_main, &r), 0);
 	/* The other process's writer open and its cut go through at once. */
 	other_do(&o, WRITER_OPEN);
 	other_do(&o, how == HELD_OPEN ? FTRUNCATE : TRUNCATE);
+	if (how == BY_NAME) {
+		__atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+		assert_int_equal(pthread_join(r.thread, NULL), 0);
+		assert_int_equal(r.bad, 0);
+	}
 	read_all(&v, cut);
 	if (how == SHRINK_REGROW) {
 		/* Written back: the page that held the cut is the file's again;
