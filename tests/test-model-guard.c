@@ -359,6 +359,68 @@ static void shrunk_and_regrown(void **state)
 	one_case(SHRINK_REGROW, DEVCACHE_LOAD_WRITABLE);
 }
 
+/* ---- sets and partial models ------------------------------------------------------- */
+
+static const struct mw_tensor four[] = {
+	{"t0", 100000, 0}, {"t1", 100000, 0}, {"t2", 100000, 1}, {"t3", 100000, 1},
+};
+
+/* One shard of a set cut by another process: its tensors read zeros and
+ * fail, the other shard's still serve; a partial model then refuses to
+ * upload from the changed file. */
+static void shard_of_a_set_and_partial_models(void **state)
+{
+	const char *places[][2] = {{"host", NULL},
+				   {"good:0", "max_cache_vram:150K,partial_loading:true"}};
+	const char *t2[] = {"t2"};
+
+	(void)state;
+	for (size_t k = 0; k < 2; k++) {
+		char index[512], stem[16], shard[600], name[64];
+		const volatile unsigned char *host[4] = {NULL};
+		devcache_tensor_info_t info;
+		devcache_model_t *m;
+		void *data;
+
+		snprintf(stem, sizeof stem, "set%zu", k);
+		mw_sharded(dir, stem, four, 4, 2, 8, 0, index, sizeof index);
+		mw_shard_name(name, sizeof name, stem, 1, 2, "safetensors");
+		snprintf(shard, sizeof shard, "%s/%s", dir, name);
+		devcache_ctx_t *ctx = mw_open_ctx(places[k][1]);
+		assert_int_equal(devcache_model_load(ctx, index, mw_device(ctx, places[k][0]), NULL, &m),
+				 0);
+		for (size_t i = 0; i < 4; i++) {
+			assert_int_equal(devcache_model_tensor(m, four[i].name, &info, &data), 0);
+			if (info.place == DEVCACHE_PLACE_HOST)
+				host[i] = data;
+		}
+		struct other o = other_start(shard, 0);
+		other_do(&o, TRUNCATE);
+		other_end(&o);
+		for (size_t i = 0; i < 4; i++) {
+			if (!host[i])
+				continue;
+			for (size_t j = 0; j < four[i].size; j++)
+				if (host[i][j] != (four[i].shard ? 0 : mw_byte(four[i].name, j, 8)))
+					fail_msg("%s byte %zu: %u", four[i].name, j, host[i][j]);
+			int rc = devcache_model_tensor(m, four[i].name, &info, &data);
+			assert_int_equal(rc, four[i].shard ? DEVCACHE_EIO : 0);
+			if (rc)
+				assert_contains(devcache_last_error(), shard);
+		}
+		if (k == 1) {
+			/* t0 went to the device at load: it stays usable. */
+			assert_int_equal(devcache_model_tensor(m, "t0", &info, &data), 0);
+			assert_int_equal(info.place, DEVCACHE_PLACE_DEVICE);
+			assert_int_equal(devcache_model_make_resident(m, t2, 1, NULL), DEVCACHE_EIO);
+			assert_contains(devcache_last_error(), shard);
+			assert_contains(devcache_last_error(), "changed while it was mapped");
+		}
+		devcache_model_release(m);
+		devcache_close(ctx);
+	}
+}
+
 /* ---- faults that are not the cache's ------------------------------------------------ */
 
 /* SIGBUS's action when the program started (a sanitizer's handler, or
@@ -465,6 +527,7 @@ int main(void)
 		TMPDIR_TEST(held_open_and_cut),
 		TMPDIR_TEST(cut_by_name),
 		TMPDIR_TEST(shrunk_and_regrown),
+		TMPDIR_TEST(shard_of_a_set_and_partial_models),
 	};
 
 	return RUN_TAP(tests);
