@@ -129,15 +129,18 @@ static bool answer(uintptr_t addr)
 
 			if (addr < start || addr >= end)
 				continue;
-			__atomic_fetch_add(&s->busy, 1, __ATOMIC_ACQ_REL);
+			/* Counted, then checked again: sequentially consistent, as
+			 * guard_remove() clears, then reads busy (either it sees
+			 * this count, or this sees the range gone). */
+			__atomic_fetch_add(&s->busy, 1, __ATOMIC_SEQ_CST);
 			bool ok = false;
-			/* Still registered: guard_remove() waits for busy. */
-			if (load(&s->start) == start && load(&s->end) == end) {
+			if (__atomic_load_n(&s->start, __ATOMIC_SEQ_CST) == start &&
+			    __atomic_load_n(&s->end, __ATOMIC_SEQ_CST) == end) {
 				uintptr_t page = addr & ~(page_size - 1);
 				if ((ok = zero_pages(page, end - page, s->prot)))
 					__atomic_store_n(&s->changed, 1, __ATOMIC_RELEASE);
 			}
-			__atomic_fetch_sub(&s->busy, 1, __ATOMIC_ACQ_REL);
+			__atomic_fetch_sub(&s->busy, 1, __ATOMIC_RELEASE);
 			return ok;
 		}
 	return false;
@@ -283,10 +286,10 @@ void guard_remove(struct host_map *hm)
 
 	if (!s)
 		return;
-	__atomic_store_n(&s->end, 0, __ATOMIC_RELEASE);
-	__atomic_store_n(&s->start, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->end, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&s->start, 0, __ATOMIC_SEQ_CST);
 	/* A handler that found the range before it went is mapping over it. */
-	while (__atomic_load_n(&s->busy, __ATOMIC_ACQUIRE))
+	while (__atomic_load_n(&s->busy, __ATOMIC_SEQ_CST))
 		sched_yield();
 	pthread_mutex_lock(&reg_lock);
 	s->claimed = 0;
