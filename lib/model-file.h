@@ -76,9 +76,9 @@ static inline struct devcache_model_file *mf_part(const struct devcache_model_fi
 
 /* Open and check one file (devcache_model_file_open, in model-set.c, opens
  * sets and folders through it).  When open() fails, errno says why.  The
- * file keeps its descriptor until it is closed: the loads read through it
- * and lease it, and it holds the file that was checked, whatever is
- * renamed over its path. */
+ * file keeps its descriptor until it is closed: the loads read through it,
+ * and it holds the file that was checked, whatever is renamed over its
+ * path. */
 int mf_open_file(const char *path, struct devcache_model_file **mf_p);
 /* The path of the one model the folder dir holds (newly allocated), or an
  * error naming the folder: none, several, a diffusers pipeline. */

@@ -126,7 +126,7 @@ static void a_hit_is_found_by_identity_without_parsing(void **state)
 	(void)state;
 	path_of(path, sizeof path, "id.safetensors");
 	make_model(path, 5, small_sizes, 2);
-	/* Copied, not mapped: no lease tells the cache of the write below. */
+	/* Copied, not mapped: no fault tells the cache of the write below. */
 	devcache_ctx_t *ctx = mw_open_ctx("mmap:false");
 	devcache_device_t *host = mw_device(ctx, "host");
 	assert_int_equal(devcache_model_load(ctx, path, host, NULL, &m), 0);

@@ -130,8 +130,8 @@ static int dump_tensor(const devcache_model_t *model, const char *name, const ch
 			   (unsigned long long)info.size, devcache_strerror(DEVCACHE_ENOMEM));
 		return EXIT_RUNTIME;
 	}
-	/* From the device, or from the file rather than its mapping: a file
-	 * truncated meanwhile is an error, not SIGBUS. */
+	/* From the device, or from the mapping with a check before and after:
+	 * a file truncated meanwhile is an error, not SIGBUS. */
 	if (devcache_model_tensor_copy(model, name, buf, (size_t)info.size)) {
 		tool_error(_("%s: cannot copy it: %s"), name, devcache_last_error());
 		free(buf);

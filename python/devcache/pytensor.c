@@ -510,8 +510,8 @@ static PyObject *tensor_tobytes(TensorObject *self, PyObject *Py_UNUSED(ignored)
 	if (!(b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)self->info.size)))
 		return NULL;
 	char *dst = PyBytes_AS_STRING(b);
-	/* From the file rather than its mapping, where the model is mapped:
-	 * a file truncated meanwhile raises devcache.Error, not SIGBUS. */
+	/* Through the library, which checks the mapping before and after: a
+	 * file truncated meanwhile raises devcache.Error, not SIGBUS. */
 	Py_BEGIN_ALLOW_THREADS
 	rc = devcache_model_tensor_copy(self->model->model, self->info.name, dst,
 					(size_t)self->info.size);
