@@ -118,6 +118,11 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 	return 0;
 }
 
+size_t alloc_max_request(const devcache_device_t *dev)
+{
+	return dev->alloc->max_alloc;
+}
+
 void allocator_destroy(struct allocator *a)
 {
 	if (!a)

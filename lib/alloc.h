@@ -347,13 +347,6 @@ void process_events(struct allocator *a, bool wait);
 /* Free b now, or once the streams named by devcache_record_stream are done. */
 int defer_free(struct allocator *a, struct block *b);
 
-/* The largest request the device's allocator serves: segments are no
- * larger than the driver makes, unless expandable segments map pages. */
-static inline size_t alloc_max_request(const devcache_device_t *dev)
-{
-	return dev->alloc->max_alloc;
-}
-
 /* alloc-oom.c */
 /* DEVCACHE_ENOMEM with PyTorch's message for a request that failed. */
 int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool capped);

@@ -158,6 +158,10 @@ void model_cache_destroy(devcache_ctx_t *ctx);
  * max_alloc_size, or total_memory where it sets no limit below that (a
  * module of backend ABI minor 0 could not say). */
 uint64_t device_max_alloc(const devcache_device_t *dev);
+/* The largest request the device's allocator serves: segments are no
+ * larger than the driver makes, unless expandable segments map pages
+ * (alloc-life.c, where the allocator decides it). */
+size_t alloc_max_request(const devcache_device_t *dev);
 /* Create and destroy the allocators of every device. */
 int devices_start_allocators(devcache_ctx_t *ctx);
 void devices_stop_allocators(devcache_ctx_t *ctx);

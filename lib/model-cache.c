@@ -2,7 +2,6 @@
 /* model-cache.c - caching loaded models within RAM and VRAM budgets: the budgets, the list of models, eviction (to a RAM copy or out) and the cache's life. */
 #include "model-cache.h"
 #include "model-file.h"
-#include "alloc.h"
 
 #include <malloc.h>
 #include <stdlib.h>

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* model-chunks.c - a model on a device: its tensors in one allocation, or in several where the device's largest single allocation is smaller. */
-#include "alloc.h"
 #include "model-cache.h"
 #include "model-file.h"
 

@@ -2,7 +2,6 @@
 /* model-load.c - devcache_model_load() and devcache_model_release(): a hit, by the files' identity or by the parsed model, or a miss made room for, placed and committed. */
 #include "model-cache.h"
 #include "model-file.h"
-#include "alloc.h"
 
 #include <fcntl.h>
 #include <stddef.h>

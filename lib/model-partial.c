@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* model-partial.c - models larger than the device's budget: some tensors on the device, the rest on the host, moved between them on demand. */
-#include "alloc.h"
 #include "model-cache.h"
 #include "model-file.h"
 

@@ -2,7 +2,6 @@
 /* model-place.c - a new model's bytes where they go: its files mapped or copied into host memory, or its tensors uploaded to a device through the staging ring. */
 #include "model-cache.h"
 #include "model-file.h"
-#include "alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
