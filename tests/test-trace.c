@@ -449,6 +449,75 @@ static void reads_plain_and_gzip(void **state)
 	trace_set_destroy(&set);
 }
 
+/* The marks: "# warmup-end" and "# step N" as events for a reader that
+ * asks for them, in their place among the allocations; every other
+ * comment, and a line that only looks like a mark, stays a comment.
+ * Without marks the same file reads as it always did. */
+static const char marks_trace[] =
+	"# libdevcache 0.2.0 allocation trace\n"
+	"+ 1 100\n"
+	"# step 1 batch 8 seq 512\n"
+	"- 1\n"
+	"\t#   warmup-end\r\n"
+	"# step 2\n"
+	"+ 2 200\n"
+	"# step by step\n"       /* no number: a comment */
+	"# step 3x\n"            /* not a number */
+	"# step\n"
+	"# steps 4\n"
+	"# warmup-ended\n"
+	"#warmup-end\n"          /* the word need not be apart from the '#' */
+	"# a warmup-end\n"       /* not the first word */
+	"# step 18446744073709551615 last\n"
+	"# step 18446744073709551616\n" /* too large: a comment */
+	"- 2\n";
+
+static void marks(void **state)
+{
+	struct trace_set set;
+	char err[1024] = "";
+	const struct trace_event *ev;
+
+	(void)state;
+	write_file(path_of("marks.trace"), marks_trace, strlen(marks_trace));
+	start(&set);
+	assert_false(set.marks);
+	set.marks = true;
+	assert_int_equal(read_trace(&set, path_of("marks.trace"), err, sizeof err), 0);
+	assert_int_equal(got.n, 9);
+	ev = got.ev;
+	assert_int_equal(ev[0].op, TRACE_OP_ALLOC);
+	assert_int_equal(ev[1].op, TRACE_OP_STEP);
+	assert_int_equal(ev[1].size, 1);
+	assert_int_equal(ev[2].op, TRACE_OP_FREE);
+	assert_int_equal(ev[3].op, TRACE_OP_WARMUP_END);
+	assert_int_equal(ev[3].size, 0);
+	assert_int_equal(ev[4].op, TRACE_OP_STEP);
+	assert_int_equal(ev[4].size, 2);
+	assert_int_equal(ev[5].op, TRACE_OP_ALLOC);
+	assert_int_equal(ev[6].op, TRACE_OP_WARMUP_END);
+	assert_int_equal(ev[7].op, TRACE_OP_STEP);
+	assert_int_equal(ev[7].size, UINT64_MAX);
+	assert_int_equal(ev[8].op, TRACE_OP_FREE);
+	assert_false(ev[8].implicit);
+	/* The marks are neither allocations nor frees, but they are events of
+	 * the file: first counts them. */
+	assert_int_equal(set.n_read, 4);
+	assert_int_equal(set.first, 9);
+	assert_int_equal(set.lines, 17);
+	trace_set_destroy(&set);
+	assert_false(set.marks); /* destroyed: as trace_set_init() left it */
+
+	/* Without marks, the comments they are. */
+	start(&set);
+	assert_int_equal(read_trace(&set, path_of("marks.trace"), err, sizeof err), 0);
+	assert_int_equal(got.n, 4);
+	for (size_t i = 0; i < got.n; i++)
+		assert_true(got.ev[i].op == TRACE_OP_ALLOC || got.ev[i].op == TRACE_OP_FREE);
+	assert_int_equal(set.n_read, 4);
+	trace_set_destroy(&set);
+}
+
 /* Each rule with its exact message; line numbers count every line. */
 static const struct bad {
 	const char *text;
@@ -890,6 +959,7 @@ int main(void)
 		cmocka_unit_test(write_error_logged_once),
 		cmocka_unit_test(threads_write_whole_lines),
 		cmocka_unit_test(reads_plain_and_gzip),
+		cmocka_unit_test(marks),
 		cmocka_unit_test(bad_lines),
 		cmocka_unit_test(long_lines),
 		cmocka_unit_test(files_that_cannot_be_read),

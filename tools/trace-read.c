@@ -157,7 +157,7 @@ static void push_event(struct trace_reader *r, struct trace_event ev)
 	struct trace_set *set = r->set;
 
 	set->events[set->n_events++] = ev;
-	set->n_read += !ev.implicit;
+	set->n_read += !ev.implicit && ev.op <= TRACE_OP_FREE;
 }
 
 /* ---- the ID table ------------------------------------------------------------- */
@@ -384,6 +384,37 @@ static int free_event(struct trace_reader *r, char **field, size_t n)
 	return 0;
 }
 
+/* A comment (its text after the '#'): a mark for a caller that asked for
+ * them, "warmup-end" or "step N" as the first words, anything after them
+ * a remark; otherwise, and without marks, nothing.  A comment that only
+ * looks like a mark ("step by step") stays a comment, as it was before
+ * there were marks: marks never make a trace fail. */
+static void comment(struct trace_reader *r, const char *text)
+{
+	size_t word;
+	uint64_t n;
+	char num[24];
+
+	if (!r->set->marks)
+		return;
+	text += strspn(text, " \t");
+	word = strcspn(text, " \t");
+	if (word == 10 && memcmp(text, "warmup-end", 10) == 0) {
+		push_event(r, (struct trace_event){.op = TRACE_OP_WARMUP_END});
+		return;
+	}
+	if (word != 4 || memcmp(text, "step", 4) != 0)
+		return;
+	text += word + strspn(text + word, " \t");
+	word = strcspn(text, " \t");
+	if (word == 0 || word >= sizeof num)
+		return;
+	memcpy(num, text, word);
+	num[word] = '\0';
+	if (parse_number(num, UINT64_MAX, &n) == NUM_OK)
+		push_event(r, (struct trace_event){.size = n, .op = TRACE_OP_STEP});
+}
+
 /* One line, without its newline. */
 static int parse_line(struct trace_reader *r, char *line, size_t len)
 {
@@ -394,13 +425,18 @@ static int parse_line(struct trace_reader *r, char *line, size_t len)
 		return fail(r, DEVCACHE_EFORMAT, _("a NUL byte: this is not a trace file"));
 	if (len && line[len - 1] == '\r')
 		line[--len] = '\0';
-	for (char *p = line + strspn(line, " \t"); *p && n < 5; p += strspn(p, " \t")) {
+	char *start = line + strspn(line, " \t");
+	if (*start == '#') {
+		comment(r, start + 1);
+		return 0;
+	}
+	for (char *p = start; *p && n < 5; p += strspn(p, " \t")) {
 		field[n++] = p;
 		p += strcspn(p, " \t");
 		if (*p)
 			*p++ = '\0';
 	}
-	if (n == 0 || field[0][0] == '#')
+	if (n == 0)
 		return 0;
 	if (strcmp(field[0], "+") == 0)
 		return alloc_event(r, field, n);

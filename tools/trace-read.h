@@ -18,15 +18,21 @@
  * table grow with them, never with the length of the file. */
 #define TRACE_LIVE_MAX (1u << 20)
 
-enum trace_op { TRACE_OP_ALLOC, TRACE_OP_FREE };
+/* TRACE_OP_WARMUP_END and TRACE_OP_STEP are marks, comment lines read as
+ * events only for a caller that sets trace_set.marks: "# warmup-end",
+ * where the warm-up of the traced program ends, and "# step N", where its
+ * step N starts (bench/replay counts the device allocations of the steps
+ * after the warm-up).  Without marks they are comments, as every other
+ * comment line is. */
+enum trace_op { TRACE_OP_ALLOC, TRACE_OP_FREE, TRACE_OP_WARMUP_END, TRACE_OP_STEP };
 
 /* IDs are resolved while reading: an allocation names a slot of the
  * replay's pointer table, and its free names the same slot, so the replay
  * needs no lookup.  Slots are reused once freed, so the table is as large
  * as the most blocks live at once. */
 struct trace_event {
-	uint64_t size;   /* bytes, at least 1; 0 for a free */
-	uint32_t slot;
+	uint64_t size;   /* bytes, at least 1; 0 for a free; a step mark: N; 0 for the warm-up mark */
+	uint32_t slot;   /* 0 for a mark */
 	uint16_t stream; /* allocations: the stream index, 0 the default stream */
 	uint8_t op;      /* enum trace_op */
 	uint8_t implicit; /* a free the reader added: the block was live at the end of its file */
@@ -48,9 +54,10 @@ struct trace_reader;
  *	trace_set_destroy(&set);
  */
 struct trace_set {
+	bool marks;         /* set by the caller before reading: the marks as events too */
 	struct trace_event *events; /* the batch trace_set_next() read */
 	size_t n_events;
-	size_t n_read;      /* events that were lines of the files, every batch so far */
+	size_t n_read;      /* allocations and frees that were lines of the files, every batch so far */
 	uint32_t n_slots;   /* the pointer table the replay needs */
 	uint32_t live_max;  /* blocks live at once, at most: TRACE_LIVE_MAX */
 	unsigned max_stream;
@@ -58,7 +65,7 @@ struct trace_set {
 	uint8_t streams_used[(TRACE_STREAM_MAX + 1) / 8]; /* a bit per stream index */
 	/* the file being read, or the last one */
 	const char *path;   /* as given to trace_set_open() */
-	size_t first;       /* the file's events before this batch, implicit frees included */
+	size_t first;       /* the file's events before this batch, implicit frees and marks included */
 	uint64_t lines;     /* the file's lines read so far */
 	size_t n_files;     /* files read to their end */
 	/* reading state */
@@ -67,6 +74,7 @@ struct trace_set {
 	size_t n_free_slots, cap_free_slots;
 };
 
+/* Without marks: set->marks stays false unless the caller sets it. */
 void trace_set_init(struct trace_set *set);
 /* Closes the file being read, if any. */
 void trace_set_destroy(struct trace_set *set);
