@@ -24,14 +24,17 @@ bench_gentrace_CFLAGS = $(bench_cflags)
 bench_gentrace_LDADD = $(bench_ldadd)
 bench_replay_SOURCES = bench/replay.c bench/replay.h bench/minmem.c bench/bench.h \
 	bench/mallocs.c bench/mallocs.h
+# The traces are read by the tool's reader, compiled in as tests/test-trace
+# does: one reader of devcache-trace(5), with the marks bench/replay needs.
+bench_replay_SOURCES += tools/trace-read.c tools/trace-read.h
 # bench/replay's minimum-memory search also runs the independent model of
 # PyTorch's allocator that the differential test uses (tests/pytorch-model*),
 # for PyTorch's figures beside libdevcache's.
 bench_replay_SOURCES += tests/pytorch-model.c tests/pytorch-model-expand.c \
 	tests/pytorch-model.h tests/pytorch-model-internal.h
-bench_replay_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/tests -DHAVE_PYTORCH_MODEL
-bench_replay_CFLAGS = $(bench_cflags) $(JSONC_CFLAGS)
-bench_replay_LDADD = $(bench_ldadd) $(JSONC_LIBS)
+bench_replay_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/tests -I$(srcdir)/tools -DHAVE_PYTORCH_MODEL
+bench_replay_CFLAGS = $(bench_cflags) $(JSONC_CFLAGS) $(ZLIB_CFLAGS)
+bench_replay_LDADD = $(bench_ldadd) $(JSONC_LIBS) $(ZLIB_LIBS)
 bench_loadbench_SOURCES = bench/loadbench.c bench/loadbench-measure.c bench/loadbench-models.c \
 	bench/loadbench-size.c bench/loadbench-sharded.c bench/loadbench-partial.c \
 	bench/loadbench-switch.c bench/loadbench-sweep.c bench/loadbench.h bench/bench.h \

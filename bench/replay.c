@@ -16,83 +16,9 @@
 #include "bench.h"
 #include "mallocs.h"
 #include "replay.h"
+#include "trace-read.h"
 
-/* ---- ID to ordinal, while parsing --------------------------------------- */
-
-struct idmap {
-	uint64_t *keys; /* 0: empty slot (IDs are stored plus one) */
-	uint64_t *vals;
-	size_t cap, used;
-};
-
-static uint64_t id_hash(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	return x;
-}
-
-static int idmap_grow(struct idmap *m)
-{
-	struct idmap n = { 0 };
-
-	n.cap = m->cap ? m->cap * 2 : 1024;
-	n.keys = calloc(n.cap, sizeof *n.keys);
-	n.vals = calloc(n.cap, sizeof *n.vals);
-	if (!n.keys || !n.vals)
-		return -1;
-	for (size_t i = 0; i < m->cap; i++) {
-		if (!m->keys[i])
-			continue;
-		size_t j = id_hash(m->keys[i]) & (n.cap - 1);
-
-		while (n.keys[j])
-			j = (j + 1) & (n.cap - 1);
-		n.keys[j] = m->keys[i];
-		n.vals[j] = m->vals[i];
-		n.used++;
-	}
-	free(m->keys);
-	free(m->vals);
-	*m = n;
-	return 0;
-}
-
-/* Returns the slot of id (key 0 when absent). */
-static size_t idmap_slot(struct idmap *m, uint64_t id)
-{
-	size_t j = id_hash(id + 1) & (m->cap - 1);
-
-	while (m->keys[j] && m->keys[j] != id + 1)
-		j = (j + 1) & (m->cap - 1);
-	return j;
-}
-
-/* Deletion with backward shifting keeps probe sequences intact. */
-static void idmap_delete(struct idmap *m, size_t j)
-{
-	size_t i = j;
-
-	m->keys[j] = 0;
-	m->used--;
-	for (;;) {
-		i = (i + 1) & (m->cap - 1);
-		if (!m->keys[i])
-			return;
-		size_t home = id_hash(m->keys[i]) & (m->cap - 1);
-
-		/* move keys[i] into the hole at j if j lies on its probe path */
-		if ((i > j && (home <= j || home > i)) || (i < j && home <= j && home > i)) {
-			m->keys[j] = m->keys[i];
-			m->vals[j] = m->vals[i];
-			m->keys[i] = 0;
-			j = i;
-		}
-	}
-}
-
-/* ---- parsing ------------------------------------------------------------- */
+/* ---- reading ------------------------------------------------------------- */
 
 static int push(struct trace *t, struct event e)
 {
@@ -109,81 +35,77 @@ static int push(struct trace *t, struct event e)
 	return 0;
 }
 
-static int parse_line(struct trace *t, struct idmap *ids, char *line, const char *path,
-		      unsigned long lineno)
+/* One batch of the reader's events onto the trace.  ord maps each of the
+ * reader's slots to the ordinal of the allocation it holds.  The frees the
+ * reader adds at the end of the file are left out: the replay leaves what
+ * the trace did not free allocated until its summary is taken. */
+static int add_batch(struct trace *t, const struct trace_set *set, size_t **ord, size_t *n_ord)
 {
-	unsigned long long id, size;
-	unsigned stream = 0;
-	struct event e = { 0 };
-	size_t slot;
-	int n;
+	if (set->n_slots > *n_ord) {
+		size_t *v = realloc(*ord, set->n_slots * sizeof *v);
 
-	if (line[0] == '#') {
-		if (!strncmp(line, "# warmup-end", 12)) {
+		if (!v)
+			return -1;
+		*ord = v;
+		*n_ord = set->n_slots;
+	}
+	for (size_t i = 0; i < set->n_events; i++) {
+		const struct trace_event *ev = &set->events[i];
+		struct event e = { 0 };
+
+		switch (ev->op) {
+		case TRACE_OP_ALLOC:
+			(*ord)[ev->slot] = t->allocs++;
+			e.kind = EV_ALLOC;
+			e.size = ev->size;
+			e.stream = ev->stream;
+			break;
+		case TRACE_OP_FREE:
+			if (ev->implicit)
+				continue;
+			e.kind = EV_FREE;
+			e.size = (*ord)[ev->slot];
+			t->frees++;
+			break;
+		case TRACE_OP_WARMUP_END:
 			e.kind = EV_WARMUP_END;
 			t->has_warmup = true;
-			return push(t, e);
-		}
-		if (!strncmp(line, "# step ", 7)) {
+			break;
+		case TRACE_OP_STEP:
 			e.kind = EV_STEP;
-			return push(t, e);
+			break;
+		default:
+			continue;
 		}
-		return 0;
-	}
-	if (line[0] == '\n' || line[0] == 0)
-		return 0;
-	if (line[0] == '+' && (n = sscanf(line + 1, "%llu %llu %u", &id, &size, &stream)) >= 2) {
-		if (ids->used * 2 >= ids->cap && idmap_grow(ids) != 0)
+		if (push(t, e) != 0)
 			return -1;
-		slot = idmap_slot(ids, id);
-		if (!ids->keys[slot])
-			ids->used++;
-		ids->keys[slot] = id + 1;
-		ids->vals[slot] = t->allocs++;
-		e.kind = EV_ALLOC;
-		e.size = size;
-		e.stream = stream;
-		if (stream > t->max_stream)
-			t->max_stream = stream;
-		return push(t, e);
 	}
-	if (line[0] == '-' && sscanf(line + 1, "%llu", &id) == 1) {
-		slot = ids->cap ? idmap_slot(ids, id) : 0;
-		if (!ids->cap || !ids->keys[slot]) {
-			fprintf(stderr, "replay: %s:%lu: free of unknown ID %llu\n", path, lineno, id);
-			return -2;
-		}
-		e.kind = EV_FREE;
-		e.size = ids->vals[slot];
-		idmap_delete(ids, slot);
-		t->frees++;
-		return push(t, e);
-	}
-	fprintf(stderr, "replay: %s:%lu: not a trace line: %s", path, lineno, line);
-	return -2;
+	return 0;
 }
 
+/* The whole trace, read once by the tool's reader (tools/trace-read.c) with
+ * its marks: every replay runs it again from memory. */
 static int load_trace(struct trace *t, const char *path)
 {
-	FILE *f = fopen(path, "r");
-	struct idmap ids = { 0 };
-	char *line = NULL;
-	size_t len = 0;
-	unsigned long lineno = 0;
-	int rc = 0;
+	struct trace_set set;
+	char err[512];
+	size_t *ord = NULL, n_ord = 0;
+	int rc;
 
-	if (!f) {
-		fprintf(stderr, "replay: %s: %s\n", path, strerror(errno));
-		return -1;
-	}
-	while (rc == 0 && getline(&line, &len, f) != -1)
-		rc = parse_line(t, &ids, line, path, ++lineno);
-	if (rc == -1)
-		fprintf(stderr, "replay: %s: out of memory\n", path);
-	free(line);
-	free(ids.keys);
-	free(ids.vals);
-	fclose(f);
+	trace_set_init(&set);
+	set.marks = true;
+	rc = trace_set_open(&set, path, err, sizeof err);
+	while (!rc && !(rc = trace_set_next(&set, err, sizeof err)) && set.n_events)
+		if (add_batch(t, &set, &ord, &n_ord) != 0) {
+			snprintf(err, sizeof err, "%s: out of memory", path);
+			rc = -1;
+		}
+	if (rc)
+		fprintf(stderr, "replay: %s\n", err);
+	else
+		t->max_stream = set.max_stream;
+	trace_set_destroy(&set);
+	free(ord);
 	return rc ? -1 : 0;
 }
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* replay.h - bench/replay's parts: a parsed trace, one replay of it through devcache, and the minimum memory it runs in. */
+/* replay.h - bench/replay's parts: a trace read into memory, one replay of it through devcache, and the minimum memory it runs in. */
 #ifndef DEVCACHE_BENCH_REPLAY_H
 #define DEVCACHE_BENCH_REPLAY_H
 
@@ -9,9 +9,11 @@
 
 #include <devcache.h>
 
-/* The trace is parsed once into an array of events whose frees name the
- * allocation they release by its ordinal, so a replay itself does no
- * parsing and no hashing: what is timed is the allocator. */
+/* The trace is read once, by the tool's reader (tools/trace-read.h) with
+ * its marks, into an array of events whose frees name the allocation they
+ * release by its ordinal, so a replay itself does no parsing and no
+ * hashing: what is timed is the allocator.  EV_WARMUP_END and EV_STEP are
+ * the trace's "# warmup-end" and "# step N" lines (devcache-trace(5)). */
 enum ev_kind { EV_ALLOC, EV_FREE, EV_WARMUP_END, EV_STEP };
 
 struct event {
