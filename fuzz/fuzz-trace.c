@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* fuzz-trace.c - fuzz target: an allocation trace (devcache-trace(5)), plain or gzip-compressed, through devcache replay's reader. */
+/* fuzz-trace.c - fuzz target: an allocation trace (devcache-trace(5)), plain or gzip-compressed, through the trace reader of devcache replay and bench/replay. */
 #include "config.h"
+
+#include <devcache.h>
 
 #include "fuzz.h"
 #include "trace-read.h"
@@ -20,11 +22,14 @@
 
 /* What replay relies on: every free names a slot of the table that an
  * allocation before it took, and every block is freed by the end of its
- * file.  live[] follows the slots from batch to batch. */
+ * file.  live[] follows the slots from batch to batch.  Marks come only
+ * when asked for, and change nothing else: n_ops counts the allocations
+ * and frees of a file, the same with marks as without. */
 struct seen {
 	unsigned char *live;
 	uint32_t size;
 	size_t n_live;
+	size_t n_ops;
 };
 
 static void check_batch(const struct trace_set *set, struct seen *seen)
@@ -42,6 +47,11 @@ static void check_batch(const struct trace_set *set, struct seen *seen)
 	for (size_t i = 0; i < set->n_events; i++) {
 		const struct trace_event *e = &set->events[i];
 
+		if (e->op == TRACE_OP_WARMUP_END || e->op == TRACE_OP_STEP) {
+			CHECK(set->marks && e->slot == 0 && !e->implicit);
+			continue;
+		}
+		seen->n_ops++;
 		CHECK(e->slot < set->n_slots);
 		if (e->op == TRACE_OP_ALLOC) {
 			CHECK(e->size > 0 && !seen->live[e->slot] && trace_stream_used(set, e->stream));
@@ -69,7 +79,7 @@ static int read_file(struct trace_set *set, const char *path, struct seen *seen)
 }
 
 /* The same file twice into one set: replay reads several files one after
- * another. */
+ * another; the second time with the marks, as bench/replay reads it. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct seen seen = {0};
@@ -81,8 +91,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	path = fuzz_path("trace");
 	fuzz_write(path, data, size);
 	trace_set_init(&set);
-	if (read_file(&set, path, &seen) == 0)
-		read_file(&set, path, &seen);
+	if (read_file(&set, path, &seen) == 0) {
+		size_t n_ops = seen.n_ops;
+		int rc;
+
+		seen.n_ops = 0;
+		set.marks = true;
+		rc = read_file(&set, path, &seen);
+		CHECK(rc != DEVCACHE_EFORMAT); /* marks never make a trace invalid */
+		if (rc == 0)
+			CHECK(seen.n_ops == n_ops);
+	}
 	trace_set_destroy(&set);
 	free(seen.live);
 	return 0;
