@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* model-file.c - opening a model file: format detection, the parsers' helpers, and the public accessors. */
+/* model-file.c - the parsed model file: the parsers' helpers, the index by name, closing, and the public accessors. */
 #include "model-file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,8 +108,7 @@ static int by_name(const void *x, const void *y)
 	return strcmp(a->name, b->name);
 }
 
-/* Sorted by name, for lookups; two tensors of one name make the file bad. */
-static int index_names(struct devcache_model_file *mf)
+int mf_index_tensors(struct devcache_model_file *mf)
 {
 	if (!mf->n_tensors)
 		return 0;
@@ -151,66 +149,6 @@ void devcache_model_file_close(devcache_model_file_t *mf)
 		close(mf->fd);
 	free(mf->path);
 	free(mf);
-}
-
-int mf_open_file(const char *path, struct devcache_model_file **mf_p)
-{
-	struct devcache_model_file *mf;
-	unsigned char magic[9];
-	struct stat st;
-	int rc;
-
-	*mf_p = NULL;
-	if (!(mf = calloc(1, sizeof *mf)) || !(mf->path = strdup(path))) {
-		free(mf);
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-	}
-	/* O_NONBLOCK: opening a FIFO would otherwise wait for a writer before
-	 * the check below could refuse it.  It changes nothing for a regular
-	 * file's reads. */
-	mf->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (mf->fd < 0 || fstat(mf->fd, &st) != 0) {
-		int e = errno;
-
-		devcache_model_file_close(mf);
-		rc = err_set(e == ENOENT ? DEVCACHE_ENOENT : DEVCACHE_EIO, _("%s: cannot open: %s"),
-			     path, strerror(e));
-		errno = e; /* for a set's message: EMFILE */
-		return rc;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		devcache_model_file_close(mf);
-		return err_set(DEVCACHE_EINVAL, _("%s: not a regular file"), path);
-	}
-	mf->size = (uint64_t)st.st_size;
-	mf->dev = st.st_dev;
-	mf->ino = st.st_ino;
-	mf->mtime = st.st_mtim;
-	mf->alignment = 1;
-	/* GGUF starts with its magic; safetensors with an 8-byte length and
-	 * then the JSON header's opening brace. */
-	size_t have = mf->size < sizeof magic ? (size_t)mf->size : sizeof magic;
-	if ((rc = mf_read(mf, magic, have, 0, _("the magic number")))) {
-		devcache_model_file_close(mf);
-		return rc;
-	}
-	if (have >= 4 && memcmp(magic, "GGUF", 4) == 0) {
-		mf->format = DEVCACHE_FORMAT_GGUF;
-		rc = gguf_parse(mf);
-	} else if (have == 9 && magic[8] == '{') {
-		mf->format = DEVCACHE_FORMAT_SAFETENSORS;
-		rc = safetensors_parse(mf);
-	} else {
-		rc = mf_error(mf, _("neither a safetensors nor a GGUF file"));
-	}
-	if (rc == 0)
-		rc = index_names(mf);
-	if (rc) {
-		devcache_model_file_close(mf);
-		return rc;
-	}
-	*mf_p = mf;
-	return 0;
 }
 
 int devcache_model_file_format(const devcache_model_file_t *mf, unsigned *version_p)

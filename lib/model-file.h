@@ -74,8 +74,8 @@ static inline struct devcache_model_file *mf_part(const struct devcache_model_fi
 	return mf->parts ? mf->parts[i] : (struct devcache_model_file *)mf;
 }
 
-/* Open and check one file (devcache_model_file_open, in model-set.c, opens
- * sets and folders through it).  When open() fails, errno says why.  The
+/* model-open.c: open and check one file (devcache_model_file_open, beside
+ * it, opens sets and folders through it).  When open() fails, errno says why.  The
  * file keeps its descriptor until it is closed: the loads read through it,
  * and it holds the file that was checked, whatever is renamed over its
  * path. */
@@ -110,6 +110,8 @@ int mf_merge_tensors(struct devcache_model_file *set);
 void mf_sum_parts(struct devcache_model_file *set);
 /* The part's metadata pairs into the set, but for keys the set has. */
 int mf_copy_part_meta(struct devcache_model_file *set, const struct devcache_model_file *part);
+/* Open the Hugging Face index at path and its shards, as one set. */
+int mf_open_index(const char *path, struct devcache_model_file **set_p);
 /* Read a JSON object from the file path (a safetensors index, a
  * diffusers model_index.json): its root, for json_object_put(). */
 int mf_read_index(const char *path, struct json_object **root_p);
@@ -141,6 +143,9 @@ int mf_read(const struct devcache_model_file *mf, void *buf, size_t len, uint64_
 struct mf_tensor *mf_add_tensor(struct devcache_model_file *mf, char *name);
 /* Append a metadata pair (both are taken over, even on failure). */
 int mf_add_meta(struct devcache_model_file *mf, char *key, char *value_json);
+/* Index the parsed tensors by name (sorted, for mf_index()); two tensors
+ * of one name make the file bad. */
+int mf_index_tensors(struct devcache_model_file *mf);
 
 void mf_tensor_info(const struct mf_tensor *t, devcache_tensor_info_t *info);
 /* json-c's parser returned no object for text[0..len) with error jerr

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* model-set.c - models of several files: the set and its checks, Hugging Face shards with an index, and the entry point that opens any model. */
+/* model-set.c - models of several files: the set and its checks, and Hugging Face shards with an index. */
 #include "model-file.h"
 
 #include <errno.h>
@@ -21,9 +21,9 @@
  * them: shard order, then file order within each shard.  Names are the
  * parts'; the set frees only its arrays.
  *
- * The files: model-set.c the set, Hugging Face indexes and
- * devcache_model_file_open(), model-split.c GGUF splits, model-folder.c
- * the one model a folder holds and diffusers pipelines.
+ * The files: model-set.c the set and Hugging Face indexes, model-split.c
+ * GGUF splits, model-folder.c the one model a folder holds and diffusers
+ * pipelines; model-open.c opens one file and, through these, any model.
  */
 
 /* An index file larger than this is not an index (the largest real ones,
@@ -514,7 +514,7 @@ static int index_meta(struct devcache_model_file *set, struct json_object *root)
 	return set->n_parts ? mf_copy_part_meta(set, set->parts[0]) : 0;
 }
 
-static int open_index(const char *path, struct devcache_model_file **set_p)
+int mf_open_index(const char *path, struct devcache_model_file **set_p)
 {
 	struct devcache_model_file *set = NULL;
 	struct json_object *root = NULL, *map = NULL;
@@ -559,30 +559,4 @@ out:
 	free(dir);
 	json_object_put(root);
 	return rc;
-}
-
-/* ---- the entry point -------------------------------------------------------------- */
-
-int devcache_model_file_open(const char *path, devcache_model_file_t **mf_p)
-{
-	struct devcache_model_file *mf;
-	const char *given = path;
-	char *resolved = NULL;
-	struct stat st;
-	int rc;
-
-	if (!path || !mf_p)
-		return err_set(DEVCACHE_EINVAL, _("devcache_model_file_open: NULL argument"));
-	*mf_p = NULL;
-	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-		if ((rc = mf_resolve_folder(path, &resolved)))
-			return mf_name_oom(given, rc);
-		path = resolved;
-	}
-	if (mf_ends_with(path, ".json"))
-		rc = open_index(path, mf_p);
-	else if ((rc = mf_open_file(path, &mf)) == 0)
-		rc = mf_maybe_split(mf, mf_p);
-	free(resolved);
-	return mf_name_oom(given, rc);
 }
