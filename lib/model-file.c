@@ -108,11 +108,13 @@ static int by_name(const void *x, const void *y)
 	return strcmp(a->name, b->name);
 }
 
+/* The safetensors reader may have made the index already, sorted; a set's
+ * merged list (mf_merge_tensors) is sorted here.  A name twice in a set is
+ * in two shards: each part has been checked alone. */
 int mf_index_tensors(struct devcache_model_file *mf)
 {
 	if (!mf->n_tensors)
 		return 0;
-	/* The safetensors reader has made it, sorted. */
 	bool made = mf->by_name != NULL;
 	if (!made && !(mf->by_name = malloc(mf->n_tensors * sizeof *mf->by_name)))
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
@@ -123,9 +125,18 @@ int mf_index_tensors(struct devcache_model_file *mf)
 		sorted++;
 	if (sorted < mf->n_tensors)
 		qsort(mf->by_name, mf->n_tensors, sizeof *mf->by_name, by_name);
-	for (size_t i = 1; i < mf->n_tensors; i++)
-		if (strcmp(mf->by_name[i - 1]->name, mf->by_name[i]->name) == 0)
-			return mf_error(mf, _("two tensors are named '%s'"), mf->by_name[i]->name);
+	for (size_t i = 1; i < mf->n_tensors; i++) {
+		const struct mf_tensor *a = mf->by_name[i - 1], *b = mf->by_name[i];
+
+		if (strcmp(a->name, b->name) != 0)
+			continue;
+		if (!mf->parts)
+			return mf_error(mf, _("two tensors are named '%s'"), b->name);
+		if (a->part > b->part)
+			a = mf->by_name[i], b = mf->by_name[i - 1];
+		return mf_error(mf, _("tensor '%s' is in two shards: %s and %s"), a->name,
+				mf->parts[a->part]->path, mf->parts[b->part]->path);
+	}
 	return 0;
 }
 

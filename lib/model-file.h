@@ -143,8 +143,9 @@ int mf_read(const struct devcache_model_file *mf, void *buf, size_t len, uint64_
 struct mf_tensor *mf_add_tensor(struct devcache_model_file *mf, char *name);
 /* Append a metadata pair (both are taken over, even on failure). */
 int mf_add_meta(struct devcache_model_file *mf, char *key, char *value_json);
-/* Index the parsed tensors by name (sorted, for mf_index()); two tensors
- * of one name make the file bad. */
+/* Index the tensors by name (sorted, for mf_index()), a single file's or
+ * a set's merged ones; two tensors of one name make the file bad, and a
+ * set's error names the two shards that hold it. */
 int mf_index_tensors(struct devcache_model_file *mf);
 
 void mf_tensor_info(const struct mf_tensor *t, devcache_tensor_info_t *info);

@@ -97,13 +97,6 @@ int mf_add_part(struct devcache_model_file *set, struct devcache_model_file *par
 	return 0;
 }
 
-static int by_name(const void *x, const void *y)
-{
-	const struct mf_tensor *a = *(struct mf_tensor *const *)x, *b = *(struct mf_tensor *const *)y;
-
-	return strcmp(a->name, b->name);
-}
-
 /* Merge the parts' tensors, in shard then file order, and index them by
  * name; a name in two shards makes the set bad. */
 int mf_merge_tensors(struct devcache_model_file *set)
@@ -114,28 +107,15 @@ int mf_merge_tensors(struct devcache_model_file *set)
 		n += set->parts[p]->n_tensors;
 	if (n > MF_MAX_TENSORS)
 		return mf_error(set, _("more than %u tensors"), MF_MAX_TENSORS);
-	set->tensors = calloc(n ? n : 1, sizeof *set->tensors);
-	set->by_name = calloc(n ? n : 1, sizeof *set->by_name);
-	if (!set->tensors || !set->by_name)
+	if (!(set->tensors = calloc(n ? n : 1, sizeof *set->tensors)))
 		return mf_oom();
 	for (size_t p = 0; p < set->n_parts; p++)
 		for (size_t i = 0; i < set->parts[p]->n_tensors; i++, k++) {
 			set->tensors[k] = set->parts[p]->tensors[i];
 			set->tensors[k].part = (uint32_t)p;
-			set->by_name[k] = &set->tensors[k];
 		}
 	set->n_tensors = set->tensors_cap = n;
-	qsort(set->by_name, n, sizeof *set->by_name, by_name);
-	for (size_t i = 1; i < n; i++)
-		if (strcmp(set->by_name[i - 1]->name, set->by_name[i]->name) == 0) {
-			const struct mf_tensor *a = set->by_name[i - 1], *b = set->by_name[i];
-
-			if (a->part > b->part)
-				a = set->by_name[i], b = set->by_name[i - 1];
-			return mf_error(set, _("tensor '%s' is in two shards: %s and %s"), a->name,
-					set->parts[a->part]->path, set->parts[b->part]->path);
-		}
-	return 0;
+	return mf_index_tensors(set);
 }
 
 /* The set's figures from its parts: size, format, data offset. */
