@@ -21,6 +21,11 @@ int mf_error(const struct devcache_model_file *mf, const char *fmt, ...)
 	return err_set(DEVCACHE_EFORMAT, "%s: %s", mf->path, fault);
 }
 
+int mf_oom(void)
+{
+	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+}
+
 int mf_name_oom(const char *path, int rc)
 {
 	char why[1024];
@@ -69,7 +74,7 @@ struct mf_tensor *mf_add_tensor(struct devcache_model_file *mf, char *name)
 			if (cap > MF_MAX_TENSORS)
 				mf_error(mf, _("more than %u tensors"), MF_MAX_TENSORS);
 			else
-				err_set(DEVCACHE_ENOMEM, _("out of memory"));
+				mf_oom();
 			return NULL;
 		}
 		mf->tensors = t;
@@ -92,7 +97,7 @@ int mf_add_meta(struct devcache_model_file *mf, char *key, char *value_json)
 			free(value_json);
 			if (cap > MF_MAX_METADATA)
 				return mf_error(mf, _("more than %u metadata entries"), MF_MAX_METADATA);
-			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+			return mf_oom();
 		}
 		mf->meta = m;
 		mf->meta_cap = cap;
@@ -117,7 +122,7 @@ int mf_index_tensors(struct devcache_model_file *mf)
 		return 0;
 	bool made = mf->by_name != NULL;
 	if (!made && !(mf->by_name = malloc(mf->n_tensors * sizeof *mf->by_name)))
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return mf_oom();
 	for (size_t i = 0; !made && i < mf->n_tensors; i++)
 		mf->by_name[i] = &mf->tensors[i];
 	size_t sorted = 1;

@@ -91,8 +91,6 @@ struct json_object;
 bool mf_ends_with(const char *s, const char *suffix);
 /* dir/name, newly allocated; NULL without memory. */
 char *mf_join(const char *dir, const char *name);
-/* DEVCACHE_ENOMEM, "out of memory". */
-int mf_oom(void);
 /* qsort()'s comparison of two strings (const char *). */
 int mf_by_string(const void *x, const void *y);
 /* Each shard holds a descriptor while the model is open (mf_open_file):
@@ -130,6 +128,9 @@ int mf_maybe_split(struct devcache_model_file *mf, struct devcache_model_file **
 /* Fail with DEVCACHE_EFORMAT: "PATH: " and the formatted fault.  fmt is
  * translated by the caller (_("...")). */
 int mf_error(const struct devcache_model_file *mf, const char *fmt, ...) DEVCACHE_PRINTF(2, 3);
+/* DEVCACHE_ENOMEM, "out of memory": the one spelling of that error for the
+ * model-file group (the parsers, model-*.c's sets and model-open.c). */
+int mf_oom(void);
 /* rc, and when it is DEVCACHE_ENOMEM from a place that did not say which
  * file it was reading, the detail message begins "PATH: " (the public
  * calls that take a path name it in every failure). */

@@ -59,11 +59,6 @@ static char *dir_of(const char *path)
 	return strndup(path, (size_t)(slash - path));
 }
 
-int mf_oom(void)
-{
-	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-}
-
 int mf_by_string(const void *x, const void *y)
 {
 	return strcmp(*(const char *const *)x, *(const char *const *)y);
