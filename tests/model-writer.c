@@ -4,6 +4,10 @@
 
 #include "model-writer.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 /* The core's error, as a failed test. */
 static void ok(int rc, const struct mw_err *err)
 {
@@ -118,4 +122,50 @@ devcache_device_t *mw_device(devcache_ctx_t *ctx, const char *name)
 
 	assert_int_equal(devcache_device_get(ctx, name, &dev), 0);
 	return dev;
+}
+
+/* Opening path in a child process: its result, and the memory it took
+ * beyond what it started with (its peak resident size less ours at the
+ * fork, which it shares at first).  nofile: its RLIMIT_NOFILE, or 0. */
+int mw_open_in_child(const char *path, rlim_t nofile, uint64_t *extra_p, char *msg, size_t size)
+{
+	long pages = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	struct rusage ru;
+	int status, fds[2];
+
+	assert_non_null(f);
+	assert_int_equal(fscanf(f, "%ld %ld", &pages, &resident), 2);
+	fclose(f);
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit rl = {nofile, nofile};
+		devcache_model_file_t *mf = NULL;
+
+		close(fds[0]);
+		if (nofile && setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			_exit(99);
+		int rc = devcache_model_file_open(path, &mf);
+		devcache_model_file_close(mf);
+		if (write(fds[1], devcache_last_error(), strlen(devcache_last_error())) < 0)
+			_exit(98);
+		_exit(-rc);
+	}
+	close(fds[1]);
+	/* Read even when msg is not wanted: a closed pipe would kill the child. */
+	char discard[1024];
+	if (!msg || !size)
+		msg = discard, size = sizeof discard;
+	ssize_t got = read(fds[0], msg, size - 1);
+	msg[got > 0 ? got : 0] = '\0';
+	close(fds[0]);
+	assert_int_equal(wait4(pid, &status, 0, &ru), pid);
+	if (!WIFEXITED(status))
+		fail_msg("%s: the child process ended by signal %d", path, WTERMSIG(status));
+	uint64_t peak = (uint64_t)ru.ru_maxrss * 1024,
+		 base = (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+	*extra_p = peak > base ? peak - base : 0;
+	return -WEXITSTATUS(status);
 }

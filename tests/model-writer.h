@@ -4,6 +4,8 @@
 #define DEVCACHE_TEST_MODEL_WRITER_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
 
 #include <devcache.h>
 
@@ -88,5 +90,12 @@ void mw_bytes(const char *path, const void *data, size_t len);
 devcache_ctx_t *mw_open_ctx(const char *options);
 /* A device of ctx by name, or a failed test. */
 devcache_device_t *mw_device(devcache_ctx_t *ctx, const char *name);
+
+/* Open path with devcache_model_file_open() in a child process: its
+ * result (0 or a negative code), the memory it took beyond what it started
+ * with (its peak resident size less ours at the fork, which it shares at
+ * first) in *extra_p, and its devcache_last_error() in msg (NULL: not
+ * wanted).  nofile: the child's RLIMIT_NOFILE, or 0 to keep ours. */
+int mw_open_in_child(const char *path, rlim_t nofile, uint64_t *extra_p, char *msg, size_t size);
 
 #endif

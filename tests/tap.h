@@ -13,6 +13,19 @@
 
 #include <cmocka.h>
 
+/* 1 in an AddressSanitizer build, which reserves terabytes of address
+ * space at start: a test that bounds RLIMIT_AS cannot apply the bound. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#ifndef TEST_ASAN
+#define TEST_ASAN 0
+#endif
+
 /* Run the group with TAP output, which automake's tap-driver reads. */
 #define RUN_TAP(tests) (cmocka_set_message_output(CM_OUTPUT_TAP), cmocka_run_group_tests(tests, NULL, NULL))
 

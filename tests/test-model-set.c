@@ -377,48 +377,6 @@ static void a_total_size_past_2_64_is_refused_with_its_digits(void **state)
 	refused(idx, DEVCACHE_EFORMAT, idx, "the index's \"metadata\" is not an object", NULL);
 }
 
-/* Opening path in a child process: its result, and the memory it took
- * beyond what it started with (its peak resident size less ours at the
- * fork, which it shares at first).  nofile: its RLIMIT_NOFILE, or 0. */
-static int open_in_child(const char *path, rlim_t nofile, uint64_t *extra_p, char *msg, size_t size)
-{
-	long pages = 0, resident = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	struct rusage ru;
-	int status, fds[2];
-
-	assert_non_null(f);
-	assert_int_equal(fscanf(f, "%ld %ld", &pages, &resident), 2);
-	fclose(f);
-	assert_int_equal(pipe(fds), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		struct rlimit rl = {nofile, nofile};
-		devcache_model_file_t *mf = NULL;
-
-		close(fds[0]);
-		if (nofile && setrlimit(RLIMIT_NOFILE, &rl) != 0)
-			_exit(99);
-		int rc = devcache_model_file_open(path, &mf);
-		devcache_model_file_close(mf);
-		if (write(fds[1], devcache_last_error(), strlen(devcache_last_error())) < 0)
-			_exit(98);
-		_exit(-rc);
-	}
-	close(fds[1]);
-	ssize_t got = read(fds[0], msg, size - 1);
-	msg[got > 0 ? got : 0] = '\0';
-	close(fds[0]);
-	assert_int_equal(wait4(pid, &status, 0, &ru), pid);
-	if (!WIFEXITED(status))
-		fail_msg("%s: the child process ended by signal %d", path, WTERMSIG(status));
-	uint64_t peak = (uint64_t)ru.ru_maxrss * 1024,
-		 base = (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-	*extra_p = peak > base ? peak - base : 0;
-	return -WEXITSTATUS(status);
-}
-
 /* json-c's tree of 10 MB of "{}" took 2.6 GB; the bound is 64 MiB and 8
  * bytes a byte of the index. */
 static void a_ten_mb_index_of_empty_objects_is_refused_in_proportion(void **state)
@@ -438,7 +396,7 @@ static void a_ten_mb_index_of_empty_objects_is_refused_in_proportion(void **stat
 	path_of(idx, sizeof idx, "big.safetensors.index.json");
 	mw_text(idx, text);
 	free(text);
-	int rc = open_in_child(idx, 0, &extra, msg, sizeof msg);
+	int rc = mw_open_in_child(idx, 0, &extra, msg, sizeof msg);
 	if (rc != DEVCACHE_EFORMAT || extra > ((uint64_t)64 << 20) + 8 * (uint64_t)len)
 		fail_msg("%d, %llu MiB beyond the start: %s", rc, (unsigned long long)(extra >> 20), msg);
 	assert_contains(msg, idx);
@@ -470,7 +428,7 @@ static void many_shards_and_the_descriptor_limit(void **state)
 	assert_int_equal(devcache_model_file_find(mf, "w0", &info), 0);
 	assert_int_equal(info.shard, N - 1);
 	devcache_model_file_close(mf);
-	int rc = open_in_child(idx, 64, &extra, msg, sizeof msg);
+	int rc = mw_open_in_child(idx, 64, &extra, msg, sizeof msg);
 	if (rc != DEVCACHE_EIO)
 		fail_msg("%d: %s", rc, msg);
 	assert_contains(msg, idx);

@@ -499,17 +499,6 @@ static void summary_from_the_library(void **state)
 	devcache_close(ctx);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
-
 /* A gzip file of a few kilobytes that holds three million lines replays in
  * 48 MiB of address space; holding every event took 16 bytes a line. */
 static void trace_bomb(void **state)
@@ -538,7 +527,7 @@ static void trace_bomb(void **state)
 		struct rlimit lim = {48u << 20, RLIM_INFINITY};
 
 		/* A sanitizer reserves terabytes at start: no bound applies. */
-		if (!SANITIZED && setrlimit(RLIMIT_AS, &lim) != 0)
+		if (!TEST_ASAN && setrlimit(RLIMIT_AS, &lim) != 0)
 			_exit(3);
 		RUN("replay", "--json", path);
 		if (r.status != 0)

@@ -863,43 +863,12 @@ static void name_longer_than_the_limit(void **state)
 
 /* ---- memory in proportion to the header --------------------------------------------------- */
 
-/* Opening path in a child process: its result, and the memory it took
- * beyond what it started with (its peak resident size less ours at the
- * fork, which it shares at first). */
-static int open_in_child(const char *path, uint64_t *extra_p)
-{
-	long pages = 0, resident = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	struct rusage ru;
-	int status;
-
-	assert_non_null(f);
-	assert_int_equal(fscanf(f, "%ld %ld", &pages, &resident), 2);
-	fclose(f);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		devcache_model_file_t *mf = NULL;
-		int rc = devcache_model_file_open(path, &mf);
-
-		devcache_model_file_close(mf);
-		_exit(-rc);
-	}
-	assert_int_equal(wait4(pid, &status, 0, &ru), pid);
-	if (!WIFEXITED(status))
-		fail_msg("%s: the child process ended by signal %d", path, WTERMSIG(status));
-	uint64_t peak = (uint64_t)ru.ru_maxrss * 1024,
-		 base = (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-	*extra_p = peak > base ? peak - base : 0;
-	return -WEXITSTATUS(status);
-}
-
 /* At most 64 MiB and 8 bytes a byte of header: json-c's tree of the
  * header took 260 bytes a byte of "{}" (2.6 GB for 10 MB). */
 static void expect_memory_in_proportion(const char *path, size_t hlen, int want_rc)
 {
 	uint64_t extra, bound = ((uint64_t)64 << 20) + 8 * (uint64_t)hlen;
-	int rc = open_in_child(path, &extra);
+	int rc = mw_open_in_child(path, 0, &extra, NULL, 0);
 
 	if (rc != want_rc || extra > bound)
 		fail_msg("%s: %d (not %d), %llu MiB beyond the start, more than %llu MiB?", path, rc,

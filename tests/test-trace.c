@@ -873,17 +873,6 @@ static void freed_ids_are_forgotten(void **state)
 	trace_set_destroy(&set);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
-
 /* The address space the process has now, in bytes. */
 static size_t address_space(void)
 {
@@ -931,7 +920,7 @@ static void trace_bomb_in_bounded_memory(void **state)
 		int rc;
 
 		/* A sanitizer reserves terabytes at start: no bound applies. */
-		if (!SANITIZED && setrlimit(RLIMIT_AS, &lim) != 0)
+		if (!TEST_ASAN && setrlimit(RLIMIT_AS, &lim) != 0)
 			_exit(3);
 		trace_set_init(&set);
 		rc = trace_set_open(&set, path, err, sizeof err);
