@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "bytes.h"
 #include "tunable-table.h"
@@ -50,6 +51,115 @@ struct tunable_set {
 	struct pending_pair *pending;
 	size_t n_pending;
 };
+
+/* ---- reading a value: the typed accessors ------------------------------------------------
+ *
+ * The core reads a tunable through these, never through struct tunable_value:
+ *
+ *   tun_get(set, name)                 its value, with the C type of its kind
+ *   tun_auto(set, name, auto_value)    a SIZE that accepts "auto": auto_value for it
+ *   tun_unlimited(set, name, value)    a SIZE that accepts "unlimited": value for it
+ *   tunable_is_set(set, id)            whether a source set it (not its default)
+ *   tunable_origin(set, id)            where its value came from
+ *
+ * name is the tunable's name as in tunables.def (tun_get(&ctx->tun, caching)).  One
+ * function per tunable, generated from the table, picks the union member of its type,
+ * so a BOOL read as a size does not compile; tun_get() of a tunable that may say "auto"
+ * or "unlimited", and tun_auto() or tun_unlimited() of one that may not, do not compile
+ * either. */
+
+/* A LIST: its items; roundup_power2_divisions also resolved per interval. */
+struct tunable_list {
+	const char *const *items;
+	size_t n_items;
+	const unsigned *divisions; /* DIVISION_INTERVALS of them, for T_DIVISIONS */
+};
+
+static inline struct tunable_list tunable_value_list(const struct tunable_value *v)
+{
+	return (struct tunable_list){(const char *const *)v->items, v->n_items, v->divisions};
+}
+
+#define TUNABLE_CTYPE_BOOL bool
+#define TUNABLE_CTYPE_INT long long
+#define TUNABLE_CTYPE_FLOAT double
+#define TUNABLE_CTYPE_SIZE uint64_t
+#define TUNABLE_CTYPE_ENUM int
+#define TUNABLE_CTYPE_STRING const char *
+#define TUNABLE_CTYPE_LIST struct tunable_list
+#define TUNABLE_READ_BOOL(v) ((v)->u.b)
+#define TUNABLE_READ_INT(v) ((v)->u.i)
+#define TUNABLE_READ_FLOAT(v) ((v)->u.f)
+#define TUNABLE_READ_SIZE(v) ((v)->u.size)
+#define TUNABLE_READ_ENUM(v) ((v)->u.e)
+#define TUNABLE_READ_STRING(v) ((const char *)(v)->str)
+#define TUNABLE_READ_LIST(v) tunable_value_list(v)
+
+/* Each tunable's flags and type, as constants for the checks below. */
+enum tunable_flags_of {
+#define TUNABLE(name, type, def, range, flags, group, summary, doc) TUNF_##name = (flags),
+#define COMPAT(name, note)
+#include "tunables.def"
+#undef TUNABLE
+#undef COMPAT
+};
+enum tunable_type_of {
+#define TUNABLE(name, type, def, range, flags, group, summary, doc) TUNT_##name = TT_##type,
+#define COMPAT(name, note)
+#include "tunables.def"
+#undef TUNABLE
+#undef COMPAT
+};
+
+/* tunable_get_NAME(set): the value of tunable NAME, with its type's C type. */
+#define TUNABLE(name, type, def, range, flags, group, summary, doc)                                \
+	static inline TUNABLE_CTYPE_##type tunable_get_##name(const struct tunable_set *set)       \
+	{                                                                                          \
+		return TUNABLE_READ_##type(&set->v[TUN_##name]);                                   \
+	}
+#define COMPAT(name, note)
+#include "tunables.def"
+#undef TUNABLE
+#undef COMPAT
+
+/* 0, where the constant cond holds; otherwise the build fails. */
+#define TUNABLE_REQUIRE(cond) (0 * sizeof(char[(cond) ? 1 : -1]))
+
+#define tun_get(set, name)                                                                         \
+	((void)TUNABLE_REQUIRE(!(TUNF_##name & (T_AUTO | T_UNLIMITED))), tunable_get_##name(set))
+
+/* The value of a SIZE tunable, or instead where it says special. */
+static inline uint64_t tunable_size_or(const struct tunable_value *v, enum tunable_special special,
+				       uint64_t instead)
+{
+	return v->special == special ? instead : v->u.size;
+}
+
+/* TUN_name, where tunable name is a SIZE that accepts the word of flag. */
+#define TUNABLE_SIZE_WITH(name, flag)                                                              \
+	(TUN_##name + TUNABLE_REQUIRE((int)TUNT_##name == (int)TT_SIZE && (TUNF_##name & (flag))))
+
+/* The one place of the "auto" rule: a SIZE tunable with T_AUTO, or
+ * auto_value where it says auto. */
+#define tun_auto(set, name, auto_value)                                                            \
+	tunable_size_or(&(set)->v[TUNABLE_SIZE_WITH(name, T_AUTO)], TV_AUTO, (auto_value))
+/* A SIZE tunable with T_UNLIMITED, or unlimited_value where it says unlimited. */
+#define tun_unlimited(set, name, unlimited_value)                                                  \
+	tunable_size_or(&(set)->v[TUNABLE_SIZE_WITH(name, T_UNLIMITED)], TV_UNLIMITED,             \
+			(unlimited_value))
+
+/* Where tunable id's value came from: "default", "FILE:LINE", "DEVCACHE_OPTIONS" ... */
+static inline const char *tunable_origin(const struct tunable_set *set, enum tunable_id id)
+{
+	return set->v[id].origin ? set->v[id].origin : "default";
+}
+
+/* Whether a source set tunable id, rather than its default giving its value
+ * (memory_fraction set to 1 is set; PyTorch's set_fraction counts it). */
+static inline bool tunable_is_set(const struct tunable_set *set, enum tunable_id id)
+{
+	return strcmp(tunable_origin(set, id), "default") != 0;
+}
 
 /* tunable-names.c */
 int tunable_find(const char *name);
