@@ -14,7 +14,7 @@
 static int open_trace(struct allocator *a)
 {
 	devcache_ctx_t *ctx = a->dev->ctx;
-	const char *name = ctx->tun.v[TUN_trace].str;
+	const char *name = tun_get(&ctx->tun, trace);
 	char *path = NULL;
 	int rc;
 
@@ -53,19 +53,17 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 	pool_lock_init(&a->lock);
 	a->dev = dev;
 	a->kind = kind;
-	a->caching = t->v[TUN_caching].u.b;
-	a->max_split_size = t->v[TUN_max_split_size_mb].special == TV_UNLIMITED
-				    ? SIZE_MAX
-				    : t->v[TUN_max_split_size_mb].u.size;
-	a->max_non_split_rounding = t->v[TUN_max_non_split_rounding_mb].u.size;
-	a->large_segment_size = round_up(t->v[TUN_large_segment_size_mb].u.size, ALLOC_ROUND_LARGE);
-	memcpy(a->divisions, t->v[TUN_roundup_power2_divisions].divisions, sizeof a->divisions);
+	a->caching = tun_get(t, caching);
+	a->max_split_size = tun_unlimited(t, max_split_size_mb, SIZE_MAX);
+	a->max_non_split_rounding = tun_get(t, max_non_split_rounding_mb);
+	a->large_segment_size = round_up(tun_get(t, large_segment_size_mb), ALLOC_ROUND_LARGE);
+	memcpy(a->divisions, tun_get(t, roundup_power2_divisions).divisions, sizeof a->divisions);
 	a->plain_rounding = a->caching;
 	for (int i = 0; i < DIVISION_INTERVALS; i++)
 		a->plain_rounding &= a->divisions[i] <= 1;
-	a->gc_threshold = t->v[TUN_garbage_collection_threshold].u.f;
+	a->gc_threshold = tun_get(t, garbage_collection_threshold);
 	/* PyTorch's set_fraction: any memory_fraction given, 1 included. */
-	a->fraction_set = strcmp(t->v[TUN_memory_fraction].origin, "default") != 0;
+	a->fraction_set = tunable_is_set(t, TUN_memory_fraction);
 	a->gc_active = a->gc_threshold > 0 && a->fraction_set && kind == ALLOC_DEVICE;
 	if (a->gc_threshold > 0 && !a->fraction_set && kind == ALLOC_DEVICE)
 		log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
@@ -77,8 +75,8 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 	 * where a context costs device memory and only the devices used need one. */
 	total = dev->info.total_memory;
 	a->cap = kind == ALLOC_PINNED ? UINT64_MAX
-				     : (uint64_t)(t->v[TUN_memory_fraction].u.f * (double)total);
-	if (t->v[TUN_expandable_segments].u.b && kind == ALLOC_DEVICE && a->caching) {
+				      : (uint64_t)(tun_get(t, memory_fraction) * (double)total);
+	if (tun_get(t, expandable_segments) && kind == ALLOC_DEVICE && a->caching) {
 		size_t g = 0;
 		int grc;
 
@@ -98,7 +96,7 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 					devcache_last_error());
 		} else {
 			a->expandable = true;
-			a->stitching = t->v[TUN_expandable_stitching].u.b;
+			a->stitching = tun_get(t, expandable_stitching);
 			a->vm_granularity = g;
 			a->vm_space = (size_t)(total + total / 8);
 		}
@@ -112,7 +110,7 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 		allocator_destroy(a);
 		return rc;
 	}
-	if (t->v[TUN_thread_cache].u.b)
+	if (tun_get(t, thread_cache))
 		tcache_init(a);
 	*a_p = a;
 	return 0;

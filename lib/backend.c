@@ -388,7 +388,7 @@ fail:
 	return rc;
 }
 
-static bool listed(const struct tunable_value *sel, const char *name, bool excluded)
+static bool listed(const struct tunable_list *sel, const char *name, bool excluded)
 {
 	for (size_t i = 0; i < sel->n_items; i++) {
 		const char *item = sel->items[i];
@@ -420,7 +420,7 @@ static int leftover(struct backend **bes, size_t n, struct tunable_set *set,
 
 static int load_selected(devcache_ctx_t *ctx, struct found *f, size_t n)
 {
-	const struct tunable_value *sel = &ctx->tun.v[TUN_backends];
+	const struct tunable_list backends = tun_get(&ctx->tun, backends), *sel = &backends;
 	const char *path = ctx->tun_text[TUN_backend_path];
 	bool any_positive = false;
 	struct backend *be;
@@ -488,9 +488,8 @@ static int load_selected(devcache_ctx_t *ctx, struct found *f, size_t n)
  * library installed without modules has no folder for them). */
 static void report_missing_dirs(devcache_ctx_t *ctx)
 {
-	const struct tunable_value *v = &ctx->tun.v[TUN_backend_path];
-	const char *origin = v->origin ? v->origin : "default";
-	bool set = strcmp(origin, "default") != 0;
+	const char *origin = tunable_origin(&ctx->tun, TUN_backend_path);
+	bool set = tunable_is_set(&ctx->tun, TUN_backend_path);
 	char *copy = strdup(ctx->tun_text[TUN_backend_path]), *save = NULL;
 
 	if (!copy)
@@ -554,8 +553,9 @@ int backends_check_config(struct tunable_set *set, const char *path, struct log_
 
 	log_init(&scratch.log, log->fn, log->user);
 	log_flush(&scratch.log, log->level);
-	rc = scan(path ? path : set->v[TUN_backend_path].str ? set->v[TUN_backend_path].str : "",
-		  &f, &n);
+	if (!path)
+		path = tun_get(set, backend_path);
+	rc = scan(path ? path : "", &f, &n);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		struct backend *be = backend_new(&scratch, f[i].name, f[i].path);
 

@@ -83,7 +83,7 @@ int context_open(devcache_ctx_t **ctx_p, const devcache_open_args_t *args,
 	rc = configure(ctx, &a, torch_options, torch_no_caching);
 	/* Messages queued while reading the configuration pass at the level it
 	 * asked for, or at the default one when it could not be read. */
-	log_flush(&ctx->log, rc ? DEVCACHE_LOG_WARNING : ctx->tun.v[TUN_log_level].u.e);
+	log_flush(&ctx->log, rc ? DEVCACHE_LOG_WARNING : tun_get(&ctx->tun, log_level));
 	if (rc == 0)
 		rc = backends_load(ctx);
 	if (rc == 0)
@@ -94,8 +94,8 @@ int context_open(devcache_ctx_t **ctx_p, const devcache_open_args_t *args,
 	}
 	/* An opt-in for the whole program, as the tunable says: its large
 	 * malloc() blocks then come from mmap and go back when freed. */
-	if (ctx->tun.v[TUN_malloc_mmap_threshold].u.size &&
-	    !mallopt(M_MMAP_THRESHOLD, (int)ctx->tun.v[TUN_malloc_mmap_threshold].u.size))
+	if (tun_get(&ctx->tun, malloc_mmap_threshold) &&
+	    !mallopt(M_MMAP_THRESHOLD, (int)tun_get(&ctx->tun, malloc_mmap_threshold)))
 		log_msg(&ctx->log, DEVCACHE_LOG_WARNING, _("mallopt(M_MMAP_THRESHOLD) failed"));
 	*ctx_p = ctx;
 	return 0;

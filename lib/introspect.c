@@ -74,7 +74,7 @@ int devcache_config_get(devcache_ctx_t *ctx, const char *name, char *buf, size_t
 		return err_set(DEVCACHE_EINVAL, _("%s: the value needs %zu bytes, the buffer has %zu"),
 			       name, strlen(text) + 1, buf_size);
 	if (origin_p)
-		*origin_p = t ? t->v.origin : ctx->tun.v[id].origin;
+		*origin_p = t ? t->v.origin : tunable_origin(&ctx->tun, id);
 	return 0;
 }
 

@@ -39,13 +39,6 @@ size_t mc_dev_index(const struct model_cache *c, const devcache_device_t *dev)
 
 /* ---- budgets ------------------------------------------------------------------ */
 
-static uint64_t tun_size(const devcache_ctx_t *ctx, int id, uint64_t auto_value)
-{
-	const struct tunable_value *v = &ctx->tun.v[id];
-
-	return v->special == TV_AUTO ? auto_value : v->u.size;
-}
-
 /* device_working_mem's auto rule: a tenth of the device, at least 512 MiB
  * and at most half of it. */
 static uint64_t working_mem(const devcache_ctx_t *ctx, uint64_t total)
@@ -56,7 +49,7 @@ static uint64_t working_mem(const devcache_ctx_t *ctx, uint64_t total)
 		w = 512ull << 20;
 	if (w > total / 2)
 		w = total / 2;
-	return tun_size(ctx, TUN_device_working_mem, w);
+	return tun_auto(&ctx->tun, device_working_mem, w);
 }
 
 static int cache_create(devcache_ctx_t *ctx, struct model_cache **c_p)
@@ -74,12 +67,12 @@ static int cache_create(devcache_ctx_t *ctx, struct model_cache **c_p)
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->ready, NULL);
 	uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-	c->ram_budget = tun_size(ctx, TUN_max_cache_ram, phys / 2);
+	c->ram_budget = tun_auto(&ctx->tun, max_cache_ram, phys / 2);
 	for (size_t i = 0; i < ctx->n_devices; i++) {
 		uint64_t total = ctx->devices[i].info.total_memory;
 
-		c->vram_budget[i] = tun_size(ctx, TUN_max_cache_vram,
-					     total - working_mem(ctx, total));
+		c->vram_budget[i] =
+			tun_auto(&ctx->tun, max_cache_vram, total - working_mem(ctx, total));
 	}
 	c->stats.ram_budget = c->ram_budget;
 	*c_p = c;
@@ -193,7 +186,7 @@ static bool keep_in_ram(struct model_cache *c, struct devcache_model *m)
 {
 	void *copy;
 
-	if (mc_is_host(m->dev) || m->partial || !c->ctx->tun.v[TUN_keep_ram_copy].u.b ||
+	if (mc_is_host(m->dev) || m->partial || !tun_get(&c->ctx->tun, keep_ram_copy) ||
 	    c->ram_used + m->bytes > c->ram_budget)
 		return false;
 	/* Anonymous memory, never the malloc heap: it goes back to the
@@ -219,7 +212,7 @@ static bool keep_in_ram(struct model_cache *c, struct devcache_model *m)
 void mc_drop(struct model_cache *c, struct devcache_model *m)
 {
 	struct mem_use before;
-	bool log_use = c->ctx->tun.v[TUN_log_memory_usage].u.b;
+	bool log_use = tun_get(&c->ctx->tun, log_memory_usage);
 	char *path = NULL;
 
 	if (log_use) {
@@ -237,7 +230,7 @@ void mc_drop(struct model_cache *c, struct devcache_model *m)
 	if (log_use)
 		mc_log_mem_use(c, _("evicted"), path ? path : "?", &before);
 	free(path);
-	if (c->ctx->tun.v[TUN_malloc_trim_on_evict].u.b)
+	if (tun_get(&c->ctx->tun, malloc_trim_on_evict))
 		malloc_trim(0);
 }
 

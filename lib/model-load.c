@@ -262,7 +262,7 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 	bool partial = false;
 
 	c->stats.misses++;
-	if (!mc_is_host(dev) && c->ctx->tun.v[TUN_partial_loading].u.b) {
+	if (!mc_is_host(dev) && tun_get(&c->ctx->tun, partial_loading)) {
 		mc_evict_for(c, dev, need, 0);
 		/* Also where a tensor is larger than the device's largest
 		 * single allocation: it stays on the host, the rest goes. */
@@ -306,7 +306,7 @@ static int place(struct devcache_model *m, const devcache_load_args_t *args)
 	struct model_cache *c = m->cache;
 	devcache_ctx_t *ctx = c->ctx;
 	struct mem_use before;
-	bool log_use = ctx->tun.v[TUN_log_memory_usage].u.b;
+	bool log_use = tun_get(&ctx->tun, log_memory_usage);
 	int rc;
 
 	if (log_use) {
@@ -315,7 +315,7 @@ static int place(struct devcache_model *m, const devcache_load_args_t *args)
 		pthread_mutex_unlock(&c->lock);
 	}
 	double t0 = now_seconds();
-	for (size_t i = 0; ctx->tun.v[TUN_fadvise_sequential].u.b && i < mf_part_count(m->mf); i++)
+	for (size_t i = 0; tun_get(&ctx->tun, fadvise_sequential) && i < mf_part_count(m->mf); i++)
 		posix_fadvise(mf_part(m->mf, i)->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	rc = mc_is_host(m->dev) ? mc_place_on_host(m, args)
 	     : m->partial     ? partial_place(m, args)

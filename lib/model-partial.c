@@ -119,7 +119,7 @@ static int step_progress(void *user, uint64_t done, uint64_t total)
 int partial_place(struct devcache_model *m, const devcache_load_args_t *args)
 {
 	const devcache_model_file_t *mf = m->mf;
-	bool copy = !m->dev->ctx->tun.v[TUN_mmap].u.b;
+	bool copy = !tun_get(&m->dev->ctx->tun, mmap);
 	size_t n = mf->n_tensors ? mf->n_tensors : 1;
 	bool *want = calloc(n, sizeof *want);
 	void **ptrs = calloc(n, sizeof *ptrs);

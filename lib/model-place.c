@@ -80,10 +80,9 @@ int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
 	if (!(m->maps = calloc(n, sizeof *m->maps)))
 		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
 	for (size_t i = 0; rc == 0 && i < n; i++)
-		rc = ctx->tun.v[TUN_mmap].u.b
-			     ? map_file(m, i, args->flags & DEVCACHE_LOAD_WRITABLE)
-			     : copy_file(m, i, args, &done, total);
-	if (rc == 0 && ctx->tun.v[TUN_mmap].u.b && args->progress &&
+		rc = tun_get(&ctx->tun, mmap) ? map_file(m, i, args->flags & DEVCACHE_LOAD_WRITABLE)
+					      : copy_file(m, i, args, &done, total);
+	if (rc == 0 && tun_get(&ctx->tun, mmap) && args->progress &&
 	    args->progress(args->progress_user, total, total))
 		rc = err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), m->mf->path);
 	return rc;
@@ -130,7 +129,7 @@ int mc_place_on_device(struct devcache_model *m, const devcache_load_args_t *arg
 	if ((rc = stage_upload(&job)) == 0) {
 		m->read = job.bytes_read;
 		m->uploaded = job.bytes_uploaded;
-		for (size_t i = 0; ctx->tun.v[TUN_evict_page_cache].u.b && i < n_files; i++)
+		for (size_t i = 0; tun_get(&ctx->tun, evict_page_cache) && i < n_files; i++)
 			posix_fadvise(files[i].fd, 0, 0, POSIX_FADV_DONTNEED);
 	}
 out:

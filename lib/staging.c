@@ -328,7 +328,7 @@ static bool open_direct(struct upload *u)
 
 	for (size_t i = 0; i < job->n_files; i++) {
 		u->direct_fd[i] = -1;
-		if (!ctx->tun.v[TUN_direct_io].u.b)
+		if (!tun_get(&ctx->tun, direct_io))
 			continue;
 		u->direct_fd[i] = reopen_same(&job->files[i]);
 		if (u->direct_fd[i] < 0)
@@ -365,13 +365,13 @@ int stage_upload(struct stage_job *job)
 {
 	devcache_ctx_t *ctx = job->dev->ctx;
 	struct upload u = {.job = job};
-	size_t n_workers = (size_t)ctx->tun.v[TUN_load_workers].u.i, started = 0;
+	size_t n_workers = (size_t)tun_get(&ctx->tun, load_workers), started = 0;
 	pthread_t *threads = NULL;
 	int rc;
 
 	job->bytes_read = job->bytes_uploaded = 0;
-	u.buf_size = ctx->tun.v[TUN_staging_buffer_size].u.size;
-	u.n_ring = (size_t)ctx->tun.v[TUN_staging_buffers].u.i;
+	u.buf_size = tun_get(&ctx->tun, staging_buffer_size);
+	u.n_ring = (size_t)tun_get(&ctx->tun, staging_buffers);
 	pthread_mutex_init(&u.lock, NULL);
 	pthread_cond_init(&u.cond, NULL);
 	if (!(u.direct_fd = malloc((job->n_files ? job->n_files : 1) * sizeof *u.direct_fd))) {

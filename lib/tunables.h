@@ -125,6 +125,7 @@ enum tunable_type_of {
 /* 0, where the constant cond holds; otherwise the build fails. */
 #define TUNABLE_REQUIRE(cond) (0 * sizeof(char[(cond) ? 1 : -1]))
 
+/* The value of tunable name, typed; not for one that may say "auto" or "unlimited". */
 #define tun_get(set, name)                                                                         \
 	((void)TUNABLE_REQUIRE(!(TUNF_##name & (T_AUTO | T_UNLIMITED))), tunable_get_##name(set))
 
