@@ -105,7 +105,7 @@ int devcache_record_stream(devcache_device_t *dev, void *ptr, devcache_stream_t 
 			struct stream_use *u = malloc(sizeof *u);
 
 			if (!u) {
-				rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+				rc = err_oom();
 			} else {
 				u->stream = stream;
 				u->next = b->uses;

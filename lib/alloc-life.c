@@ -32,7 +32,7 @@ static int open_trace(struct allocator *a)
 		struct trace **grown = realloc(ctx->traces, (ctx->n_traces + 1) * sizeof *grown);
 
 		if (!grown)
-			rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+			rc = err_oom();
 		else if ((ctx->traces = grown, rc = trace_open(&a->trace, name, a->dev->id, &ctx->log)) == 0)
 			ctx->traces[ctx->n_traces++] = a->trace;
 	}
@@ -49,7 +49,7 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 	int rc;
 
 	if (!a)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	pool_lock_init(&a->lock);
 	a->dev = dev;
 	a->kind = kind;

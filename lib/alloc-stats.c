@@ -299,7 +299,7 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 	struct segment **segs = malloc((n ? n : 1) * sizeof *segs);
 	if (!segs) {
 		world_unlock(a);
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	}
 	for (struct segment *s = a->segments; s; s = s->snext)
 		segs[i++] = s;
@@ -308,6 +308,6 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 	world_unlock(a);
 	free(segs);
 	if (rc)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	return ferror(out) ? err_set(DEVCACHE_EIO, _("devcache_snapshot: write error")) : 0;
 }

@@ -79,7 +79,7 @@ static struct backend *backend_new(devcache_ctx_t *ctx, const char *name, const 
 			free(be->name);
 			free(be);
 		}
-		err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		err_oom();
 		return NULL;
 	}
 	be->ctx = ctx;
@@ -133,7 +133,7 @@ static int add_device(devcache_ctx_t *ctx, struct backend *be, int ordinal, bool
 	struct devcache_device *grown = realloc(ctx->devices, (ctx->n_devices + 1) * sizeof *grown);
 
 	if (!grown)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	ctx->devices = grown;
 	struct devcache_device *dev = &ctx->devices[ctx->n_devices];
 	memset(dev, 0, sizeof *dev);
@@ -330,7 +330,7 @@ static int scan(const char *pathlist, struct found **out, size_t *n_out)
 	int rc;
 
 	if (!copy)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
 		DIR *d = opendir(dir);
 		struct dirent *e;
@@ -379,7 +379,7 @@ static int scan(const char *pathlist, struct found **out, size_t *n_out)
 	*n_out = n;
 	return 0;
 nomem:
-	rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	rc = err_oom();
 fail:
 	free(copy);
 	for (size_t i = 0; i < n; i++)
@@ -409,7 +409,7 @@ static int leftover(struct backend **bes, size_t n, struct tunable_set *set,
 	int rc;
 
 	if (!names)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	for (size_t i = 0; i < n; i++)
 		if (!bes[i]->opened && !bes[i]->ops)
 			names[k++] = bes[i]->name;

@@ -110,7 +110,7 @@ static int grow_append(struct growing *g, const char *item)
 		char *grown = realloc(g->text, cap);
 
 		if (!grown)
-			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+			return err_oom();
 		g->text = grown;
 		g->cap = cap;
 	}
@@ -142,7 +142,7 @@ int config_apply_string(struct tunable_set *set, const char *text, const char *s
 
 		s += step;
 		if (!item) {
-			rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+			rc = err_oom();
 			break;
 		}
 		char *t = item + strspn(item, " \t\n");
@@ -176,7 +176,7 @@ int config_apply_string(struct tunable_set *set, const char *text, const char *s
 			value.len = value.text ? strlen(value.text) : 0;
 			value.cap = value.text ? value.len + 1 : 0;
 			if (!key || !value.text)
-				rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+				rc = err_oom();
 			else if (!*key)
 				rc = err_set(DEVCACHE_ECONFIG, _("%s: missing key before '%s'"), source, t);
 			else

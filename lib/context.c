@@ -51,7 +51,7 @@ static int configure(devcache_ctx_t *ctx, const devcache_open_args_t *args,
 
 		tunable_format(i, &ctx->tun.v[i], text, sizeof text);
 		if (!(ctx->tun_text[i] = strdup(text)))
-			rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+			rc = err_oom();
 	}
 	return rc;
 }
@@ -76,7 +76,7 @@ int context_open(devcache_ctx_t **ctx_p, const devcache_open_args_t *args,
 	if (a.flags & ~(DEVCACHE_OPEN_NO_FILES | DEVCACHE_OPEN_NO_ENV))
 		return err_set(DEVCACHE_EINVAL, _("devcache_open_ex: unknown flags 0x%x"), a.flags);
 	if (!(ctx = calloc(1, sizeof *ctx)))
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	log_init(&ctx->log, a.log_fn, a.log_user);
 	pthread_mutex_init(&ctx->lock, NULL);
 	err_clear();

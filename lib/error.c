@@ -613,6 +613,11 @@ int err_setv(int code, const char *fmt, va_list ap)
 	return code;
 }
 
+int err_oom(void)
+{
+	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+}
+
 int err_set(int code, const char *fmt, ...)
 {
 	va_list ap;

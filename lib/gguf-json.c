@@ -21,7 +21,7 @@ static int meta_text_reserve(struct meta_text *j, size_t more)
 		cap *= 2;
 	char *p = realloc(j->p, cap);
 	if (!p)
-		return mf_oom();
+		return err_oom();
 	j->p = p;
 	j->cap = cap;
 	return 0;
@@ -48,7 +48,7 @@ int meta_text_put_value(struct meta_text *j, struct json_object *o, size_t limit
 	size_t n;
 
 	if (!o || !(text = json_object_to_json_string_length(o, JSON_FLAGS, &n)))
-		return mf_oom();
+		return err_oom();
 	if (j->len + n > limit)
 		return 0;
 	return meta_text_put(j, text, n) ? DEVCACHE_ENOMEM : 1;
@@ -112,7 +112,7 @@ int json_scratch_init(struct json_scratch *r)
 	};
 	if (r->str && r->i64 && r->u64 && r->boolean && r->f32 && r->f64 && r->empty)
 		return 0;
-	return mf_oom();
+	return err_oom();
 }
 
 void json_scratch_free(struct json_scratch *r)
@@ -192,7 +192,7 @@ int meta_text_put_cut_string(struct json_scratch *r, struct meta_text *j, const 
 			 (unsigned long long)(len - keep));
 		if (!(o = json_scratch_string(r, s, keep, more)) ||
 		    !(text = json_object_to_json_string_length(o, JSON_FLAGS, &n)))
-			return mf_oom();
+			return err_oom();
 		if (j->len + n <= JSON_ROOM || keep == 0) {
 			int rc = meta_text_put(j, text, n);
 

@@ -66,7 +66,7 @@ static int read_scratch(struct parse *p, size_t len)
 		while (cap < len)
 			cap *= 2;
 		if (!(s = realloc(p->scratch, cap)))
-			return mf_oom();
+			return err_oom();
 		p->scratch = s;
 		p->scratch_cap = cap;
 	}
@@ -302,7 +302,7 @@ static int keys_grow(struct parse *p)
 
 	if (!(p->keys = calloc(cap, sizeof *p->keys))) {
 		p->keys = old;
-		return mf_oom();
+		return err_oom();
 	}
 	p->keys_cap = cap;
 	for (size_t i = 0; i < old_cap; i++)

@@ -240,7 +240,7 @@ int check_overlaps(struct parse *p)
 	if (mf->n_tensors < 2)
 		return 0;
 	if (!(s = malloc(mf->n_tensors * sizeof *s)))
-		return mf_oom();
+		return err_oom();
 	/* An empty tensor holds no bytes, so it overlaps nothing. */
 	for (size_t i = 0; i < mf->n_tensors; i++)
 		if (mf->tensors[i].size)

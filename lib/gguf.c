@@ -140,7 +140,7 @@ int read_name(struct parse *p, char **name_p, uint64_t *len_p, enum name_error *
 		return 0;
 	}
 	if (!(name = malloc((size_t)len + 1)))
-		return mf_oom();
+		return err_oom();
 	if ((rc = cur_read(&p->c, name, (size_t)len))) {
 		free(name);
 		return rc;
@@ -222,7 +222,7 @@ int gguf_parse(struct devcache_model_file *mf)
 	int rc;
 
 	if (!(p = calloc(1, sizeof *p)))
-		return mf_oom();
+		return err_oom();
 	p->mf = mf;
 	p->c.mf = mf;
 	mf->alignment = GGUF_DEFAULT_ALIGNMENT;

@@ -32,6 +32,8 @@ const char *i18n_ngettext(const char *one, const char *many, unsigned long n)
  * words survive whatever names are put in (the note in error.c). */
 int err_set(int code, const char *fmt, ...) DEVCACHE_PRINTF(2, 3);
 int err_setv(int code, const char *fmt, va_list ap) DEVCACHE_PRINTF(2, 0);
+/* DEVCACHE_ENOMEM, "out of memory": the one spelling of that error. */
+int err_oom(void);
 void err_clear(void);
 /* Format as err_set does, into buf[size] (size > 0), for a message that a
  * later err_set quotes ("%s: %s", path, why); returns its length.  Use

@@ -61,7 +61,7 @@ static int cache_create(devcache_ctx_t *ctx, struct model_cache **c_p)
 		if (c)
 			free(c->vram_used);
 		free(c);
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	}
 	c->ctx = ctx;
 	pthread_mutex_init(&c->lock, NULL);

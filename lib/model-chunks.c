@@ -76,7 +76,7 @@ int chunks_plan(struct devcache_model *m, uint64_t limit)
 	m->dev_offsets = calloc(n, sizeof *m->dev_offsets);
 	m->dev_chunk = calloc(n, sizeof *m->dev_chunk);
 	if (!m->dev_offsets || !m->dev_chunk || !chunk_add(m, &cap, 0))
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	device_layout(mf, m->dev_offsets);
 	for (size_t i = 0; i < mf->n_tensors; i++) {
 		uint64_t off = m->dev_offsets[i], end = off + mf->tensors[i].size;
@@ -85,7 +85,7 @@ int chunks_plan(struct devcache_model *m, uint64_t limit)
 			return mc_tensor_too_large(m, i, limit);
 		c = &m->chunks[m->n_chunks - 1];
 		if (end - c->start > limit && c->size && !chunk_add(m, &cap, off))
-			return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+			return err_oom();
 		c = &m->chunks[m->n_chunks - 1];
 		c->size = end - c->start;
 		m->dev_chunk[i] = (uint32_t)(m->n_chunks - 1);

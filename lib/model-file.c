@@ -21,11 +21,6 @@ int mf_error(const struct devcache_model_file *mf, const char *fmt, ...)
 	return err_set(DEVCACHE_EFORMAT, "%s: %s", mf->path, fault);
 }
 
-int mf_oom(void)
-{
-	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
-}
-
 int mf_name_oom(const char *path, int rc)
 {
 	char why[1024];
@@ -74,7 +69,7 @@ struct mf_tensor *mf_add_tensor(struct devcache_model_file *mf, char *name)
 			if (cap > MF_MAX_TENSORS)
 				mf_error(mf, _("more than %u tensors"), MF_MAX_TENSORS);
 			else
-				mf_oom();
+				err_oom();
 			return NULL;
 		}
 		mf->tensors = t;
@@ -97,7 +92,7 @@ int mf_add_meta(struct devcache_model_file *mf, char *key, char *value_json)
 			free(value_json);
 			if (cap > MF_MAX_METADATA)
 				return mf_error(mf, _("more than %u metadata entries"), MF_MAX_METADATA);
-			return mf_oom();
+			return err_oom();
 		}
 		mf->meta = m;
 		mf->meta_cap = cap;
@@ -122,7 +117,7 @@ int mf_index_tensors(struct devcache_model_file *mf)
 		return 0;
 	bool made = mf->by_name != NULL;
 	if (!made && !(mf->by_name = malloc(mf->n_tensors * sizeof *mf->by_name)))
-		return mf_oom();
+		return err_oom();
 	for (size_t i = 0; !made && i < mf->n_tensors; i++)
 		mf->by_name[i] = &mf->tensors[i];
 	size_t sorted = 1;

@@ -128,9 +128,6 @@ int mf_maybe_split(struct devcache_model_file *mf, struct devcache_model_file **
 /* Fail with DEVCACHE_EFORMAT: "PATH: " and the formatted fault.  fmt is
  * translated by the caller (_("...")). */
 int mf_error(const struct devcache_model_file *mf, const char *fmt, ...) DEVCACHE_PRINTF(2, 3);
-/* DEVCACHE_ENOMEM, "out of memory": the one spelling of that error for the
- * model-file group (the parsers, model-*.c's sets and model-open.c). */
-int mf_oom(void);
 /* rc, and when it is DEVCACHE_ENOMEM from a place that did not say which
  * file it was reading, the detail message begins "PATH: " (the public
  * calls that take a path name it in every failure). */

@@ -30,12 +30,12 @@ static int add_candidate(struct candidates *c, const char *name)
 		char **p = realloc(c->names, cap * sizeof *p);
 
 		if (!p)
-			return mf_oom();
+			return err_oom();
 		c->names = p;
 		c->cap = cap;
 	}
 	if (!(c->names[c->n] = strdup(name)))
-		return mf_oom();
+		return err_oom();
 	c->n++;
 	return 0;
 }
@@ -61,7 +61,7 @@ static int claimed_shards(const char *dir, char **entries, size_t n, struct cand
 		if (!mf_ends_with(entries[i], ".safetensors.index.json"))
 			continue;
 		if (!(path = mf_join(dir, entries[i])))
-			return mf_oom();
+			return err_oom();
 		if (mf_read_index(path, &root) == 0 &&
 		    json_object_object_get_ex(root, "weight_map", &map) &&
 		    json_object_is_type(map, json_type_object)) {
@@ -116,7 +116,7 @@ static int list_dir(const char *dir, char ***entries_p, size_t *n_p)
 		for (size_t i = 0; i < n; i++)
 			free(entries[i]);
 		free(entries);
-		return mf_oom();
+		return err_oom();
 	}
 	if (n > 1) /* an empty folder has no array at all */
 		qsort(entries, n, sizeof *entries, mf_by_string);
@@ -280,7 +280,7 @@ static int resolve_in(const char *dir, const struct visit *up, char **path_p)
 		rc = err_set(DEVCACHE_EINVAL, _("%s: the folder holds %zu models (%s): name one"), dir,
 			     c.n, list);
 	} else if (!(*path_p = mf_join(dir, c.names[0]))) {
-		rc = mf_oom();
+		rc = err_oom();
 	} else if (stat(*path_p, &st) == 0 && S_ISDIR(st.st_mode)) {
 		if (!(rc = refuse_cycle(*path_p, &st, &here)))
 			rc = err_set(DEVCACHE_EINVAL, _("%s: not a regular file"), *path_p);
@@ -337,7 +337,7 @@ static int component_weights(devcache_component_t *comp, const struct visit *up)
 		int r;
 
 		if (!path) {
-			rc = mf_oom();
+			rc = err_oom();
 			break;
 		}
 		if ((r = open_weights(path, &here, &mf)) == 0) {
@@ -368,7 +368,7 @@ static int add_component(devcache_pipeline_t *pl, const char *dir, const char *n
 	comp->class_name = strdup(json_object_is_type(cls, json_type_string) ? json_object_get_string(cls) : "");
 	pl->n++;
 	if (!comp->name || !comp->path || !comp->library || !comp->class_name)
-		return mf_oom();
+		return err_oom();
 	return component_weights(comp, up);
 }
 
@@ -385,7 +385,7 @@ static int pipeline_open_in(const char *dir, const struct visit *up, devcache_pi
 	if ((rc = enter(dir, up, &cycle, &here)))
 		return rc;
 	if (!(index = mf_join(dir, "model_index.json")))
-		return mf_name_oom(dir, mf_oom());
+		return mf_name_oom(dir, err_oom());
 	if ((rc = mf_read_index(index, &root))) {
 		if (rc == DEVCACHE_EFORMAT)
 			rc = err_set(DEVCACHE_EFORMAT, _("%s: not a diffusers model_index.json"), index);
@@ -393,7 +393,7 @@ static int pipeline_open_in(const char *dir, const struct visit *up, devcache_pi
 	}
 	size_t cap = (size_t)json_object_object_length(root);
 	if (!(pl = calloc(1, sizeof *pl)) || !(pl->comps = calloc(cap ? cap : 1, sizeof *pl->comps))) {
-		rc = mf_oom();
+		rc = err_oom();
 		goto out;
 	}
 	/* Keys starting with "_" are the pipeline's own (_class_name,

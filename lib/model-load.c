@@ -275,7 +275,7 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 		return rc;
 	if (!(m = calloc(1, sizeof *m))) {
 		c->stats.failed_loads++;
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	}
 	*m = (struct devcache_model){.cache = c, .dev = dev, .writable = writable, .mf = mf,
 				     .bytes = need, .locks = 1, .state = ENTRY_LOADING,

@@ -24,7 +24,7 @@ int mf_open_file(const char *path, struct devcache_model_file **mf_p)
 	*mf_p = NULL;
 	if (!(mf = calloc(1, sizeof *mf)) || !(mf->path = strdup(path))) {
 		free(mf);
-		return mf_oom();
+		return err_oom();
 	}
 	/* O_NONBLOCK: opening a FIFO would otherwise wait for a writer before
 	 * the check below could refuse it.  It changes nothing for a regular

@@ -38,7 +38,7 @@ int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail
 	m->dev_ptr = calloc(n, sizeof *m->dev_ptr);
 	m->stamp = calloc(n, sizeof *m->stamp);
 	if (!m->dev_ptr || !m->stamp)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	/* Until placed, a non-zero stamp marks a tensor chosen for the device. */
 	m->bytes = 0;
 	for (size_t i = 0; i < mf->n_tensors; i++) {
@@ -69,7 +69,7 @@ static int upload(struct devcache_model *m, const bool *want, void **ptrs,
 	int rc = 0;
 
 	if (!files || !items) {
-		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		rc = err_oom();
 		goto out;
 	}
 	for (size_t i = 0; rc == 0 && i < mf->n_tensors; i++) {
@@ -129,7 +129,7 @@ int partial_place(struct devcache_model *m, const devcache_load_args_t *args)
 	if (!want || !ptrs) {
 		free(want);
 		free(ptrs);
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	}
 	/* The entry is loading, so no other thread moves its tensors; but
 	 * devcache_cache_summary() reads every entry's dev_ptr, so the
@@ -270,7 +270,7 @@ static int victims(struct model_cache *c, const struct devcache_model *m, const 
 				struct victim *p = realloc(v, cap * sizeof *v);
 				if (!p) {
 					free(v);
-					return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+					return err_oom();
 				}
 				v = p;
 			}
@@ -376,7 +376,7 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 	c = m->cache;
 	if (!(want = calloc(count, sizeof *want)) || !(fetch = calloc(count, sizeof *fetch)) ||
 	    !(ptrs = calloc(count, sizeof *ptrs))) {
-		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		rc = err_oom();
 		goto out;
 	}
 	if ((rc = mark(m, names, n, want)))
@@ -443,7 +443,7 @@ int devcache_model_move_to_host(devcache_model_t *m, const char *const *names, s
 		return rc;
 	c = m->cache;
 	if (!(want = calloc(m->mf->n_tensors ? m->mf->n_tensors : 1, sizeof *want)))
-		return mf_name_oom(m->mf->path, err_set(DEVCACHE_ENOMEM, _("out of memory")));
+		return mf_name_oom(m->mf->path, err_oom());
 	if ((rc = mark(m, names, n, want)) == 0) {
 		pthread_mutex_lock(&c->lock);
 		wait_ready(c, m);

@@ -78,7 +78,7 @@ int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
 	int rc = 0;
 
 	if (!(m->maps = calloc(n, sizeof *m->maps)))
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		rc = tun_get(&ctx->tun, mmap) ? map_file(m, i, args->flags & DEVCACHE_LOAD_WRITABLE)
 					      : copy_file(m, i, args, &done, total);
@@ -114,7 +114,7 @@ int mc_place_on_device(struct devcache_model *m, const devcache_load_args_t *arg
 
 	items = calloc(mf->n_tensors ? mf->n_tensors : 1, sizeof *items);
 	if (!files || !items) {
-		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		rc = err_oom();
 		goto out;
 	}
 	if ((rc = chunks_plan(m, alloc_max_request(m->dev))) ||

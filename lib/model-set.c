@@ -72,7 +72,7 @@ int mf_new_set(const char *path, struct devcache_model_file **set_p)
 
 	if (!set || !(set->path = strdup(path))) {
 		free(set);
-		return mf_oom();
+		return err_oom();
 	}
 	set->fd = -1;
 	*set_p = set;
@@ -85,7 +85,7 @@ int mf_add_part(struct devcache_model_file *set, struct devcache_model_file *par
 
 	if (!p) {
 		devcache_model_file_close(part);
-		return mf_oom();
+		return err_oom();
 	}
 	set->parts = p;
 	set->parts[set->n_parts++] = part;
@@ -103,7 +103,7 @@ int mf_merge_tensors(struct devcache_model_file *set)
 	if (n > MF_MAX_TENSORS)
 		return mf_error(set, _("more than %u tensors"), MF_MAX_TENSORS);
 	if (!(set->tensors = calloc(n ? n : 1, sizeof *set->tensors)))
-		return mf_oom();
+		return err_oom();
 	for (size_t p = 0; p < set->n_parts; p++)
 		for (size_t i = 0; i < set->parts[p]->n_tensors; i++, k++) {
 			set->tensors[k] = set->parts[p]->tensors[i];
@@ -136,7 +136,7 @@ static int copy_meta(struct devcache_model_file *set, const char *key, const cha
 	if (!k || !v) {
 		free(k);
 		free(v);
-		return mf_oom();
+		return err_oom();
 	}
 	return mf_add_meta(set, k, v);
 }
@@ -151,7 +151,7 @@ int mf_copy_part_meta(struct devcache_model_file *set, const struct devcache_mod
 	int rc = 0;
 
 	if (!have)
-		return mf_oom();
+		return err_oom();
 	for (size_t i = 0; i < n; i++)
 		have[i] = set->meta[i].key;
 	qsort(have, n, sizeof *have, mf_by_string);
@@ -295,7 +295,7 @@ int mf_read_index(const char *path, struct json_object **root_p)
 			      _("%llu bytes is larger than the limit of %u bytes for a safetensors index"),
 			      (unsigned long long)probe.size, MAX_INDEX_BYTES);
 	else if (!(text = malloc((size_t)probe.size + 1)) || !(tok = json_tokener_new()))
-		rc = mf_oom();
+		rc = err_oom();
 	else if ((rc = mf_read(&probe, text, (size_t)probe.size, 0, _("the index"))) == 0 &&
 		 (rc = index_precheck(&probe, text, (size_t)probe.size)) == 0) {
 		json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
@@ -365,7 +365,7 @@ static int shard_names(struct json_object *map, const char ***names_p, size_t *n
 	const char **names = calloc(cap ? cap : 1, sizeof *names);
 
 	if (!names)
-		return mf_oom();
+		return err_oom();
 	json_object_object_foreach(map, key, v) {
 		(void)key;
 		names[n++] = json_object_get_string(v);
@@ -399,7 +399,7 @@ static int open_shard(const char *index, const char *dir, const char *name, size
 	int rc;
 
 	if (!path)
-		return mf_oom();
+		return err_oom();
 	rc = mf_open_file(path, mf_p);
 	if (rc == DEVCACHE_EIO && (errno == EMFILE || errno == ENFILE))
 		rc = mf_too_many_files(index, name, i, n, errno);
@@ -483,7 +483,7 @@ static int index_meta(struct devcache_model_file *set, struct json_object *root)
 
 			/* json-c's keys are distinct: nothing to look up. */
 			if (!json || (rc = copy_meta(set, key, json)))
-				return json ? rc : mf_oom();
+				return json ? rc : err_oom();
 		}
 	}
 	return set->n_parts ? mf_copy_part_meta(set, set->parts[0]) : 0;
@@ -506,7 +506,7 @@ int mf_open_index(const char *path, struct devcache_model_file **set_p)
 		goto out;
 	}
 	if (!(dir = dir_of(path))) {
-		rc = mf_oom();
+		rc = err_oom();
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {

@@ -102,7 +102,7 @@ static int open_split(struct devcache_model_file *mf, unsigned long long count,
 		goto out;
 	}
 	if ((rc = mf_new_set(mf->path, &set)) || !(path = malloc(prefix + SPLIT_SUFFIX_LEN + 1))) {
-		rc = rc ? rc : mf_oom();
+		rc = rc ? rc : err_oom();
 		goto out;
 	}
 	for (unsigned k = 0; k < count; k++) {
@@ -147,7 +147,7 @@ static int open_split(struct devcache_model_file *mf, unsigned long long count,
 	}
 	free(set->path);
 	if (!(set->path = strdup(set->parts[0]->path))) {
-		rc = mf_oom();
+		rc = err_oom();
 		goto out;
 	}
 	if ((rc = mf_copy_part_meta(set, set->parts[0])))

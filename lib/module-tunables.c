@@ -47,7 +47,7 @@ static int set_text(struct module_tunable *t)
 	tunable_format_def(&t->def, &t->v, text, sizeof text);
 	free(t->text);
 	t->text = strdup(text);
-	return t->text ? 0 : err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	return t->text ? 0 : err_oom();
 }
 
 static bool valid_name(const char *module, const char *name)
@@ -215,7 +215,7 @@ int module_tunables_apply(struct module_tunables *mt, struct tunable_set *set,
 
 			if (!origin) {
 				tunable_value_free(&v);
-				rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+				rc = err_oom();
 			} else {
 				tunable_value_free(&t->v);
 				t->v = v;

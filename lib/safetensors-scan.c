@@ -97,7 +97,7 @@ int scan_string(const struct st_scan *sc, size_t i, size_t *end, char **out, siz
 			if (s[j] == '\\')
 				j++;
 		if (!(d = malloc(j - i)))
-			return mf_oom();
+			return err_oom();
 	}
 	for (j = i + 1; j < sc->len; j++) {
 		uint32_t cp, lo;
@@ -165,7 +165,7 @@ static int keys_add(struct st_keys *k, const char *name, size_t len, bool owned,
 		if (!v) {
 			if (owned)
 				free((char *)name);
-			return mf_oom();
+			return err_oom();
 		}
 		k->v = v;
 		k->cap = cap;
@@ -244,14 +244,14 @@ static int scan_close(struct st_scan *sc)
 
 	if (sc->depth == 1 && (k = find_twice(&sc->top))) {
 		if (!(name = strndup(k->name, k->len)))
-			return mf_oom();
+			return err_oom();
 		rc = mf_error(sc->mf, _("the header gives '%s' twice (bytes %llu and %llu)"), name,
 			      (unsigned long long)k[0].at, (unsigned long long)k[1].at);
 	} else if (sc->depth == 2 && sc->top.n && (k = find_twice(&sc->inner))) {
 		/* The entry belongs to the key read last at depth 1. */
 		owner = &sc->top.v[sc->top.n - 1];
 		if (!(name = strndup(k->name, k->len)) || !(o = strndup(owner->name, owner->len)))
-			rc = mf_oom();
+			rc = err_oom();
 		else if (strcmp(o, "__metadata__") == 0)
 			rc = mf_error(sc->mf, _("__metadata__ gives '%s' twice (bytes %llu and %llu)"),
 				      name, (unsigned long long)k[0].at, (unsigned long long)k[1].at);
@@ -450,7 +450,7 @@ int scan_header(const struct devcache_model_file *mf, const char *text, size_t l
 	*order_p = NULL;
 	*meta_p = SIZE_MAX;
 	if (rc == 0 && !(*order_p = malloc((sc.top.n ? sc.top.n : 1) * sizeof **order_p)))
-		rc = mf_oom();
+		rc = err_oom();
 	for (size_t i = 0; rc == 0 && i < sc.top.n; i++) {
 		const struct st_key *k = &sc.top.v[i];
 

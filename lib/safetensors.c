@@ -234,7 +234,7 @@ static int get_fields(struct st_walk *w, const char *name, size_t i, struct st_f
 			: is(p, len, "data_offsets") ? &f->offsets
 			: NULL;
 		if (!field && !key && !(key = strndup(p, len)))
-			return mf_oom();
+			return err_oom();
 		if (!field) {
 			rc = mf_error(w->mf, _("tensor '%s': unknown field '%s' (a tensor has only dtype, shape and data_offsets)"),
 				      name, key);
@@ -279,7 +279,7 @@ static int get_dtype(struct st_walk *w, const char *name, size_t i, const struct
 	if (*dt)
 		return 0;
 	if (!(text = strndup(w->s + i + 1, end - i - 1 < 256 ? end - i - 1 : 256)))
-		return mf_oom();
+		return err_oom();
 	rc = mf_error(w->mf, _("tensor '%s': dtype '%s' is not one of %s"), name, text, st_dtype_list);
 	free(text);
 	return rc;
@@ -439,16 +439,16 @@ static int meta_value(struct st_walk *w, const char *key, size_t i, char **json_
 	v = json_object_new_string_len(text, (int)len);
 	free(text);
 	if (!v)
-		return mf_oom();
+		return err_oom();
 	const char *json = json_object_to_json_string_length(
 		v, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
 	if (!json)
-		rc = mf_oom();
+		rc = err_oom();
 	else if (len > MF_MAX_JSON_VALUE)
 		rc = mf_error(w->mf, _("__metadata__ '%s': the value is longer than %u bytes"), key,
 			      MF_MAX_JSON_VALUE);
 	else if (!(*json_p = strdup(json)))
-		rc = mf_oom();
+		rc = err_oom();
 	json_object_put(v);
 	return rc;
 }
@@ -507,7 +507,7 @@ static int walk_header(struct devcache_model_file *mf, const char *text, size_t 
 		char *key;
 
 		if (p && !(key = strndup(p, n)))
-			return mf_oom();
+			return err_oom();
 		if (!p && (rc = scan_string(&w.sc, i, &end, &key, &n, &nul)))
 			return rc;
 		v = skip_ws(s, skip_ws(s, end + 1) + 1);
@@ -559,7 +559,7 @@ static int check_layout(struct devcache_model_file *mf)
 		return 0;
 	}
 	if (!(v = malloc(mf->n_tensors * sizeof *v)))
-		return mf_oom();
+		return err_oom();
 	for (size_t i = 0; i < mf->n_tensors; i++)
 		v[i] = &mf->tensors[i];
 	/* Writers mostly list the tensors in the order of their data. */
@@ -615,7 +615,7 @@ static int read_header(struct devcache_model_file *mf, char **text_p, size_t *le
 		return mf_error(mf, _("header length %llu is larger than the file (%llu bytes)"),
 				(unsigned long long)n, (unsigned long long)mf->size);
 	if (!(text = malloc((size_t)n + 1)))
-		return mf_oom();
+		return err_oom();
 	if ((rc = mf_read(mf, text, (size_t)n, 8, _("the header")))) {
 		free(text);
 		return rc;
@@ -652,7 +652,7 @@ static int sorted_names(struct devcache_model_file *mf, const size_t *order, siz
 	if (!mf->n_tensors)
 		return 0;
 	if (!(mf->by_name = malloc(mf->n_tensors * sizeof *mf->by_name)))
-		return mf_oom();
+		return err_oom();
 	for (size_t i = 0; i < n; i++)
 		if (order[i] != meta)
 			mf->by_name[k++] = &mf->tensors[order[i] - (order[i] > meta && meta != SIZE_MAX)];

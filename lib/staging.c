@@ -267,7 +267,7 @@ static int plan(struct upload *u, bool direct)
 	u->pieces = calloc(max_pieces ? max_pieces : 1, sizeof *u->pieces);
 	u->chunks = calloc(max_pieces ? max_pieces : 1, sizeof *u->chunks);
 	if (!u->pieces || !u->chunks)
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	struct chunk *ch = NULL;
 	for (size_t i = 0; i < job->n_items; i++) {
 		const struct stage_item *it = &job->items[i];
@@ -375,13 +375,13 @@ int stage_upload(struct stage_job *job)
 	pthread_mutex_init(&u.lock, NULL);
 	pthread_cond_init(&u.cond, NULL);
 	if (!(u.direct_fd = malloc((job->n_files ? job->n_files : 1) * sizeof *u.direct_fd))) {
-		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		rc = err_oom();
 		goto out;
 	}
 	if ((rc = plan(&u, open_direct(&u))))
 		goto out;
 	if (!(u.ring = calloc(u.n_ring, sizeof *u.ring))) {
-		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		rc = err_oom();
 		goto out;
 	}
 	for (size_t i = 0; i < u.n_ring; i++) {
@@ -390,7 +390,7 @@ int stage_upload(struct stage_job *job)
 			goto out;
 	}
 	if (n_workers > 1 && !(threads = calloc(n_workers - 1, sizeof *threads))) {
-		rc = err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		rc = err_oom();
 		goto out;
 	}
 	started = start_workers(&u, threads, n_workers);

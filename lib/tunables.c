@@ -424,7 +424,7 @@ int tunable_assign(struct tunable_set *set, enum tunable_id id, struct tunable_v
 
 	if (!copy) {
 		tunable_value_free(value);
-		return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+		return err_oom();
 	}
 	tunable_value_free(&set->v[id]);
 	set->v[id] = *value;
@@ -505,7 +505,7 @@ int tunable_set_pending(struct tunable_set *set, const char *key, const char *va
 	free(p.key);
 	free(p.value);
 	free(p.origin);
-	return err_set(DEVCACHE_ENOMEM, _("out of memory"));
+	return err_oom();
 }
 
 void tunable_format(enum tunable_id id, const struct tunable_value *v, char *buf, size_t size)
