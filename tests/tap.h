@@ -13,17 +13,32 @@
 
 #include <cmocka.h>
 
-/* 1 in an AddressSanitizer build, which reserves terabytes of address
- * space at start: a test that bounds RLIMIT_AS cannot apply the bound. */
+/* 1 in a ThreadSanitizer build, whose shadow memory adds several bytes of
+ * resident memory for each byte the program touches: a test that bounds a
+ * process's peak memory cannot apply the bound there. */
+#if defined(__SANITIZE_THREAD__)
+#define TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TEST_TSAN 1
+#endif
+#endif
+#ifndef TEST_TSAN
+#define TEST_TSAN 0
+#endif
+
+/* 1 in an AddressSanitizer or ThreadSanitizer build, which reserves
+ * terabytes of address space at start: a test that bounds RLIMIT_AS
+ * cannot apply the bound. */
 #if defined(__SANITIZE_ADDRESS__)
-#define TEST_ASAN 1
+#define TEST_SANITIZED 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define TEST_ASAN 1
+#define TEST_SANITIZED 1
 #endif
 #endif
-#ifndef TEST_ASAN
-#define TEST_ASAN 0
+#ifndef TEST_SANITIZED
+#define TEST_SANITIZED TEST_TSAN
 #endif
 
 /* Run the group with TAP output, which automake's tap-driver reads. */

@@ -527,7 +527,7 @@ static void trace_bomb(void **state)
 		struct rlimit lim = {48u << 20, RLIM_INFINITY};
 
 		/* A sanitizer reserves terabytes at start: no bound applies. */
-		if (!TEST_ASAN && setrlimit(RLIMIT_AS, &lim) != 0)
+		if (!TEST_SANITIZED && setrlimit(RLIMIT_AS, &lim) != 0)
 			_exit(3);
 		RUN("replay", "--json", path);
 		if (r.status != 0)

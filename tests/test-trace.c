@@ -920,7 +920,7 @@ static void trace_bomb_in_bounded_memory(void **state)
 		int rc;
 
 		/* A sanitizer reserves terabytes at start: no bound applies. */
-		if (!TEST_ASAN && setrlimit(RLIMIT_AS, &lim) != 0)
+		if (!TEST_SANITIZED && setrlimit(RLIMIT_AS, &lim) != 0)
 			_exit(3);
 		trace_set_init(&set);
 		rc = trace_set_open(&set, path, err, sizeof err);
