@@ -189,8 +189,11 @@ static void work(struct upload *u, bool reporter)
 		if (rc == 0)
 			rc = bk_event_record(job->dev, u->ring[bi].event, job->stream);
 		if (rc) {
-			give_buffer(u, bi);
+			/* Failed first: a worker that took the buffer back before
+			 * seeing the failure would wait for its event, whose
+			 * record may not have happened. */
 			upload_fail(u, rc);
+			give_buffer(u, bi);
 			break;
 		}
 		pthread_mutex_lock(&u->lock);

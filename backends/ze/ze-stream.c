@@ -232,8 +232,10 @@ int ze_event_record(void *state, int dev, devcache_event_t event, devcache_strea
 	struct ze_event *e = event;
 	int rc = record(state, dev, e->event, stream);
 
-	if (rc == 0)
-		__atomic_store_n(&e->recorded, true, __ATOMIC_RELEASE);
+	/* A failed record may have reset the event (zeEventHostReset, then the
+	 * barrier that would signal it failed): then it is not recorded, and a
+	 * wait for it would wait for ever. */
+	__atomic_store_n(&e->recorded, rc == 0, __ATOMIC_RELEASE);
 	return rc;
 }
 
