@@ -5,6 +5,8 @@
 # those: a folder that is not built would make the library warn about
 # backend_path (a missing directory), and that warning fails the tests that
 # check a run says nothing else.  A test of a module that is not built skips.
+# With none built it is the backends folder itself, which holds no module
+# (and tests take an empty TEST_BACKENDS for "not run by make check").
 test_backend_dirs =
 if BUILD_CUDA
 test_backend_dirs += '$(abs_top_builddir)/backends/cuda/.libs'
@@ -28,7 +30,7 @@ AM_TESTS_ENVIRONMENT = \
 	export TEST_MODULES='$(abs_top_builddir)/tests/modules/.libs'; \
 	export TEST_ARENA='$(abs_top_builddir)/tests/arena/.libs'; \
 	TEST_BACKENDS=; for d in $(test_backend_dirs); do TEST_BACKENDS=$${TEST_BACKENDS:+$$TEST_BACKENDS:}$$d; done; \
-	export TEST_BACKENDS; \
+	export TEST_BACKENDS="$${TEST_BACKENDS:-$(abs_top_builddir)/backends}"; \
 	export TEST_CUDA_STUB='$(CUDA_STUB)'; \
 	export TEST_FAKES='$(abs_top_builddir)/tests/fakes/.libs'; \
 	export TEST_SRCDIR='$(abs_top_srcdir)/tests'; \
