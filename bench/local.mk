@@ -57,16 +57,7 @@ bench_soak_LDADD = $(bench_ldadd) $(JSONC_LIBS) -ldl
 # for it, and on the vendor's runtime where the machine has a device;
 # SOAK_SECONDS sets its time on each device (default 10 s), and
 # SOAK_FLAGS adds options ("-t 8 -S 7").  `make bench-soak` runs it alone.
-bench_soak_deps = bench/soak $(backendmod_LTLIBRARIES)
-if BUILD_CUDA
-bench_soak_deps += tests/fakes/libfake-cuda.la
-endif
-if BUILD_HIP
-bench_soak_deps += tests/fakes/libfake-hip.la
-endif
-if BUILD_ZE
-bench_soak_deps += tests/fakes/libfake-ze.la
-endif
+bench_soak_deps = bench/soak $(backendmod_LTLIBRARIES) $(fake_runtimes)
 bench_soak_env = SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_FLAGS='$(SOAK_FLAGS)'
 
 # The emulated device that bench/loadbench stages models onto and
@@ -111,7 +102,7 @@ bench: $(bench_programs) $(bench_modules) $(bench_soak_deps) $(bench_python_deps
 	echo; ( $(bench_python_recipe) ); prc=$$?; \
 	test $$prc -gt $$rc && rc=$$prc; exit $$rc
 bench-soak: $(bench_soak_deps)
-	@$(bench_soak_env) $(SHELL) $(srcdir)/bench/soak.sh .
+	@$(bench_soak_env) $(SHELL) $(srcdir)/bench/soak.sh . $(srcdir)
 bench-python: $(bench_python_deps)
 	@$(bench_python_recipe)
 bench_python_recipe = $(MKDIR_P) bench && { $(bench_python_run); echo $$? > bench/report-python.rc; } 2>&1 | \

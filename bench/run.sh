@@ -63,7 +63,7 @@ rm -f "$log.fail" "$log.out" "$log.rc"
 	echo
 	run "$b/headerbench" -d "$b"
 	echo
-	run sh "`dirname "$0"`/soak.sh" "$1"
+	run sh "`dirname "$0"`/soak.sh" "$1" "`dirname "$0"`/.."
 	echo
 	echo "== Targets"
 	grep '^TARGET' "$log.out" | sed 's/^TARGET /  /'

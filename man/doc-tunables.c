@@ -11,28 +11,18 @@
 const struct tunable_def doc_tunable_defs[DOC_TUNABLE_COUNT] = {
 #define TUNABLE ENTRY
 #include "../lib/tunables.def"
-#include "../backends/cuda/tunables.def"
-#include "../backends/hip/tunables.def"
-#include "../backends/ze/tunables.def"
+#include "../backends/modules.h"
 #undef TUNABLE
 };
 
 #define NONE(name, type, def, range, flags, group, summary, doc) NULL,
-#define CUDA(name, type, def, range, flags, group, summary, doc) "cuda",
-#define HIP(name, type, def, range, flags, group, summary, doc) "hip",
-#define ZE(name, type, def, range, flags, group, summary, doc) "ze",
+#define MODULE(name, type, def, range, flags, group, summary, doc) BACKEND_MODULE,
 
 const char *const doc_tunable_module[DOC_TUNABLE_COUNT] = {
 #define TUNABLE NONE
 #include "../lib/tunables.def"
 #undef TUNABLE
-#define TUNABLE CUDA
-#include "../backends/cuda/tunables.def"
-#undef TUNABLE
-#define TUNABLE HIP
-#include "../backends/hip/tunables.def"
-#undef TUNABLE
-#define TUNABLE ZE
-#include "../backends/ze/tunables.def"
+#define TUNABLE MODULE
+#include "../backends/modules.h"
 #undef TUNABLE
 };

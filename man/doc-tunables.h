@@ -7,9 +7,7 @@
 
 enum module_tunable_id {
 #define TUNABLE(name, type, def, range, flags, group, summary, doc) MODTUN_##name,
-#include "../backends/cuda/tunables.def"
-#include "../backends/hip/tunables.def"
-#include "../backends/ze/tunables.def"
+#include "../backends/modules.h"
 #undef TUNABLE
 	MODULE_TUNABLE_COUNT
 };

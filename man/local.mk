@@ -32,15 +32,12 @@ endif
 # the library's and the configuration's pages do not.
 man_MANS = man/devcache.1
 notrans_man_MANS = man/libdevcache.3 man/devcache-torch.3 man/devcache-python.3 \
-	man/devcache.conf.5 man/devcache-trace.5 man/devcache-cuda.7 man/devcache-hip.7 \
-	man/devcache-ze.7
+	man/devcache.conf.5 man/devcache-trace.5
 EXTRA_DIST += man/devcache.1.in man/libdevcache.3.in man/devcache-torch.3.in \
-	man/devcache-python.3.in man/devcache.conf.5.in man/devcache-trace.5.in \
-	man/devcache-cuda.7.in man/devcache-hip.7.in man/devcache-ze.7.in
+	man/devcache-python.3.in man/devcache.conf.5.in man/devcache-trace.5.in
 CLEANFILES += \
 	man/devcache.1 man/libdevcache.3 man/devcache-torch.3 man/devcache-python.3 \
 	man/devcache.*.5 man/devcache-trace.5 \
-	man/devcache-cuda.7 man/devcache-hip.7 man/devcache-ze.7 \
 	man/tunable-pages.list \
 	man/stamp-tunables man/*.tmp
 
@@ -89,15 +86,6 @@ man/devcache-python.3: man/devcache-python.3.in $(MKMAN) Makefile
 
 man/devcache-trace.5: man/devcache-trace.5.in $(MKMAN) Makefile
 	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache-trace.5.in -O $@
-
-man/devcache-cuda.7: man/devcache-cuda.7.in $(MKMAN) Makefile
-	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache-cuda.7.in -O $@
-
-man/devcache-hip.7: man/devcache-hip.7.in $(MKMAN) Makefile
-	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache-hip.7.in -O $@
-
-man/devcache-ze.7: man/devcache-ze.7.in $(MKMAN) Makefile
-	$(AM_V_GEN)$(MKMAN) $(man_subst) -i $(srcdir)/man/devcache-ze.7.in -O $@
 
 # One run of mkman writes devcache.conf.5, every tunable page and the list
 # of those pages; the stamp stands for all of them.

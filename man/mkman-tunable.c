@@ -26,9 +26,7 @@ static const struct {
 } examples[] = {
 #define EXAMPLE(name, value) {#name, value},
 #include "../lib/tunables.def"
-#include "../backends/cuda/tunables.def"
-#include "../backends/hip/tunables.def"
-#include "../backends/ze/tunables.def"
+#include "../backends/modules.h"
 #undef EXAMPLE
 };
 
@@ -39,9 +37,7 @@ static const struct {
 } tunable_env[] = {
 #define ENVIRONMENT(name, variable, text) {#name, variable, text},
 #include "../lib/tunables.def"
-#include "../backends/cuda/tunables.def"
-#include "../backends/hip/tunables.def"
-#include "../backends/ze/tunables.def"
+#include "../backends/modules.h"
 #undef ENVIRONMENT
 };
 

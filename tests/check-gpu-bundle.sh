@@ -42,7 +42,9 @@ for p in tools/devcache tests/gpu-check tests/test-conformance bench/loadbench; 
 	fi
 	cp "$(program "$top/$p")" "$out/$p"
 done
-for b in cuda hip ze; do
+mkdir -p "$out/backends"
+cp "$src/backends/modules" "$out/backends/"
+for b in `sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$src/backends/modules"`; do
 	if test -f "$top/backends/$b/.libs/$b.so"; then
 		mkdir -p "$out/backends/$b/.libs"
 		cp "$top/backends/$b/.libs/$b.so" "$out/backends/$b/.libs/"

@@ -60,8 +60,10 @@ unset DEVCACHE_CONF DEVCACHE_OPTIONS DEVCACHE_BACKEND_PATH
 XDG_CONFIG_HOME=$work/no-xdg
 export XDG_CONFIG_HOME
 
+# The vendor modules: every name in backends/modules.
+modules=`sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "${CHECK_GPU_SRCDIR:-$top}/backends/modules"` || exit 2
 backend_path=
-for b in cuda hip ze; do
+for b in $modules; do
 	test -f "$top/backends/$b/.libs/$b.so" && backend_path=$backend_path${backend_path:+:}$top/backends/$b/.libs
 done
 opts="backend_path:${backend_path:-/nonexistent}"
@@ -69,7 +71,7 @@ what="the vendors' runtimes"
 if test "${CHECK_GPU_FAKES:-0}" = 1; then
 	quick=1
 	what="the FAKE runtimes of tests/fakes (fake devices: every figure is meaningless)"
-	for b in cuda hip ze; do
+	for b in $modules; do
 		test -f "$fakes/libfake-$b.so" && opts="$opts,${b}_library:$fakes/libfake-$b.so"
 	done
 fi

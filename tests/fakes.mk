@@ -11,8 +11,12 @@ fake_ze_sources = tests/fakes/fake-ze.c tests/fakes/fake-ze-memory.c \
 	tests/fakes/fake-ze-lists.c tests/fakes/fake-ze.h
 EXTRA_DIST += $(fake_cuda_sources) $(fake_hip_sources) $(fake_ze_sources) \
 	$(fake_shared_headers)
+# The fake of each vendor module that configure builds: what make check-gpu
+# and bench/soak run the modules on.
+fake_runtimes =
 if BUILD_CUDA
 check_LTLIBRARIES += tests/fakes/libfake-cuda.la
+fake_runtimes += tests/fakes/libfake-cuda.la
 tests_fakes_libfake_cuda_la_SOURCES = $(fake_cuda_sources) $(fake_shared_headers)
 tests_fakes_libfake_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_fakes_libfake_cuda_la_CFLAGS = $(AM_CFLAGS) -pthread
@@ -20,6 +24,7 @@ tests_fakes_libfake_cuda_la_LDFLAGS = -module -avoid-version -shared -rpath /now
 endif
 if BUILD_ZE
 check_LTLIBRARIES += tests/fakes/libfake-ze.la
+fake_runtimes += tests/fakes/libfake-ze.la
 tests_fakes_libfake_ze_la_SOURCES = $(fake_ze_sources) $(fake_shared_headers)
 tests_fakes_libfake_ze_la_CPPFLAGS = $(AM_CPPFLAGS) $(ZE_CPPFLAGS)
 tests_fakes_libfake_ze_la_CFLAGS = $(AM_CFLAGS) -pthread
@@ -27,6 +32,7 @@ tests_fakes_libfake_ze_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhe
 endif
 if BUILD_HIP
 check_LTLIBRARIES += tests/fakes/libfake-hip.la
+fake_runtimes += tests/fakes/libfake-hip.la
 tests_fakes_libfake_hip_la_SOURCES = $(fake_hip_sources) $(fake_shared_headers)
 tests_fakes_libfake_hip_la_CPPFLAGS = $(AM_CPPFLAGS) $(HIP_CPPFLAGS)
 tests_fakes_libfake_hip_la_CFLAGS = $(AM_CFLAGS) -pthread

@@ -1,22 +1,13 @@
 ## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/local.mk - `make check`: cmocka programs with TAP output, through automake's tap-driver.
 
-# The folders of the vendor modules this configuration builds, and only
-# those: a folder that is not built would make the library warn about
-# backend_path (a missing directory), and that warning fails the tests that
-# check a run says nothing else.  A test of a module that is not built skips.
-# With none built it is the backends folder itself, which holds no module
-# (and tests take an empty TEST_BACKENDS for "not run by make check").
-test_backend_dirs =
-if BUILD_CUDA
-test_backend_dirs += '$(abs_top_builddir)/backends/cuda/.libs'
-endif
-if BUILD_HIP
-test_backend_dirs += '$(abs_top_builddir)/backends/hip/.libs'
-endif
-if BUILD_ZE
-test_backend_dirs += '$(abs_top_builddir)/backends/ze/.libs'
-endif
+# TEST_BACKENDS: the folders of the vendor modules this configuration
+# builds, and only those: a folder that is not built would make the library
+# warn about backend_path (a missing directory), and that warning fails the
+# tests that check a run says nothing else.  A test of a module that is not
+# built skips.  With none built it is the backends folder itself, which
+# holds no module (and tests take an empty TEST_BACKENDS for "not run by
+# make check").  TEST_BACKEND_MODULES: every name in backends/modules.
 
 LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
 LOG_COMPILER = env AWK='$(AWK)' $(SHELL) $(top_srcdir)/tests/run-tap.sh
@@ -29,7 +20,9 @@ AM_TESTS_ENVIRONMENT = \
 	export TEST_TOOL='$(abs_top_builddir)/tools/devcache'; \
 	export TEST_MODULES='$(abs_top_builddir)/tests/modules/.libs'; \
 	export TEST_ARENA='$(abs_top_builddir)/tests/arena/.libs'; \
-	TEST_BACKENDS=; for d in $(test_backend_dirs); do TEST_BACKENDS=$${TEST_BACKENDS:+$$TEST_BACKENDS:}$$d; done; \
+	TEST_BACKENDS=; for m in $(backendmod_LTLIBRARIES); do \
+		TEST_BACKENDS="$${TEST_BACKENDS:+$$TEST_BACKENDS:}$(abs_top_builddir)/$${m%/*}/.libs"; done; \
+	export TEST_BACKEND_MODULES='$(backend_modules)'; \
 	export TEST_BACKENDS="$${TEST_BACKENDS:-$(abs_top_builddir)/backends}"; \
 	export TEST_CUDA_STUB='$(CUDA_STUB)'; \
 	export TEST_FAKES='$(abs_top_builddir)/tests/fakes/.libs'; \

@@ -25,10 +25,11 @@
 #define GROFF_PATH ""
 #endif
 
-static const char *const handwritten[] = {"devcache.1", "libdevcache.3", "devcache-torch.3",
-						 "devcache-python.3", "devcache.conf.5",
-						 "devcache-trace.5", "devcache-cuda.7",
-						 "devcache-hip.7", "devcache-ze.7"};
+/* The pages written by hand, each backend module's among them. */
+#define BACKEND_PAGE(name) "devcache-" #name ".7",
+static const char *const handwritten[] = {"devcache.1",	  "libdevcache.3",    "devcache-torch.3",
+						 "devcache-python.3", "devcache.conf.5", "devcache-trace.5",
+						 BACKEND_MODULES(BACKEND_PAGE)};
 #define N_HANDWRITTEN (sizeof handwritten / sizeof *handwritten)
 
 /* Names in devcache.h that are not part of what a user reads about. */
