@@ -16,7 +16,7 @@ extern "C" {
 /* The minor version: bumped when a reserved slot of either structure becomes
  * an entry.  Each side uses an entry only when the other side's abi_minor
  * says it has it, so a module built for an older or a newer minor loads. */
-#define DEVCACHE_BACKEND_ABI_MINOR 1
+#define DEVCACHE_BACKEND_ABI_MINOR 2
 
 /* A module exports one symbol with this name: a function returning its ops. */
 #define DEVCACHE_BACKEND_ENTRY "devcache_backend_module"
@@ -123,7 +123,15 @@ struct devcache_backend_ops {
 	int (*vm_map)(void *state, int dev, void *va, size_t size, void *handle);
 	int (*vm_unmap)(void *state, int dev, void *va, size_t size);
 
-	void *reserved[16];
+	/* Since ABI minor 2: what the module's device pointers are to a
+	 * framework, as DLPack numbers device types (DLDeviceType in dlpack.h:
+	 * 2 CUDA, 10 ROCm, 14 oneAPI); devcache_device_info_t passes it on, and
+	 * the Python package builds __dlpack_device__ and the CUDA array
+	 * interface from it.  0: none that a framework can import. */
+	int dlpack_device_type;
+	int reserved_int;
+
+	void *reserved[15];
 };
 
 typedef const struct devcache_backend_ops *(*devcache_backend_entry_fn)(void);

@@ -168,7 +168,12 @@ typedef struct devcache_device_info {
 	/* The largest single allocation the device makes: total_memory where
 	 * its driver sets no lower limit (Level Zero's maxMemAllocSize). */
 	uint64_t max_alloc_size;
-	uint64_t reserved[7];
+	/* What its pointers are to a framework, as DLPack numbers device
+	 * types (DLDeviceType: 1 CPU, 2 CUDA, 10 ROCm, 14 oneAPI), told by the
+	 * backend module; 1 for the host; 0 where none applies. */
+	int32_t dlpack_device_type;
+	uint32_t reserved32;
+	uint64_t reserved[6];
 } devcache_device_info_t;
 
 DEVCACHE_API size_t devcache_device_count(devcache_ctx_t *ctx);

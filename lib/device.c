@@ -126,6 +126,8 @@ int devcache_device_info(devcache_device_t *dev, devcache_device_info_t *info)
 	info->max_alloc_size = device_max_alloc(dev);
 	if (info->max_alloc_size > info->total_memory)
 		info->max_alloc_size = info->total_memory;
+	if (dev->backend->ops->abi_minor >= 2)
+		info->dlpack_device_type = dev->backend->ops->dlpack_device_type;
 	return 0;
 }
 

@@ -453,6 +453,18 @@ static void priority_orders_modules_and_minor_versions_load(void **state)
 	assert_int_equal(devcache_device_at(ctx, 1, &dev), 0);
 	assert_int_equal(devcache_device_info(dev, &info), 0);
 	assert_string_equal(info.id, "good:0");
+	/* The DLPack device type a module declares reaches the device's
+	 * info where its ABI minor has the entry (2 and later), and only
+	 * there: good is built for minor 1. */
+	assert_int_equal(info.dlpack_device_type, 0);
+	assert_int_equal(devcache_device_at(ctx, 0, &dev), 0);
+	assert_int_equal(devcache_device_info(dev, &info), 0);
+	assert_string_equal(info.id, "host");
+	assert_int_equal(info.dlpack_device_type, 1);
+	assert_int_equal(devcache_device_at(ctx, 3, &dev), 0);
+	assert_int_equal(devcache_device_info(dev, &info), 0);
+	assert_string_equal(info.id, "newminor:0");
+	assert_int_equal(info.dlpack_device_type, 7);
 	devcache_close(ctx);
 	/* The backends tunable's order wins over priorities. */
 	ctx = open_with("backends:[vmm,good]", NULL);

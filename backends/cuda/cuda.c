@@ -633,6 +633,7 @@ static const struct devcache_backend_ops cuda_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
 	.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
 	.name = "cuda",
+	.dlpack_device_type = 2, /* kDLCUDA */
 	.priority = 300,
 	.tunables = cuda_tunables,
 	.init = cuda_init,

@@ -592,6 +592,7 @@ static const struct devcache_backend_ops hip_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
 	.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
 	.name = "hip",
+	.dlpack_device_type = 10, /* kDLROCM */
 	.priority = 200,
 	.tunables = hip_tunables,
 	.init = hip_init,

@@ -299,6 +299,7 @@ static const struct devcache_backend_ops host_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
 	.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
 	.name = "host",
+	.dlpack_device_type = 1, /* kDLCPU */
 	.init = host_init,
 	.fini = host_fini,
 	.device_info = host_device_info,

@@ -505,6 +505,7 @@ static const struct devcache_backend_ops ze_ops = {
 	.abi_version = DEVCACHE_BACKEND_ABI_VERSION,
 	.abi_minor = DEVCACHE_BACKEND_ABI_MINOR,
 	.name = "ze",
+	.dlpack_device_type = 14, /* kDLOneAPI */
 	.priority = 100,
 	.tunables = ze_tunables,
 	.init = ze_init,

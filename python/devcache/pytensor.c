@@ -184,12 +184,8 @@ PyObject *pdc_tensor_new(ModelObject *model, const char *name)
 	 * memory cannot fault, and consumers (torch.as_tensor) refuse read-only
 	 * device arrays, so device tensors are writable: the cache's one copy. */
 	t->readonly = t->host ? !(model->writable && model->host) : 0;
-	const char *backend = model->device->info.backend;
-	t->dl_device = t->host ? DL_CPU
-		       : strcmp(backend, "cuda") == 0 ? DL_CUDA
-		       : strcmp(backend, "hip") == 0	 ? DL_ROCM
-		       : strcmp(backend, "ze") == 0	 ? DL_ONEAPI
-							 : 0;
+	/* The backend module says what its pointers are (ABI minor 2). */
+	t->dl_device = t->host ? DL_CPU : model->device->info.dlpack_device_type;
 	if (pdc_tensor_layout(model->file, &info, &t->logical_shape) < 0) {
 		t->logical_shape = NULL;
 		Py_DECREF(t);

@@ -27,6 +27,10 @@
 #ifndef FAKE_PRIORITY
 #define FAKE_PRIORITY 0
 #endif
+/* The DLPack device type the module declares (ABI minor 2). */
+#ifndef FAKE_DLPACK
+#define FAKE_DLPACK 0
+#endif
 /* FAKE_TUNABLES: the name of a struct devcache_backend_tunable array the
  * module defines before including this file; FAKE_SHOW_TUNABLE: one of them,
  * whose value init logs. */
@@ -423,6 +427,7 @@ static const struct devcache_backend_ops fake_ops = {
 	.abi_minor = FAKE_MINOR,
 	.name = FAKE_NAME,
 	.priority = FAKE_PRIORITY,
+	.dlpack_device_type = FAKE_DLPACK,
 	.tunables = FAKE_TUNABLES,
 	.init = fake_init,
 	.fini = fake_fini,

@@ -14,6 +14,10 @@ static const struct devcache_backend_tunable good_tunables[] = {
 
 #define FAKE_NAME "good"
 #define FAKE_PRIORITY 50
+/* Built for ABI minor 1, which had no dlpack_device_type: the core does
+ * not read the one set here. */
+#define FAKE_MINOR 1
+#define FAKE_DLPACK 2
 #define FAKE_TUNABLES good_tunables
 #define FAKE_SHOW_TUNABLE "good_depth"
 #include "fake.h"

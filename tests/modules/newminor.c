@@ -3,4 +3,5 @@
 #define FAKE_NAME "newminor"
 #define FAKE_MINOR (DEVCACHE_BACKEND_ABI_MINOR + 7)
 #define FAKE_DEVICES 1
+#define FAKE_DLPACK 7 /* kDLVulkan */
 #include "fake.h"
