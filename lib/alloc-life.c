@@ -9,6 +9,19 @@
 
 /* ---- creating and destroying allocators -------------------------------------- */
 
+/* What a trace's header says of the device's memory: what its allocator may
+ * have, the driver's free memory before it allocates anything (a GPU's
+ * context and other programs take the rest); its total where that is
+ * unknown. */
+static uint64_t trace_device_memory(struct devcache_device *dev)
+{
+	uint64_t free_mem = 0, total = 0;
+
+	if (bk_mem_get_info(dev, &free_mem, &total) == 0 && free_mem)
+		return free_mem;
+	return dev->info.total_memory;
+}
+
 /* Devices whose trace names expand to one file share it: the context owns
  * every open trace, and an allocator only borrows one. */
 static int open_trace(struct allocator *a)
@@ -33,7 +46,9 @@ static int open_trace(struct allocator *a)
 
 		if (!grown)
 			rc = err_oom();
-		else if ((ctx->traces = grown, rc = trace_open(&a->trace, name, a->dev->id, &ctx->log)) == 0)
+		else if ((ctx->traces = grown,
+			  rc = trace_open(&a->trace, name, a->dev->id, trace_device_memory(a->dev),
+					  &ctx->log)) == 0)
 			ctx->traces[ctx->n_traces++] = a->trace;
 	}
 	pthread_mutex_unlock(&ctx->lock);

@@ -229,10 +229,10 @@ static void program_name(char *buf, size_t size)
 }
 
 int trace_open(struct trace **trace_p, const char *name_template, const char *device_id,
-	       struct log_state *log)
+	       uint64_t device_memory, struct log_state *log)
 {
 	struct trace *trace;
-	char header[128], name[64], pid[24];
+	char header[128], name[64], pid[24], mem[24];
 	int rc;
 
 	*trace_p = NULL;
@@ -261,6 +261,10 @@ int trace_open(struct trace **trace_p, const char *name_template, const char *de
 	snprintf(pid, sizeof pid, "%ld", (long)getpid());
 	put_comment(trace, "pid", pid);
 	put_comment(trace, "device", device_id);
+	if (device_memory) {
+		snprintf(mem, sizeof mem, "%llu", (unsigned long long)device_memory);
+		put_comment(trace, "device_memory", mem);
+	}
 	*trace_p = trace;
 	return 0;
 }

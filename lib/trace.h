@@ -13,10 +13,12 @@ struct trace;
  * "%p" becomes the process ID and "%d" the device ID ("host", "cuda:0").
  * Devices whose expanded names are equal share one file (and one struct
  * trace, reference-counted by the caller's context); the file starts with
- * comment lines naming the program, the library version and the device.
+ * comment lines naming the program, the library version and the device,
+ * and device_memory, the memory the device's allocator may have (0: not
+ * written).
  * Returns 0 or a DEVCACHE_E* code with the detail message set. */
 int trace_open(struct trace **trace_p, const char *name_template, const char *device_id,
-	       struct log_state *log);
+	       uint64_t device_memory, struct log_state *log);
 /* "+ ID SIZE [STREAM]": SIZE is the size asked for; STREAM is the stream's
  * index on its device (0, the default stream, is omitted).  Thread-safe. */
 void trace_alloc(struct trace *trace, uint64_t id, size_t size, unsigned stream);

@@ -227,7 +227,7 @@ static void replays_and_reports(void **state)
 	assert_int_equal(r.status, 0);
 	RUN("replay", "--help");
 	assert_int_equal(r.status, 0);
-	assert_contains(r.out, "Usage: devcache replay [--device D] [--json] [--summary]");
+	assert_contains(r.out, "Usage: devcache replay [--device D] [-m SIZE] [--json] [--summary]");
 	RUN("--help");
 	assert_contains(r.out, "  replay TRACE...");
 }
@@ -392,7 +392,7 @@ static void tunables_change_the_result(void **state)
 }
 
 /* A block no device has: an OOM, counted; its free is skipped; the replay
- * goes on. */
+ * goes on, and ends with exit status 3, which its last line says. */
 static void out_of_memory_is_counted(void **state)
 {
 	const char *path = trace_file("huge.trace", "+ 1 18446744073709551615 3\n"
@@ -403,7 +403,7 @@ static void out_of_memory_is_counted(void **state)
 
 	(void)state;
 	RUN("replay", "--json", path);
-	assert_int_equal(r.status, 0);
+	assert_int_equal(r.status, 3);
 	assert_string_equal(r.err, "");
 	assert_int_equal(json_number(r.out, "ooms"), 3);
 	assert_int_equal(json_number(r.out, "events"), 7);
@@ -411,6 +411,62 @@ static void out_of_memory_is_counted(void **state)
 	 * trace but failed, so nothing to free at the end */
 	assert_int_equal(json_number(r.out, "operations"), 5);
 	assert_int_equal(json_number(r.out, "peak_allocated_bytes"), 512);
+	RUN("replay", path);
+	assert_int_equal(r.status, 3);
+	const char *last = "\n3 allocations failed for want of memory (exit status 3).\n";
+	assert_true(strlen(r.out) > strlen(last));
+	assert_string_equal(r.out + strlen(r.out) - strlen(last), last);
+}
+
+/* The host device has the memory the trace's header says its device had,
+ * or --memory: a GPU's out-of-memory, not the host's, which has plenty. */
+static void emulates_the_traced_device(void **state)
+{
+	/* 60 + 30 MiB live, then 80 MiB: fits in 1 GiB, not in 100 MiB. */
+	static const char body[] = "+ 1 62914560\n+ 2 31457280\n- 1\n"
+				   "# oom: PyTorch could not allocate 83886080 bytes; device_free=0\n"
+				   "+ 3 83886080\n- 3\n- 2\n";
+	char text[512];
+
+	(void)state;
+	snprintf(text, sizeof text, "# device_memory: 104857600\n%s", body);
+	const char *traced = trace_file("traced.trace", text);
+	const char *untraced = trace_file("plain.trace", body);
+
+	RUN("replay", traced);
+	assert_int_equal(r.status, 3);
+	assert_contains(r.out, "Replay on host, emulating a device of 100.0 MiB (the trace's "
+			       "device_memory):\n");
+	assert_int_equal(field(r.out, "OOMs"), 1);
+	assert_int_equal(field(r.out, "retries"), 1);
+	/* --memory wins over the header; without either, the host's memory. */
+	RUN("replay", "--memory", "1G", traced);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "emulating a device of 1.0 GiB (--memory)");
+	assert_int_equal(field(r.out, "OOMs"), 0);
+	RUN("replay", untraced);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "Replay on host:\n");
+	RUN("replay", "-m", "100MiB", "--json", untraced);
+	assert_int_equal(r.status, 3);
+	assert_int_equal(json_number(r.out, "device_memory"), 104857600);
+	assert_int_equal(json_number(r.out, "ooms"), 1);
+	/* -o host_memory is the user's own choice: the header does not override it. */
+	RUN("replay", "-o", "host_memory:1G", traced);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "Replay on host:\n");
+	/* Errors. */
+	RUN("replay", "--memory", "lots", untraced);
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "--memory: 'lots' is not a size");
+	RUN("replay", "--memory", "0", untraced);
+	assert_int_equal(r.status, 2);
+	RUN("replay", "--memory", "1G", "-o", "host_memory:2G", untraced);
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "--memory and -o host_memory both set");
+	RUN("replay", "--memory", "1G", "--device", "cuda:0", untraced);
+	assert_int_equal(r.status, 2);
+	assert_contains(r.err, "--memory emulates a device on the host");
 }
 
 /* A trace recorded by the library while replaying replays to the same
@@ -630,6 +686,7 @@ int main(void)
 		cmocka_unit_test(gzip_and_several_files),
 		cmocka_unit_test(tunables_change_the_result),
 		cmocka_unit_test(out_of_memory_is_counted),
+		cmocka_unit_test(emulates_the_traced_device),
 		cmocka_unit_test(record_and_replay),
 		cmocka_unit_test(summary_from_the_library),
 		cmocka_unit_test(trace_bomb),

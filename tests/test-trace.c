@@ -152,7 +152,7 @@ static void header_and_lines(void **state)
 	(void)state;
 	start_log(&log, &c);
 	snprintf(tmpl, sizeof tmpl, "%s/h-%%p-%%d.trace", dir);
-	assert_int_equal(trace_open(&t, tmpl, "host", &log), 0);
+	assert_int_equal(trace_open(&t, tmpl, "host", 0, &log), 0);
 	snprintf(expect, sizeof expect, "%s/h-%ld-host.trace", dir, (long)getpid());
 	assert_string_equal(trace_path(t), expect);
 	trace_alloc(t, 1, 100, 0);
@@ -205,11 +205,13 @@ static void program_name_stays_one_line(void **state)
 	comm(old, sizeof old);
 	assert_int_equal(prctl(PR_SET_NAME, "evil\n+ 1 1"), 0);
 	start_log(&log, &c);
-	assert_int_equal(trace_open(&t, path_of("comm.trace"), "host", &log), 0);
+	assert_int_equal(trace_open(&t, path_of("comm.trace"), "host", 25769803776u, &log), 0);
 	trace_close(t);
 	prctl(PR_SET_NAME, old);
 	text = test_slurp_must(path_of("comm.trace"));
 	assert_contains(text, "\n# program: evil?+ 1 1\n# pid: ");
+	/* The device's memory, for devcache replay and tune to emulate. */
+	assert_contains(text, "\n# device: host\n# device_memory: 25769803776\n");
 	free(text);
 	log_destroy(&log);
 }
@@ -222,11 +224,11 @@ static void cannot_create(void **state)
 
 	(void)state;
 	start_log(&log, &c);
-	assert_int_equal(trace_open(&t, "/nonexistent-dir/t.trace", "host", &log), DEVCACHE_EIO);
+	assert_int_equal(trace_open(&t, "/nonexistent-dir/t.trace", "host", 0, &log), DEVCACHE_EIO);
 	assert_null(t);
 	assert_string_equal(devcache_last_error(),
 			    "trace: cannot create /nonexistent-dir/t.trace: No such file or directory");
-	assert_int_equal(trace_open(&t, "bad-%q", "host", &log), DEVCACHE_ECONFIG);
+	assert_int_equal(trace_open(&t, "bad-%q", "host", 0, &log), DEVCACHE_ECONFIG);
 	assert_null(t);
 	log_destroy(&log);
 }
@@ -242,7 +244,7 @@ static void write_error_logged_once(void **state)
 	if (access("/dev/full", W_OK) != 0)
 		skip_because("no /dev/full to write to");
 	start_log(&log, &c);
-	assert_int_equal(trace_open(&t, "/dev/full", "host", &log), 0);
+	assert_int_equal(trace_open(&t, "/dev/full", "host", 0, &log), 0);
 	for (uint64_t i = 0; i < 100000; i++) {
 		trace_alloc(t, i, 1000 + i, 0);
 		trace_free(t, i);
@@ -255,7 +257,7 @@ static void write_error_logged_once(void **state)
 
 	/* Met only when closing: still reported, once. */
 	start_log(&log, &c);
-	assert_int_equal(trace_open(&t, "/dev/full", "host", &log), 0);
+	assert_int_equal(trace_open(&t, "/dev/full", "host", 0, &log), 0);
 	trace_alloc(t, 1, 1, 0);
 	assert_int_equal(c.count, 0);
 	trace_close(t);
@@ -301,7 +303,7 @@ static void threads_write_whole_lines(void **state)
 
 	(void)state;
 	start_log(&log, &c);
-	assert_int_equal(trace_open(&t, path_of("threads.trace"), "host", &log), 0);
+	assert_int_equal(trace_open(&t, path_of("threads.trace"), "host", 0, &log), 0);
 	for (unsigned i = 0; i < THREADS; i++) {
 		w[i] = (struct writer){t, i};
 		assert_int_equal(pthread_create(&tid[i], NULL, write_events, &w[i]), 0);
@@ -938,6 +940,53 @@ static void trace_bomb_in_bounded_memory(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* What the header and trace_from_torch say of the traced device: its
+ * memory, and the allocations that failed there ("# oom:" followed by the
+ * same request tried again); an "# oom:" with no such request after it, or
+ * another size, marks nothing. */
+static void device_memory_and_recorded_ooms(void **state)
+{
+	struct trace_set set;
+	char err[256];
+	const char *path = path_of("recorded.trace");
+	static const char text[] =
+		"# device: cuda:0\n"
+		"# device_memory: 68719476736\n"
+		"# device_memory: 5\n" /* the first one counts */
+		"+ 1 100\n"
+		"# oom: PyTorch could not allocate 4096 bytes; device_free=0\n"
+		"+ 2 4096 1\n"
+		"- 2\n"
+		"# oom: PyTorch could not allocate 777 bytes; device_free=unknown\n"
+		"+ 3 778\n"
+		"# oom: PyTorch could not allocate 9 bytes; device_free=0\n"
+		"\n"
+		"+ 4 9\n";
+
+	(void)state;
+	write_file(path, text, sizeof text - 1);
+	start(&set);
+	assert_int_equal(read_trace(&set, path, err, sizeof err), 0);
+	assert_int_equal(set.device_memory, 68719476736u);
+	assert_int_equal(set.oom_comments, 3);
+	assert_int_equal(set.recorded_ooms, 1);
+	assert_int_equal(got.ev[0].recorded_oom, 0);
+	assert_int_equal(got.ev[1].size, 4096);
+	assert_int_equal(got.ev[1].recorded_oom, 1);
+	assert_int_equal(got.ev[3].size, 778);
+	assert_int_equal(got.ev[3].recorded_oom, 0);
+	assert_int_equal(got.ev[4].size, 9);
+	assert_int_equal(got.ev[4].recorded_oom, 0);
+	trace_set_destroy(&set);
+	/* None said: 0. */
+	write_file(path, "+ 1 1\n", 6);
+	start(&set);
+	assert_int_equal(read_trace(&set, path, err, sizeof err), 0);
+	assert_int_equal(set.device_memory, 0);
+	assert_int_equal(set.recorded_ooms, 0);
+	trace_set_destroy(&set);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -958,6 +1007,7 @@ int main(void)
 		cmocka_unit_test(live_blocks_bounded),
 		cmocka_unit_test(freed_ids_are_forgotten),
 		cmocka_unit_test(trace_bomb_in_bounded_memory),
+		cmocka_unit_test(device_memory_and_recorded_ooms),
 	};
 
 	/* The messages are checked in English. */

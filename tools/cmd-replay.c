@@ -22,6 +22,8 @@ struct replay {
 	const char *device;
 	char device_id[32];
 	bool json, summary;
+	uint64_t memory;         /* --memory, or the trace's device_memory; 0: none */
+	const char *memory_from; /* which of them */
 	struct trace_set set;
 	char err[1024];
 	/* the run */
@@ -36,14 +38,17 @@ struct replay {
 
 static void help(void)
 {
-	printf(_("Usage: devcache replay [--device D] [--json] [--summary] TRACE...\n"));
+	printf(_("Usage: devcache replay [--device D] [-m SIZE] [--json] [--summary] TRACE...\n"));
 	fputs(_("Replay allocation traces (devcache-trace(5)) through the caching allocator,\n"
 		"one file after another, and print the events, the time per operation,\n"
 		"peak allocated and reserved memory, device allocations and frees,\n"
-		"out-of-memory failures and retries.\n"),
+		"out-of-memory failures and retries.  The host device has the memory of\n"
+		"the device the trace came from, where its header says it, or --memory.\n"
+		"Exit status 3: some allocations failed for want of memory.\n"),
 	      stdout);
 	fputs("\n", stdout);
 	fputs(_("  -d, --device=D               replay on device D (default: host)\n"
+		"  -m, --memory=SIZE            emulate a device of SIZE on the host (24G, 80GiB)\n"
 		"  -j, --json                   print the results as one JSON object\n"
 		"  -s, --summary                add the memory summary table\n"),
 	      stdout);
@@ -56,19 +61,29 @@ static int parse_args(struct tool *t, struct replay *rp, int argc, char **argv)
 	static const struct option longopts[] = {
 		{"device", required_argument, NULL, 'd'},
 		{"json", no_argument, NULL, 'j'},
+		{"memory", required_argument, NULL, 'm'},
 		{"summary", no_argument, NULL, 's'},
 		TOOL_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
 	int c, status;
 
-	while ((c = getopt_long(argc, argv, "d:js" TOOL_SHORTOPTS, longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:jm:s" TOOL_SHORTOPTS, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd':
 			rp->device = optarg;
 			break;
 		case 'j':
 			rp->json = true;
+			break;
+		case 'm':
+			if (!tool_parse_size(optarg, &rp->memory)) {
+				tool_error(_("--memory: '%s' is not a size (a number of bytes, or with "
+					     "K, M, G or T: 24G, 80GiB)"),
+					   tool_shown(optarg));
+				return tool_try_help();
+			}
+			rp->memory_from = "--memory";
 			break;
 		case 's':
 			rp->summary = true;
@@ -187,18 +202,24 @@ static int run_batch(struct replay *rp)
 	return EXIT_OK;
 }
 
-/* The open file, batch after batch, to its end. */
-static int run_file(struct replay *rp)
+/* The open file, batch after batch, to its end; the first batch is read
+ * already where have_batch says so. */
+static int run_file(struct replay *rp, bool have_batch)
 {
-	int rc, status;
+	int rc = 0, status;
 
+	if (have_batch && rp->set.n_events &&
+	    ((status = prepare_batch(rp)) || (status = run_batch(rp))))
+		return status;
+	if (have_batch && !rp->set.n_events)
+		return EXIT_OK; /* read to its end */
 	while (!(rc = trace_set_next(&rp->set, rp->err, sizeof rp->err)) && rp->set.n_events)
 		if ((status = prepare_batch(rp)) || (status = run_batch(rp)))
 			return status;
 	return rc ? trace_failed(rp, rc) : EXIT_OK;
 }
 
-/* Every file; the first one is open already. */
+/* Every file; the first one is open already, its first batch read. */
 static int run(struct replay *rp, int n, char **paths)
 {
 	int rc, status;
@@ -211,7 +232,7 @@ static int run(struct replay *rp, int n, char **paths)
 	for (int i = 0; i < n; i++) {
 		if (i > 0 && (rc = trace_set_open(&rp->set, paths[i], rp->err, sizeof rp->err)))
 			return trace_failed(rp, rc);
-		if ((status = run_file(rp)))
+		if ((status = run_file(rp, i == 0)))
 			return status;
 	}
 	if (devcache_stats(rp->dev, &rp->stats)) {
@@ -279,6 +300,8 @@ static int print_json(const struct replay *rp, int n_paths, char **paths, const 
 	for (int i = 0; i < n_paths; i++)
 		json_object_array_add(traces, json_text(paths[i]));
 	json_object_object_add(o, "device", json_text(rp->device_id));
+	json_object_object_add(o, "device_memory",
+			       rp->memory ? json_object_new_uint64(rp->memory) : NULL);
 	json_object_object_add(o, "traces", traces);
 	json_object_object_add(o, "events", json_object_new_uint64(rp->set.n_read));
 	json_object_object_add(o, "operations", json_object_new_uint64(rp->operations));
@@ -339,7 +362,17 @@ static void print_text(const struct replay *rp)
 	snprintf(v[9], sizeof v[9], "%llu", (unsigned long long)st->num_stitches);
 	for (size_t i = 0; i < n; i++)
 		w = tool_width(label[i]) > w ? tool_width(label[i]) : w;
-	printf(_("Replay on %s:\n"), rp->device_id);
+	if (rp->memory) {
+		char m[32];
+
+		format_bytes(rp->memory, m, sizeof m);
+		/* TRANSLATORS: the device, its memory, and where that size came from:
+		   "--memory" or "the trace's device_memory". */
+		printf(_("Replay on %s, emulating a device of %s (%s):\n"), rp->device_id, m,
+		       rp->memory_from);
+	} else {
+		printf(_("Replay on %s:\n"), rp->device_id);
+	}
 	for (size_t i = 0; i < n; i++)
 		printf("  %s:%*s %s\n", label[i], (int)(w - tool_width(label[i])), "", v[i]);
 }
@@ -399,6 +432,45 @@ out:
 
 /* ---- the command ----------------------------------------------------------- */
 
+/* The host device gets the memory of the device the trace came from:
+ * --memory, else the first trace's device_memory, unless -o sets
+ * host_memory itself.  Other devices have their own memory. */
+static int emulate(struct tool *t, struct replay *rp)
+{
+	bool host = strcmp(rp->device, "host") == 0 || strcmp(rp->device, "host:0") == 0;
+	char opt[64];
+
+	if (!host) {
+		if (rp->memory) {
+			tool_error(_("--memory emulates a device on the host: it cannot be used "
+				     "with --device %s"),
+				   tool_shown(rp->device));
+			return tool_try_help();
+		}
+		return EXIT_OK;
+	}
+	if (tool_option_given(t, "host_memory")) {
+		if (rp->memory) {
+			tool_error(_("--memory and -o host_memory both set the host device's "
+				     "memory: give one"));
+			return tool_try_help();
+		}
+		return EXIT_OK;
+	}
+	if (!rp->memory && rp->set.device_memory) {
+		rp->memory = rp->set.device_memory;
+		rp->memory_from = _("the trace's device_memory");
+	}
+	if (!rp->memory)
+		return EXIT_OK;
+	snprintf(opt, sizeof opt, "host_memory:%llu", (unsigned long long)rp->memory);
+	if (!tool_add_options(t, opt)) {
+		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
+		return EXIT_RUNTIME;
+	}
+	return EXIT_OK;
+}
+
 static void finish(struct replay *rp, devcache_ctx_t *ctx)
 {
 	for (uint32_t s = 0; s < rp->n_ptrs; s++)
@@ -432,10 +504,14 @@ int cmd_replay(struct tool *t, int argc, char **argv)
 	/* The first file is opened before the device: a file that cannot be
 	 * read is named first. */
 	int rc = trace_set_open(&rp->set, argv[optind], rp->err, sizeof rp->err);
+	if (!rc) /* its header, which may say the device's memory */
+		rc = trace_set_next(&rp->set, rp->err, sizeof rp->err);
 	if (rc) {
 		status = trace_failed(rp, rc);
 		goto out;
 	}
+	if ((status = emulate(t, rp)))
+		goto out;
 	if ((status = tool_open(t, &ctx)))
 		goto out;
 	if ((status = tool_device(ctx, rp->device, &rp->dev)))
@@ -449,6 +525,15 @@ int cmd_replay(struct tool *t, int argc, char **argv)
 	if ((status = run(rp, argc - optind, argv + optind)))
 		goto out;
 	status = report(rp, argc - optind, argv + optind);
+	if (status == EXIT_OK && rp->ooms) {
+		/* The last line, for a script and for the eye. */
+		if (!rp->json)
+			printf(P_("%llu allocation failed for want of memory (exit status 3).\n",
+				  "%llu allocations failed for want of memory (exit status 3).\n",
+				  rp->ooms),
+			       (unsigned long long)rp->ooms);
+		status = fflush(stdout) == 0 ? EXIT_OOM : EXIT_RUNTIME;
+	}
 out:
 	finish(rp, ctx);
 	free(rp);

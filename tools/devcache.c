@@ -2,6 +2,7 @@
 /* devcache.c - the devcache command: option parsing, subcommand dispatch, shared helpers. */
 #include "tool.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <locale.h>
 #include <stdarg.h>
@@ -57,6 +58,47 @@ int tool_device(devcache_ctx_t *ctx, const char *name, devcache_device_t **dev_p
 		return tool_status(rc);
 	}
 	return EXIT_OK;
+}
+
+bool tool_parse_size(const char *text, uint64_t *bytes_p)
+{
+	static const char units[] = "KMGT";
+	char *end;
+	double n;
+
+	if (!text || !(*text >= '0' && *text <= '9'))
+		return false;
+	errno = 0;
+	n = strtod(text, &end);
+	if (errno || end == text)
+		return false;
+	if (*end) {
+		const char *u = strchr(units, end[0] & ~0x20);
+
+		if (!u || !end[0])
+			return false;
+		for (int k = 0; k <= u - units; k++)
+			n *= 1024.0;
+		end++;
+		if (strcmp(end, "iB") != 0 && strcmp(end, "B") != 0 && strcmp(end, "") != 0)
+			return false;
+	} else if (n != (double)(uint64_t)n) {
+		return false; /* a fraction of a byte */
+	}
+	if (!(n >= 1) || n >= 18446744073709549568.0)
+		return false;
+	*bytes_p = (uint64_t)n;
+	return true;
+}
+
+bool tool_option_given(const struct tool *t, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (const char *p = t->options; p && (p = strstr(p, name)); p += len)
+		if ((p == t->options || p[-1] == ',') && (p[len] == ':' || p[len] == '='))
+			return true;
+	return false;
 }
 
 bool tool_add_options(struct tool *t, const char *more)

@@ -24,7 +24,7 @@
 #define N_(s) s
 
 /* Exit statuses, documented in devcache(1). */
-enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_OOM = 3 };
 
 /* The width of the terminal the tool lays its text out for. */
 #define TOOL_COLUMNS 80
@@ -62,6 +62,12 @@ int tool_open(const struct tool *t, devcache_ctx_t **ctx_p);
  * exit status: 2 for a malformed name, 1 for a device this machine lacks
  * (the same command works where it exists). */
 int tool_device(devcache_ctx_t *ctx, const char *name, devcache_device_t **dev_p);
+/* A size as --memory takes it: bytes, or a number with K, M, G or T (KiB,
+ * MiB ...: powers of 1024; "24G", "80GiB", "1.5T").  false where text is
+ * not one, or is 0. */
+bool tool_parse_size(const char *text, uint64_t *bytes_p);
+/* Whether -o gave tunable name. */
+bool tool_option_given(const struct tool *t, const char *name);
 /* A tunable's origin as the user knows it: -o is the command line. */
 const char *tool_origin(const char *origin);
 

@@ -58,6 +58,7 @@ struct trace_reader {
 	struct id_entry *ids;
 	size_t ids_mask, ids_used, ids_live;
 	bool forgot; /* freed IDs were dropped from the table */
+	uint64_t oom_size; /* the line before was "# oom: ... allocate N bytes": N */
 	uint64_t seed;
 	/* the end of the file: ids[end_pos .. n_end - 1] are still to free */
 	bool at_end;
@@ -282,7 +283,8 @@ static int parse_id(struct trace_reader *r, const char *field, uint64_t *id_p)
 
 /* ---- the events ---------------------------------------------------------------------- */
 
-static int alloc_event(struct trace_reader *r, char **field, size_t n)
+/* oom_size: N where the line before was "# oom: ... allocate N bytes". */
+static int alloc_event(struct trace_reader *r, char **field, size_t n, uint64_t oom_size)
 {
 	uint64_t id, size, stream = 0;
 	struct id_entry *e;
@@ -336,7 +338,8 @@ static int alloc_event(struct trace_reader *r, char **field, size_t n)
 	if ((rc = take_slot(r, &slot)))
 		return rc;
 	push_event(r, (struct trace_event){.size = size, .slot = slot, .stream = (uint16_t)stream,
-					   .op = TRACE_OP_ALLOC});
+					   .op = TRACE_OP_ALLOC, .recorded_oom = oom_size == size});
+	r->set->recorded_ooms += oom_size == size;
 	if (e->state == ID_EMPTY)
 		r->ids_used++;
 	r->ids_live++;
@@ -389,15 +392,47 @@ static int free_event(struct trace_reader *r, char **field, size_t n)
  * a remark; otherwise, and without marks, nothing.  A comment that only
  * looks like a mark ("step by step") stays a comment, as it was before
  * there were marks: marks never make a trace fail. */
+/* "# device_memory: BYTES" and "# oom: ... allocate N bytes ...": what the
+ * header and trace_from_torch say of the traced device. */
+static void remark(struct trace_reader *r, const char *text)
+{
+	struct trace_set *set = r->set;
+	const char *p;
+	uint64_t n;
+	char num[24];
+	size_t len;
+
+	if (strncmp(text, "device_memory:", 14) == 0) {
+		text += 14 + strspn(text + 14, " \t");
+		len = strcspn(text, " \t");
+		if (len && len < sizeof num && !set->device_memory) {
+			memcpy(num, text, len);
+			num[len] = '\0';
+			if (parse_number(num, UINT64_MAX, &n) == NUM_OK)
+				set->device_memory = n;
+		}
+	} else if (strncmp(text, "oom:", 4) == 0) {
+		set->oom_comments++;
+		if ((p = strstr(text, "allocate ")) && (len = strcspn(p + 9, " \t")) &&
+		    len < sizeof num) {
+			memcpy(num, p + 9, len);
+			num[len] = '\0';
+			if (parse_number(num, UINT64_MAX, &n) == NUM_OK)
+				r->oom_size = n;
+		}
+	}
+}
+
 static void comment(struct trace_reader *r, const char *text)
 {
 	size_t word;
 	uint64_t n;
 	char num[24];
 
+	text += strspn(text, " \t");
+	remark(r, text);
 	if (!r->set->marks)
 		return;
-	text += strspn(text, " \t");
 	word = strcspn(text, " \t");
 	if (word == 10 && memcmp(text, "warmup-end", 10) == 0) {
 		push_event(r, (struct trace_event){.op = TRACE_OP_WARMUP_END});
@@ -426,6 +461,9 @@ static int parse_line(struct trace_reader *r, char *line, size_t len)
 	if (len && line[len - 1] == '\r')
 		line[--len] = '\0';
 	char *start = line + strspn(line, " \t");
+	uint64_t oom_size = r->oom_size; /* the line before's, for this one only */
+
+	r->oom_size = 0;
 	if (*start == '#') {
 		comment(r, start + 1);
 		return 0;
@@ -439,7 +477,7 @@ static int parse_line(struct trace_reader *r, char *line, size_t len)
 	if (n == 0)
 		return 0;
 	if (strcmp(field[0], "+") == 0)
-		return alloc_event(r, field, n);
+		return alloc_event(r, field, n, oom_size);
 	if (strcmp(field[0], "-") == 0)
 		return free_event(r, field, n);
 	return fail(r, DEVCACHE_EFORMAT,

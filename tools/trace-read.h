@@ -36,6 +36,7 @@ struct trace_event {
 	uint16_t stream; /* allocations: the stream index, 0 the default stream */
 	uint8_t op;      /* enum trace_op */
 	uint8_t implicit; /* a free the reader added: the block was live at the end of its file */
+	uint8_t recorded_oom; /* an allocation that failed in the traced run ("# oom:" before it) */
 };
 
 struct trace_reader;
@@ -63,6 +64,14 @@ struct trace_set {
 	unsigned max_stream;
 	unsigned n_streams; /* stream indices used, 0 included */
 	uint8_t streams_used[(TRACE_STREAM_MAX + 1) / 8]; /* a bit per stream index */
+	/* What the files' headers say, read whatever the marks: the memory of
+	 * the device the first trace came from ("# device_memory: BYTES"; 0
+	 * where none says it), and the allocations that failed there ("# oom:
+	 * ... allocate N bytes" followed by the allocation of N bytes tried
+	 * again, as trace_from_torch writes them; "# oom:" comments without it
+	 * are counted in oom_comments only). */
+	uint64_t device_memory;
+	size_t recorded_ooms, oom_comments;
 	/* the file being read, or the last one */
 	const char *path;   /* as given to trace_set_open() */
 	size_t first;       /* the file's events before this batch, implicit frees and marks included */

@@ -3,16 +3,23 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "bytes.h"
+
 struct host_state {
 	const struct devcache_backend_host *host;
 	long page;
 	uint64_t total;
+	/* host_memory: the emulated device's size, enforced as a driver
+	 * does, with what its allocations hold; 0 where it is auto. */
+	uint64_t limit;
+	_Atomic uint64_t used;
 	char name[256];
 };
 
@@ -56,6 +63,18 @@ static int host_init(const struct devcache_backend_host *host, void **state_p, i
 	s->page = sysconf(_SC_PAGESIZE);
 	s->total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)s->page;
 	read_cpu_name(s->name, sizeof s->name);
+	const char *text = host->tunable(host->cookie, "host_memory");
+	struct tunable_value v;
+	char bad[256];
+	if (text && tunable_parse(TUN_host_memory, text, &v, bad, sizeof bad) == 0 &&
+	    v.special != TV_AUTO) {
+		s->limit = v.u.size;
+		s->total = v.u.size;
+		char size[32];
+
+		format_bytes(v.u.size, size, sizeof size);
+		snprintf(s->name, sizeof s->name, "Host memory, %s (host_memory)", size);
+	}
 	*state_p = s;
 	*n_devices_p = 1;
 	return 0;
@@ -88,6 +107,10 @@ static int host_mem_get_info(void *state, int dev, uint64_t *free_p, uint64_t *t
 
 	(void)dev;
 	*total_p = s->total;
+	if (s->limit) { /* the emulated device's */
+		*free_p = s->limit - atomic_load(&s->used);
+		return 0;
+	}
 	*free_p = (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)s->page;
 	if (!f)
 		return 0;
@@ -102,6 +125,34 @@ static int host_mem_get_info(void *state, int dev, uint64_t *free_p, uint64_t *t
 
 /* Host allocations never come from the malloc heap: each is its own mapping,
  * returned to the kernel when freed.  The first page records its length. */
+/* Takes size bytes of the emulated device's memory, as its driver would;
+ * false where that passes host_memory. */
+static bool charge(struct host_state *s, uint64_t size)
+{
+	uint64_t used = atomic_load(&s->used);
+
+	do {
+		if (s->limit && (size > s->limit || used > s->limit - size))
+			return false;
+	} while (!atomic_compare_exchange_weak(&s->used, &used, used + size));
+	return true;
+}
+
+static void uncharge(struct host_state *s, uint64_t size)
+{
+	atomic_fetch_sub(&s->used, size);
+}
+
+static int over_limit(struct host_state *s, size_t size)
+{
+	char have[32];
+
+	format_bytes(s->limit - atomic_load(&s->used), have, sizeof have);
+	return s->host->error(DEVCACHE_ENOMEM,
+			      _("host: cannot allocate %zu bytes: %s of host_memory is free"),
+			      size, have);
+}
+
 static int map_alloc(struct host_state *s, size_t size, void **ptr_p)
 {
 	size_t len;
@@ -131,16 +182,32 @@ static int map_free(struct host_state *s, void *ptr)
 	return 0;
 }
 
+/* Device memory counts against host_memory; pinned host memory does not. */
 static int host_mem_alloc(void *state, int dev, size_t size, void **ptr_p)
 {
+	struct host_state *s = state;
+	int rc;
+
 	(void)dev;
-	return map_alloc(state, size, ptr_p);
+	if (!charge(s, size))
+		return over_limit(s, size);
+	if ((rc = map_alloc(s, size, ptr_p)))
+		uncharge(s, size);
+	else /* beside the mapping's length, in its first page */
+		((size_t *)((char *)*ptr_p - s->page))[1] = size;
+	return rc;
 }
 
 static int host_mem_free(void *state, int dev, void *ptr)
 {
+	struct host_state *s = state;
+	size_t size = ptr ? ((size_t *)((char *)ptr - s->page))[1] : 0;
+	int rc;
+
 	(void)dev;
-	return map_free(state, ptr);
+	if ((rc = map_free(s, ptr)) == 0 && ptr)
+		uncharge(s, size);
+	return rc;
 }
 
 static int host_host_alloc(void *state, size_t size, void **ptr_p)
@@ -255,6 +322,11 @@ static int host_vm_create(void *state, int dev, size_t size, void **handle_p)
 	(void)dev;
 	if (!h)
 		return s->host->error(DEVCACHE_ENOMEM, _("host: out of memory"));
+	/* The physical memory of expandable segments: what a driver refuses. */
+	if (!charge(s, size)) {
+		free(h);
+		return over_limit(s, size);
+	}
 	h->size = size;
 	*handle_p = h;
 	return 0;
@@ -262,7 +334,12 @@ static int host_vm_create(void *state, int dev, size_t size, void **handle_p)
 
 static int host_vm_destroy(void *state, int dev, void *handle)
 {
-	(void)state, (void)dev;
+	struct host_state *s = state;
+	struct host_vm_handle *h = handle;
+
+	(void)dev;
+	if (h)
+		uncharge(s, h->size);
 	free(handle);
 	return 0;
 }

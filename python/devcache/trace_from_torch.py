@@ -151,6 +151,7 @@ _ALLOC = "alloc"
 _FREE_REQUESTED = "free_requested"
 _FREE_COMPLETED = "free_completed"
 _OOM = "oom"
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
 _SNAPSHOT = "snapshot"
 # What the allocator did on its own account, and metadata: not replayed.
 _SKIPPED_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap", "annotate")
@@ -418,6 +419,11 @@ class _Converter:
         self.stream_order = []  # the handles other than 0, by index
         self.default_used = False
         self.next_id = 1
+        # Reserved memory relative to where the history starts (segment
+        # events), and at each OOM the driver's free memory with it: the
+        # device's memory is the start's reserved + reserved + free there.
+        self.reserved = 0
+        self.oom_capacity = []  # reserved (relative) + device_free at each OOM
         self.stats = {
             "device": device,
             "events": len(events),
@@ -542,9 +548,38 @@ class _Converter:
         else:
             self.stats["unknown_frees"] += 1
 
+    def _segment(self, event, i, action):
+        size = event.get("size")
+        if not _is_int(size) or not 0 <= size <= _U64_MAX:
+            return  # not replayed: a bad size only loses the device's memory
+        if action in ("segment_alloc", "segment_map"):
+            self.reserved += size
+        else:
+            self.reserved -= size
+
+    def device_memory(self, segments):
+        """The memory the allocator of the traced device could have: at the
+        first OOM, what was reserved then plus what the driver still had
+        free; None where no OOM says the driver's free memory.  segments is
+        the snapshot's list, the state at its end, which fixes what was
+        reserved before the history starts."""
+        if not self.oom_capacity:
+            return None
+        end = 0
+        for seg in segments:
+            if isinstance(seg, dict) and seg.get("device", self.device) == self.device:
+                total = seg.get("total_size")
+                if _is_int(total) and 0 < total <= _U64_MAX:
+                    end += total
+        base = max(end - self.reserved, 0)
+        memory = base + self.oom_capacity[0]
+        return memory if 0 < memory <= _U64_MAX else None
+
     def _oom(self, event, i):
         size = self._size(event, i, _OOM)
         free = event.get("device_free")
+        if _is_int(free) and 0 <= free <= _U64_MAX:
+            self.oom_capacity.append(self.reserved + free)
         self.stats["ooms"] += 1
         self.lines.append(
             "# oom: PyTorch could not allocate %d bytes; device_free=%s"
@@ -581,6 +616,8 @@ class _Converter:
                 self._oom(event, i)
             elif action == _SNAPSHOT:
                 self.lines.append("# snapshot: PyTorch took a memory snapshot here")
+            elif action in ("segment_alloc", "segment_free", "segment_map", "segment_unmap"):
+                self._segment(event, i, action)
         # Frees requested that never completed happen where requested.
         for block in self.live.values():
             if block.request_line is not None:
@@ -591,7 +628,7 @@ class _Converter:
         self.stats["streams"] = len(self.stream_order) + (1 if self.default_used else 0)
         return self.stats
 
-    def header(self, source):
+    def header(self, source, segments=()):
         s, a = self.stats, self.stats["actions"]
         segment = sum(a[x] for x in _SKIPPED_ACTIONS if x != "annotate")
         head = ["# PyTorch memory snapshot converted by %s" % PROG]
@@ -599,6 +636,16 @@ class _Converter:
             head.append("# source: %s" % _comment_safe(os.fsdecode(source)))
         head += [
             "# device: cuda:%d" % self.device,
+        ]
+        memory = self.device_memory(segments)
+        if memory is not None:
+            s["device_memory"] = memory
+            head.append("# device_memory: %d" % memory)
+            head.append(
+                "# (what the allocator could have: reserved plus the driver's free memory "
+                "at the first OOM)"
+            )
+        head += [
             "# events: %d (alloc %d, free_requested %d, free_completed %d, segment %d, "
             "oom %d, snapshot %d, annotate %d)"
             % (s["events"], a[_ALLOC], a[_FREE_REQUESTED], a[_FREE_COMPLETED], segment,
@@ -630,13 +677,16 @@ def convert(snapshot, out, device=None, *, source=None, oom_attempt=True):
     Nothing is written unless the whole snapshot converts.  Returns a dict
     of counts: device, events, actions (per action), allocations, frees,
     frees_at_request, frees_inferred, unknown_frees, zero_size, live_at_end,
-    ooms, oom_attempts, streams, lines.  Raises SnapshotError for a malformed snapshot.
+    ooms, oom_attempts, streams, lines, and device_memory where an OOM
+    recorded the driver's free memory (written as "# device_memory:").  Raises SnapshotError for a malformed snapshot.
     """
     traces = _device_traces(snapshot)
     d = _choose_device(traces, device)
     conv = _Converter(d, traces[d], oom_attempt)
     stats = conv.run()
-    lines = conv.header(source) + [line for line in conv.lines if line is not None]
+    lines = conv.header(source, snapshot.get("segments", ())) + [
+        line for line in conv.lines if line is not None
+    ]
     out.write("\n".join(lines) + "\n")
     stats["lines"] = len(lines)
     return stats
