@@ -254,7 +254,7 @@ typedef struct devcache_stats {
 	uint64_t num_device_free;      /* driver free calls */
 	/* Fragmentation, which PyTorch does not report: */
 	uint64_t largest_free_block;   /* the largest cached free block, bytes */
-	double fragmentation;          /* reserved but unallocated, as a fraction of reserved */
+	double fragmentation;          /* 1 - largest_free_block / free cached memory: 0 for one block */
 	int64_t max_split_size;        /* max_split_size_mb in bytes, -1 unlimited: PyTorch's key */
 	uint64_t num_stitches;         /* requests served by stitching, which PyTorch's policy failed */
 	uint64_t reserved[14];

@@ -105,7 +105,14 @@ void allocator_stats(struct allocator *a, devcache_stats_t *out)
 	out->largest_free_block = largest;
 	int64_t reserved = out->reserved_bytes[DEVCACHE_POOL_ALL].current;
 	int64_t allocated = out->allocated_bytes[DEVCACHE_POOL_ALL].current;
-	out->fragmentation = reserved ? (double)(reserved - allocated) / (double)reserved : 0.0;
+	/* External fragmentation: the share of the cached free memory that lies
+	 * outside its largest block.  One free block, however large, is 0;
+	 * free memory in many small blocks, where a large request fits in none,
+	 * comes near 1.  devcache replay, devcache tune and the summary use it. */
+	int64_t cached_free = reserved - allocated;
+	out->fragmentation = cached_free > 0 && largest < (uint64_t)cached_free
+				     ? 1.0 - (double)largest / (double)cached_free
+				     : 0.0;
 	out->max_split_size = a->max_split_size == SIZE_MAX ? -1 : (int64_t)a->max_split_size;
 }
 

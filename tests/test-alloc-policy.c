@@ -108,11 +108,17 @@ static void free_coalesces_neighbours(void **state)
 	devcache_stats_t s = fx_stats(&f);
 	assert_int_equal(s.inactive_split[DEVCACHE_POOL_ALL].current, 2);
 	assert_int_equal(s.inactive_split_bytes[DEVCACHE_POOL_ALL].current, 17 * MiB);
+	/* Fragmentation is the free memory outside the largest free block:
+	 * 6 MiB of the 17 lie outside the 11 MiB tail. */
+	assert_int_equal(s.largest_free_block, 11 * MiB);
+	assert_float_equal(s.fragmentation, 6.0 / 17.0, 1e-9);
 	fx_free(&f, c);
 	s = fx_stats(&f);
 	assert_int_equal(s.inactive_split[DEVCACHE_POOL_ALL].current, 0);
 	assert_int_equal(s.allocated_bytes[DEVCACHE_POOL_ALL].current, 0);
 	assert_int_equal(s.reserved_bytes[DEVCACHE_POOL_ALL].current, 20 * MiB);
+	/* One free block, however large, is no fragmentation. */
+	assert_float_equal(s.fragmentation, 0.0, 0.0);
 	/* The whole segment is one free block again. */
 	assert_ptr_equal(fx_alloc(&f, 18 * MiB, NULL), a);
 	assert_int_equal(fx_stats(&f).num_device_alloc, 1);

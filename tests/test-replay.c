@@ -418,6 +418,20 @@ static void out_of_memory_is_counted(void **state)
 	assert_string_equal(r.out + strlen(r.out) - strlen(last), last);
 }
 
+/* The summary's fragmentation: one free block of 700 MiB, all that is
+ * reserved once the trace ends, is none. */
+static void one_free_block_is_no_fragmentation(void **state)
+{
+	const char *path = trace_file("one-block.trace", "+ 1 734003200\n- 1\n");
+
+	(void)state;
+	RUN("replay", "--summary", path);
+	assert_int_equal(r.status, 0);
+	assert_contains(r.out, "Fragmentation");
+	assert_contains(r.out, " 0.0%");
+	assert_not_contains(r.out, "100.0%");
+}
+
 /* The host device has the memory the trace's header says its device had,
  * or --memory: a GPU's out-of-memory, not the host's, which has plenty. */
 static void emulates_the_traced_device(void **state)
@@ -687,6 +701,7 @@ int main(void)
 		cmocka_unit_test(tunables_change_the_result),
 		cmocka_unit_test(out_of_memory_is_counted),
 		cmocka_unit_test(emulates_the_traced_device),
+		cmocka_unit_test(one_free_block_is_no_fragmentation),
 		cmocka_unit_test(record_and_replay),
 		cmocka_unit_test(summary_from_the_library),
 		cmocka_unit_test(trace_bomb),
