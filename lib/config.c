@@ -41,9 +41,17 @@ static int apply_pair(struct tunable_set *set, const char *key, const char *valu
 		int c = compat_find(key);
 
 		if (c >= 0) {
-			log_msg(log, DEVCACHE_LOG_INFO,
-				_("%s: %s is a PyTorch option that libdevcache accepts and ignores (%s)"),
-				origin, key, compat_defs[c].note);
+			/* Its PyTorch default changes nothing there either. */
+			if (strcasecmp(value, compat_defs[c].pytorch_default) == 0)
+				log_msg(log, DEVCACHE_LOG_INFO,
+					_("%s: %s is a PyTorch option that libdevcache accepts and "
+					  "ignores (here %s, PyTorch's default)"),
+					origin, key, compat_defs[c].pytorch_default);
+			else
+				log_msg(log, DEVCACHE_LOG_WARNING,
+					_("%s: %s:%s is a PyTorch option that libdevcache accepts "
+					  "but does not act on: with it %s"),
+					origin, key, value, compat_defs[c].note);
 			return 0;
 		}
 		const char *hint = tunable_suggest(key);

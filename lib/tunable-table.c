@@ -13,7 +13,7 @@
 const struct tunable_def tunable_defs[TUN_COUNT] = {
 #define TUNABLE(name_, type_, def_, range_, flags_, group_, summary_, doc_)                    \
 	[TUN_##name_] = {#name_, TT_##type_, def_, range_, flags_, G_##group_, summary_, doc_},
-#define COMPAT(name, note)
+#define COMPAT(name, pytorch_default, note)
 #include "tunables.def"
 #undef TUNABLE
 #undef COMPAT
@@ -21,7 +21,7 @@ const struct tunable_def tunable_defs[TUN_COUNT] = {
 
 const struct compat_def compat_defs[] = {
 #define TUNABLE(name, type, def, range, flags, group, summary, doc)
-#define COMPAT(name_, note_) {#name_, note_},
+#define COMPAT(name_, default_, note_) {#name_, default_, note_},
 #include "tunables.def"
 #undef TUNABLE
 #undef COMPAT

@@ -34,12 +34,13 @@ struct tunable_def {
 
 struct compat_def {
 	const char *name;
-	const char *note;
+	const char *pytorch_default; /* the value that changes nothing in PyTorch */
+	const char *note;            /* what PyTorch does with another value */
 };
 
 enum tunable_id {
 #define TUNABLE(name, type, def, range, flags, group, summary, doc) TUN_##name,
-#define COMPAT(name, note)
+#define COMPAT(name, pytorch_default, note)
 #include "tunables.def"
 #undef TUNABLE
 #undef COMPAT

@@ -98,14 +98,14 @@ static inline struct tunable_list tunable_value_list(const struct tunable_value 
 /* Each tunable's flags and type, as constants for the checks below. */
 enum tunable_flags_of {
 #define TUNABLE(name, type, def, range, flags, group, summary, doc) TUNF_##name = (flags),
-#define COMPAT(name, note)
+#define COMPAT(name, pytorch_default, note)
 #include "tunables.def"
 #undef TUNABLE
 #undef COMPAT
 };
 enum tunable_type_of {
 #define TUNABLE(name, type, def, range, flags, group, summary, doc) TUNT_##name = TT_##type,
-#define COMPAT(name, note)
+#define COMPAT(name, pytorch_default, note)
 #include "tunables.def"
 #undef TUNABLE
 #undef COMPAT
@@ -117,7 +117,7 @@ enum tunable_type_of {
 	{                                                                                          \
 		return TUNABLE_READ_##type(&set->v[TUN_##name]);                                   \
 	}
-#define COMPAT(name, note)
+#define COMPAT(name, pytorch_default, note)
 #include "tunables.def"
 #undef TUNABLE
 #undef COMPAT

@@ -6,7 +6,7 @@
 
 #define ENTRY(name_, type_, def_, range_, flags_, group_, summary_, doc_)                       \
 	{#name_, TT_##type_, def_, range_, flags_, G_##group_, summary_, doc_},
-#define COMPAT(name, note)
+#define COMPAT(name, pytorch_default, note)
 
 const struct tunable_def doc_tunable_defs[DOC_TUNABLE_COUNT] = {
 #define TUNABLE ENTRY

@@ -69,7 +69,11 @@ static void put_conf_compat(FILE *f)
 		fputs(".TP\n.B ", f);
 		put_code(f, compat_defs[i].name, ESC_ARG);
 		fputc('\n', f);
-		put_sentence(f, compat_defs[i].note);
+		char text[512];
+
+		snprintf(text, sizeof text, "Any value but %s: %s", compat_defs[i].pytorch_default,
+			 compat_defs[i].note);
+		put_sentence(f, text);
 	}
 }
 void write_conf(const char *template_path, const char *outdir)

@@ -18,7 +18,7 @@
 #undef TUNABLE
 #undef COMPAT
 #define TUNABLE(name, type, def, range, flags, group, summary, doc)
-#define COMPAT(name, note)
+#define COMPAT(name, pytorch_default, note)
 
 static const struct {
 	const char *name;

@@ -223,18 +223,30 @@ static void string_compat_keys(void **state)
 	assert_int_equal(fx->set.v[TUN_load_workers].u.i, 5);
 	assert_string_equal(origin(fx, TUN_backends), "default");
 	assert_int_equal(fx->cap.n, 4);
-	assert_int_equal(capture_count(&fx->cap, DEVCACHE_LOG_INFO, "accepts and ignores"), 4);
+	/* PyTorch's default changes nothing: a note at info level; any other
+	 * value is a warning that says what PyTorch would do with it. */
+	assert_int_equal(capture_count(&fx->cap, DEVCACHE_LOG_INFO, "accepts and ignores"), 1);
 	assert_int_equal(fx->cap.level[0], DEVCACHE_LOG_INFO);
 	assert_string_equal(fx->cap.text[0],
 			    "TEST: backend is a PyTorch option that libdevcache accepts and ignores "
-			    "(PyTorch's choice between its native allocator and cudaMallocAsync)");
-	assert_contains(fx->cap.text[1], "TEST: release_lock_on_cudamalloc is a PyTorch option");
-	assert_contains(fx->cap.text[3], "TEST: pinned_num_register_threads is a PyTorch option");
+			    "(here native, PyTorch's default)");
+	assert_int_equal(capture_count(&fx->cap, DEVCACHE_LOG_WARNING, "does not act on"), 3);
+	assert_string_equal(fx->cap.text[1],
+			    "TEST: release_lock_on_cudamalloc:True is a PyTorch option that "
+			    "libdevcache accepts but does not act on: with it PyTorch releases its "
+			    "allocator's lock while cudaMalloc runs");
+	assert_contains(fx->cap.text[3], "TEST: pinned_num_register_threads:8 is a PyTorch option");
 	/* any value: PyTorch's, not ours, to check */
+	fx->cap.n = 0;
 	assert_int_equal(config_apply_string(&fx->set, "backend:cudaMallocAsync,expandable_segments:true",
 					     "TEST", &fx->log),
 			 0);
 	assert_true(fx->set.v[TUN_expandable_segments].u.b);
+	assert_int_equal(fx->cap.n, 1);
+	assert_int_equal(fx->cap.level[0], DEVCACHE_LOG_WARNING);
+	assert_contains(fx->cap.text[0], "backend:cudaMallocAsync is a PyTorch option that "
+					 "libdevcache accepts but does not act on: with it PyTorch "
+					 "allocates with cudaMallocAsync");
 }
 
 static void string_unknown_key(void **state)
