@@ -61,6 +61,36 @@ size_t name_distance(const char *a, const char *b)
 	return row[lb];
 }
 
+/* Whether name abbreviates cand word by word ("max_split_sz" for
+ * max_split_size_mb, "gc_thresh" for no tunable, "exp_seg" for
+ * expandable_segments): each of its words, separated by '_', begins the
+ * word of cand in the same place and has its other letters in that word,
+ * in order; cand may have more words. */
+static bool abbreviates(const char *name, const char *cand)
+{
+	if (strlen(name) < 4)
+		return false;
+	while (*name) {
+		size_t nw = strcspn(name, "_"), cw = strcspn(cand, "_"), j = 0;
+
+		if (nw == 0 || cw == 0 || tolower((unsigned char)name[0]) !=
+						  tolower((unsigned char)cand[0]))
+			return false;
+		for (size_t i = 0; i < nw; i++) {
+			while (j < cw && tolower((unsigned char)cand[j]) !=
+					     tolower((unsigned char)name[i]))
+				j++;
+			if (j++ == cw)
+				return false;
+		}
+		name += nw + (name[nw] == '_');
+		cand += cw + (cand[cw] == '_');
+		if (*name && !*cand)
+			return false;
+	}
+	return true;
+}
+
 const char *tunable_suggest(const char *name)
 {
 	const char *best = NULL;
@@ -72,9 +102,12 @@ const char *tunable_suggest(const char *name)
 		const char *cand = i < TUN_COUNT ? tunable_defs[i].name : compat_defs[i - TUN_COUNT].name;
 		size_t d = name_distance(name, cand);
 
-		/* A prefix (max_split_size for max_split_size_mb) is a likely slip too. */
+		/* A prefix (max_split_size for max_split_size_mb) is a likely slip
+		 * too, and so is an abbreviation (max_split_sz). */
 		if (strlen(name) >= 4 && strncasecmp(cand, name, strlen(name)) == 0)
 			d = d < 3 ? d : 3;
+		else if (d > 3 && abbreviates(name, cand))
+			d = 3;
 		/* A PyTorch option's own name is no slip: suggest a tunable. */
 		if (i >= TUN_COUNT && d == 0)
 			continue;

@@ -263,6 +263,15 @@ static void string_unknown_key(void **state)
 	assert_string_equal(devcache_last_error(),
 			    "devcache_open: unknown tunable 'garbage_colection_threshold' (did you mean "
 			    "'garbage_collection_threshold'?)");
+	/* Abbreviations, word by word. */
+	assert_int_equal(config_apply_string(&fx->set, "max_split_sz:5", "devcache_open", &fx->log),
+			 DEVCACHE_ECONFIG);
+	assert_string_equal(devcache_last_error(), "devcache_open: unknown tunable 'max_split_sz' "
+						   "(did you mean 'max_split_size_mb'?)");
+	assert_int_equal(config_apply_string(&fx->set, "exp_seg:true", "devcache_open", &fx->log),
+			 DEVCACHE_ECONFIG);
+	assert_string_equal(devcache_last_error(), "devcache_open: unknown tunable 'exp_seg' "
+						   "(did you mean 'expandable_segments'?)");
 	assert_int_equal(config_apply_string(&fx->set, "frobnicate:1", "DEVCACHE_OPTIONS", &fx->log),
 			 DEVCACHE_ECONFIG);
 	assert_string_equal(devcache_last_error(), "DEVCACHE_OPTIONS: unknown tunable 'frobnicate' "
