@@ -1,16 +1,16 @@
 ## SPDX-License-Identifier: LGPL-2.1-or-later
 ## python/local.mk - the devcache Python package: a C extension over the public API, and its tests.
-EXTRA_DIST += python/devcache/__init__.py python/devcache/torch.py \
+EXTRA_DIST += python/devcache/__init__.py python/devcache/torch.py python/devcache/_weights.py \
 	python/devcache/trace_from_torch.py tests/python/taprun.py
 
 if BUILD_PYTHON
 devcachepyexecdir = $(pyexecdir)/devcache
-devcachepyexec_PYTHON = python/devcache/__init__.py python/devcache/torch.py \
+devcachepyexec_PYTHON = python/devcache/__init__.py python/devcache/torch.py python/devcache/_weights.py \
 	python/devcache/trace_from_torch.py
 devcachepyexec_LTLIBRARIES = python/devcache/_devcache.la
 python_devcache__devcache_la_SOURCES = python/devcache/pydevcache.h \
 	python/devcache/_devcache.c python/devcache/pycontext.c python/devcache/pydevice.c \
-	python/devcache/pymodel.c python/devcache/pytensor.c python/devcache/pypickle.c \
+	python/devcache/pymodel.c python/devcache/pytensor.c python/devcache/pypickle.c python/devcache/pycow.c \
 	lib/utf8.h lib/utf8.c
 python_devcache__devcache_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CPPFLAGS)
 # Python's headers break -Wstrict-prototypes and friends in ways that are

@@ -61,11 +61,12 @@ from ._devcache import (  # noqa: F401
     version,
     version_number,
 )
+from ._weights import safe_open  # noqa: F401
 
 __version__ = version
 
 __all__ = [
-    "open", "inspect", "strerror", "version", "Context", "Device", "Model", "Tensor",
+    "open", "inspect", "safe_open", "strerror", "version", "Context", "Device", "Model", "Tensor",
     "Error", "ABIError", "BackendError", "BusyError", "CanceledError", "ConfigError",
     "FormatError", "InputOutputError", "InvalidArgumentError", "NoDeviceError",
     "NotFoundError", "NotReadyError", "NotSupportedError", "OutOfMemoryError",

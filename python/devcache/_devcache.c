@@ -323,6 +323,9 @@ static PyMethodDef module_methods[] = {
 	 "pickle whose memo indices or lengths would cost more\nthan its size (kind \"cut\" or "
 	 "\"damaged\"), or that makes more than max_objects\nobjects (\"large\") or nests them "
 	 "deeper than max_depth (\"deep\")."},
+	{"_cow_claim", (PyCFunction)pdc_cow_claim, METH_O,
+	 "_cow_claim(model) -> bool\n\nMake a writable host model's pages the file's again and hold "
+	 "them\nfor this Model, when no other load holds them (pycow.c)."},
 	{"_library_path", (PyCFunction)library_path, METH_NOARGS,
 	 "The file of the libdevcache shared library this module uses."},
 	{NULL, NULL, 0, NULL},

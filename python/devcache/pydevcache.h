@@ -16,7 +16,8 @@
  *
  * Files.  _devcache.c: the module, its exceptions and the pdc_ helpers;
  * pycontext.c: Context; pydevice.c: Device; pymodel.c: load, Model and
- * inspect; pytensor.c: Tensor views; pypickle.c: the pickle check.
+ * inspect; pytensor.c: Tensor views; pypickle.c: the pickle check;
+ * pycow.c: the private host tensors of devcache.torch and safe_open.
  */
 #ifndef PYDEVCACHE_H
 #define PYDEVCACHE_H
@@ -55,6 +56,7 @@ typedef struct {
 	PyObject *path;
 	PyObject *metadata;                /* dict, made on first use */
 	PyObject *result;                  /* dict: what the load did */
+	int cow;                           /* its host pages are claimed (pycow.c) */
 } ModelObject;
 
 extern PyTypeObject Context_Type, Device_Type, Model_Type, Tensor_Type;
@@ -101,5 +103,11 @@ int pdc_tensor_layout(const devcache_model_file_t *mf, const devcache_tensor_inf
 /* _check_pickle(data, max_depth, max_objects): what unpickling data could
  * cost, bounded (pypickle.c). */
 PyObject *pdc_check_pickle(PyObject *self, PyObject *args);
+
+/* _cow_claim(model) -> bool: make a writable host model's pages the
+ * file's and hold them for this Model, when it is their only holder
+ * (pycow.c).  pdc_cow_release() gives them back as its handle goes. */
+PyObject *pdc_cow_claim(PyObject *self, PyObject *model);
+void pdc_cow_release(ModelObject *model);
 
 #endif /* PYDEVCACHE_H */

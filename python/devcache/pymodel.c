@@ -248,6 +248,7 @@ PyObject *pdc_load(ContextObject *ctx, PyObject *args, PyObject *kw)
 	m->views = 0;
 	m->moving = 0;
 	m->metadata = NULL;
+	m->cow = 0;
 	m->result = result_dict(&result);
 	m->path = PyUnicode_DecodeFSDefault(path);
 	if (!m->result || !m->path)
@@ -270,6 +271,7 @@ static void model_finish(ModelObject *self)
 
 	if (!self->released || self->views > 0 || !model)
 		return;
+	pdc_cow_release(self);
 	self->model = NULL;
 	self->file = NULL;
 	Py_BEGIN_ALLOW_THREADS

@@ -1,5 +1,20 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""devcache.torch - libdevcache's allocator under PyTorch.
+"""devcache.torch - model weights into PyTorch without a copy, and libdevcache's allocator under PyTorch.
+
+    import torch, devcache.torch
+    with torch.device("meta"):                # torch 2.0+; on 1.13: device="meta"
+        model = MyModel()                     # no memory for the weights
+    devcache.torch.load_state_dict(model, "model.safetensors")  # the cached tensors themselves
+    sd = devcache.torch.load_file("model.safetensors", device="cuda:0")
+
+load_file() and load_state_dict() read every model devcache reads
+(safetensors, an index with shards, GGUF, a folder).  Host tensors are
+writable views of a private copy-on-write mapping of the file: an
+in-place op never reaches the file, and a later load returns the file's
+weights.  Device tensors are the cache's one copy (copy=True: tensors of
+their own).  Each tensor keeps its model locked while it lives.
+
+The allocator:
 
     import torch, devcache.torch
     devcache.torch.use_devcache_allocator()   # before the first CUDA allocation
@@ -16,6 +31,8 @@ ROCm build).  The context lives until the process exits.  See
 devcache-torch(3).
 """
 from . import _devcache
+from . import _weights
+from ._weights import IncompatibleKeys  # noqa: F401
 
 
 def _torch():
@@ -103,3 +120,35 @@ def memory_summary(device=None):
 def empty_cache(device=None):
     """Return the cached, unused memory of torch's device to the driver."""
     get_device(device).empty_cache()
+
+
+def load_file(path, device="cpu", *, copy=False, ctx=None):
+    """load_file(path, device="cpu", *, copy=False, ctx=None) -> {name: torch.Tensor}
+
+    Every tensor of the model at path, as safetensors.torch.load_file
+    returns them: device "cpu" (the host), "cuda", "cuda:N", an index or a
+    torch.device.  No copy is made: host tensors are writable views of a
+    private copy-on-write mapping of the file (a write changes this
+    process's pages only, and a later load returns the file's weights);
+    device tensors are the cache's one copy, which a write changes.
+    copy=True gives tensors that own their memory.  ctx: the Context whose
+    cache holds the model (default: the process-wide one,
+    devcache.torch.context()).  A type torch lacks (a quantized GGUF type,
+    float8 before torch 2.1) raises TypeError naming the tensor.
+    """
+    return _weights.load_file(path, device, framework="pt", copy=copy, ctx=ctx)
+
+
+def load_state_dict(module, path, device=None, *, strict=True, copy=False, ctx=None):
+    """load_state_dict(module, path, device=None, *, strict=True, copy=False, ctx=None)
+
+    Make the tensors of the model at path module's parameters and buffers,
+    by name, without a copy: for a module built on the meta device, as
+    torch.load(mmap=True) + module.load_state_dict(assign=True) would, on
+    torch 1.13 too.  Each Parameter keeps its requires_grad.  device: where
+    the tensors go (default: where the module's tensors are, the host for a
+    meta module).  Returns (missing_keys, unexpected_keys); with strict, any
+    of them raises RuntimeError, and so does a shape or dtype that differs
+    (never a cast), naming the tensor, before anything is assigned.
+    """
+    return _weights.load_state_dict(module, path, device, strict=strict, copy=copy, ctx=ctx)
