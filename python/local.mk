@@ -41,7 +41,7 @@ python_build_env = PYTHONPATH='$(abs_top_builddir)/python/build' PYTHONDONTWRITE
 	LD_LIBRARY_PATH='$(abs_top_builddir)/.libs'"$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
 python_tests = tests/python/test_package.py tests/python/test_models.py \
-	tests/python/test_misuse.py tests/python/test_torch.py \
+	tests/python/test_misuse.py tests/python/test_torch.py tests/python/test_load_torch.py \
 	tests/python/test_trace_from_torch.py tests/python/test_trace_random.py
 TESTS += $(python_tests)
 PY_LOG_DRIVER = $(LOG_DRIVER)
@@ -55,5 +55,5 @@ clean-python-pkg:
 	-rm -rf python/build
 .PHONY: clean-python-pkg
 EXTRA_DIST += tests/python/test_package.py tests/python/test_models.py \
-	tests/python/test_misuse.py tests/python/test_torch.py \
+	tests/python/test_misuse.py tests/python/test_torch.py tests/python/test_load_torch.py \
 	tests/python/test_trace_from_torch.py tests/python/test_trace_random.py tests/python/modelfiles.py

@@ -24,6 +24,8 @@ torch and numpy are imported when first needed: `import devcache` needs
 neither.
 """
 import collections
+import functools
+import traceback
 
 from . import _devcache
 
@@ -38,6 +40,20 @@ _TORCH_DTYPES = {
 }
 
 _FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
+
+
+def _unlocking(fn):
+    """fn, whose exceptions hold no tensor: a traceback keeps the locals of
+    its frames alive, and with them the views that keep a model locked for
+    as long as the caller keeps the exception."""
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except BaseException as e:
+            traceback.clear_frames(e.__traceback__)
+            raise
+    return call
 
 
 def _import_torch(what):
@@ -76,9 +92,11 @@ class _DeviceBytes:
             "strides": None, "stream": None}
 
 
-def _where(device, framework):
+def _where(device, framework, ctx):
     """(devcache device id, torch.device or None) for safetensors' device
-    argument: "cpu", "cuda", "cuda:N", N, a torch.device."""
+    argument: "cpu", "cuda", "cuda:N", N, a torch.device.  torch's CUDA
+    device N is the process-wide context's (hip:N on a ROCm build), or in a
+    context of the caller's, its device of that name."""
     if isinstance(device, bool):
         raise TypeError("devcache: a device is \"cpu\", \"cuda:N\", an index or a "
                         "torch.device, not %r" % (device,))
@@ -111,7 +129,11 @@ def _where(device, framework):
         raise ValueError("devcache: numpy arrays live on the host: device must be \"cpu\", "
                          "not %r" % (device,))
     torch = _import_torch("devcache.safe_open(framework=\"pt\")")
-    return _devcache._torch_device(index), torch.device("cuda", index)
+    if ctx is None:
+        name = _devcache._torch_device(index)
+    else:
+        name = ("hip:%d" if getattr(torch.version, "hip", None) else "cuda:%d") % index
+    return name, torch.device("cuda", index)
 
 
 class _Open:
@@ -128,7 +150,7 @@ class _Open:
         self.torch = _import_torch("devcache.safe_open(framework=\"pt\")") if fw == "pt" else None
         import numpy
         self.numpy = numpy
-        self.device_id, self.torch_device = _where(device, fw)
+        self.device_id, self.torch_device = _where(device, fw, ctx)
         self.ctx = ctx if ctx is not None else _devcache._torch_context()
         self.host = self.device_id == "host"
         self.copy = bool(copy)
@@ -223,6 +245,7 @@ class SafeSlice:
         """The file's type name: "F32", "BF16" ..."""
         return self._dtype
 
+    @_unlocking
     def __getitem__(self, key):
         return self._opened.tensor(self._name)[key]
 
@@ -243,6 +266,13 @@ class safe_open:   # noqa: N801 - the name of Hugging Face's class, which this r
     """
 
     def __init__(self, path, framework="pt", device="cpu", *, copy=False, ctx=None):
+        if _FRAMEWORKS.get(framework) == "pt" and _where(device, "pt", ctx)[0] != "host":
+            # Before the model goes to the device; and torch (1.13) keeps a
+            # reference to what it failed to take, which would stay locked.
+            torch = _import_torch("devcache.safe_open(framework=\"pt\")")
+            if not torch.cuda.is_available():
+                raise RuntimeError("devcache: torch %s cannot use device %r (torch.cuda."
+                                   "is_available() is False)" % (torch.__version__, device))
         self._opened = _Open(path, framework, device, copy, ctx)
 
     def __enter__(self):
@@ -269,6 +299,7 @@ class safe_open:   # noqa: N801 - the name of Hugging Face's class, which this r
         pairs), or None when it has none."""
         return self._opened._usable().metadata or None
 
+    @_unlocking
     def get_tensor(self, name):
         """The tensor name, as a torch tensor or numpy array (no copy unless
         copy=True or another load holds the host mapping)."""
@@ -282,6 +313,7 @@ class safe_open:   # noqa: N801 - the name of Hugging Face's class, which this r
         return "<devcache.safe_open %r>" % (self._opened.path,)
 
 
+@_unlocking
 def load_file(path, device="cpu", *, framework="pt", copy=False, ctx=None):
     """Every tensor of the model at path, {name: tensor}, in keys() order."""
     with safe_open(path, framework, device, copy=copy, ctx=ctx) as f:
@@ -298,6 +330,7 @@ def _module_device(module):
     return "cpu"
 
 
+@_unlocking
 def load_state_dict(module, path, device=None, *, strict=True, copy=False, ctx=None):
     """The model at path as module's parameters and buffers, without a copy."""
     torch = _import_torch("devcache.torch.load_state_dict")
