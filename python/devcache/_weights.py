@@ -39,6 +39,9 @@ _TORCH_DTYPES = {
     "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
 }
 
+# The types whose numpy array torch.from_numpy takes as the same type.
+_NUMPY_AND_TORCH = {"F64", "F32", "F16", "I64", "I32", "I16", "I8", "U8", "BOOL"}
+
 _FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
 
 
@@ -92,11 +95,9 @@ class _DeviceBytes:
             "strides": None, "stream": None}
 
 
-def _where(device, framework, ctx):
-    """(devcache device id, torch.device or None) for safetensors' device
-    argument: "cpu", "cuda", "cuda:N", N, a torch.device.  torch's CUDA
-    device N is the process-wide context's (hip:N on a ROCm build), or in a
-    context of the caller's, its device of that name."""
+def _index(device):
+    """torch's CUDA device index in safetensors' device argument ("cpu",
+    "cuda", "cuda:N", N, a torch.device); None for the host."""
     if isinstance(device, bool):
         raise TypeError("devcache: a device is \"cpu\", \"cuda:N\", an index or a "
                         "torch.device, not %r" % (device,))
@@ -121,10 +122,18 @@ def _where(device, framework, ctx):
             index = device.index if device.index is not None else 0
         else:
             raise ValueError("devcache: unknown device %r" % (device,))
+    if index is not None and index < 0:
+        raise ValueError("devcache: device index %d is negative" % index)
+    return index
+
+
+def _where(device, framework, ctx):
+    """(devcache device id, torch.device or None) for the device argument.
+    torch's CUDA device N is the process-wide context's (hip:N on a ROCm
+    build), or in a context of the caller's, its device of that name."""
+    index = _index(device)
     if index is None:
         return "host", None
-    if index < 0:
-        raise ValueError("devcache: device index %d is negative" % index)
     if framework != "pt":
         raise ValueError("devcache: numpy arrays live on the host: device must be \"cpu\", "
                          "not %r" % (device,))
@@ -154,6 +163,7 @@ class _Open:
         self.ctx = ctx if ctx is not None else _devcache._torch_context()
         self.host = self.device_id == "host"
         self.copy = bool(copy)
+        self.dtypes = {}
         self.model = None
         if self.host and not self.copy:
             model = self.ctx.load(path, writable=True)
@@ -183,15 +193,23 @@ class _Open:
 
     def view(self, name):
         model = self._usable()
-        if not isinstance(name, str) or name not in model:
-            raise KeyError("devcache: %s holds no tensor %r" % (self.path, name))
-        return model[name]
+        try:
+            return model[name]
+        except KeyError:
+            pass
+        raise KeyError("devcache: %s holds no tensor %r" % (self.path, name))
 
     def tensor(self, name):
         view = self.view(name)
         if self.framework == "np":
             return self._array(view)
         return self._torch(view)
+
+    def tensors(self, names):
+        """{name: tensor} for names, in that order."""
+        make = self._array if self.framework == "np" else self._torch
+        view = self.view
+        return {name: make(view(name)) for name in names}
 
     def _bytes(self, view):
         """The view's bytes as one uint8 row on the host: the view itself, or
@@ -204,11 +222,16 @@ class _Open:
             raise TypeError(
                 "devcache: tensor %r is %s, a quantized GGUF type numpy has no dtype for: read "
                 "its bytes through devcache.open().load()" % (view.name, view.dtype))
-        return self._bytes(view).view(self.numpy.dtype(view.typestr)).reshape(view.shape)
+        a = self.numpy.frombuffer(view, dtype=view.typestr)
+        return (a.copy() if self.copy else a).reshape(view.shape)
 
     def _torch(self, view):
         torch = self.torch
-        dtype = torch_dtype(torch, view.name, view.dtype)
+        dtype = self.dtypes.get(view.dtype)
+        if dtype is None:
+            dtype = self.dtypes[view.dtype] = torch_dtype(torch, view.name, view.dtype)
+        if self.host and view.dtype in _NUMPY_AND_TORCH:
+            return torch.from_numpy(self._array(view))   # the common case, in fewer steps
         if self.host:
             t = torch.from_numpy(self._bytes(view))
         else:
@@ -266,7 +289,7 @@ class safe_open:   # noqa: N801 - the name of Hugging Face's class, which this r
     """
 
     def __init__(self, path, framework="pt", device="cpu", *, copy=False, ctx=None):
-        if _FRAMEWORKS.get(framework) == "pt" and _where(device, "pt", ctx)[0] != "host":
+        if _FRAMEWORKS.get(framework) == "pt" and _index(device) is not None:
             # Before the model goes to the device; and torch (1.13) keeps a
             # reference to what it failed to take, which would stay locked.
             torch = _import_torch("devcache.safe_open(framework=\"pt\")")
@@ -317,7 +340,7 @@ class safe_open:   # noqa: N801 - the name of Hugging Face's class, which this r
 def load_file(path, device="cpu", *, framework="pt", copy=False, ctx=None):
     """Every tensor of the model at path, {name: tensor}, in keys() order."""
     with safe_open(path, framework, device, copy=copy, ctx=ctx) as f:
-        return {name: f.get_tensor(name) for name in f.keys()}
+        return f._opened.tensors(f.keys())
 
 
 IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -365,7 +388,7 @@ def load_state_dict(module, path, device=None, *, strict=True, copy=False, ctx=N
         if errors:
             raise RuntimeError("devcache: error(s) loading %s into %s:\n\t%s"
                                % (f._opened.path, type(module).__name__, "\n\t".join(errors)))
-        tensors = {name: f.get_tensor(name) for name in names}
+        tensors = f._opened.tensors(names)
     for name, t in tensors.items():
         owner_name, _, leaf = name.rpartition(".")
         owner = module.get_submodule(owner_name) if owner_name else module
