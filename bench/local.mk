@@ -69,20 +69,26 @@ EXTRA_LTLIBRARIES = $(bench_modules)
 bench_modules_benchdev_la_SOURCES = bench/modules/benchdev.c
 bench_modules_benchdev_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 
-EXTRA_DIST += bench/README bench/HISTORY bench/run.sh bench/soak.sh bench/pybench.py
+EXTRA_DIST += bench/README bench/HISTORY bench/run.sh bench/soak.sh bench/pybench.py \
+	bench/torchbench.py
 CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/report.txt bench/report.tmp* \
 	bench/*.safetensors bench/*.safetensors.tmp \
 	bench/*.safetensors.index.json bench/*.safetensors.index.json.tmp bench/headerbench-* \
 	bench/pybench-*.pt bench/pybench-*.pt.tmp bench/report-python.txt bench/report-python.rc
 
-# The Python package's benchmark (bench/pybench.py): its models into numpy
-# arrays, against numpy.fromfile and torch.load, cold and warm.  It runs
+# The Python package's benchmarks: bench/pybench.py, its models into numpy
+# arrays, against numpy.fromfile and torch.load; bench/torchbench.py, the
+# same checkpoints into a meta-device torch module; cold and warm.  They run
 # from the build tree's package, as the Python tests do; BENCH_RUNS sets
-# its runs per figure.  Without the package it says so and measures nothing.
+# their runs per figure; the status is the worse of the two.  Without the
+# package it says so and measures nothing.
 if BUILD_PYTHON
 bench_python_deps = $(python_pkgdir)/.stamp
-bench_python_run = $(python_build_env) BENCH_STRICT='$(BENCH_STRICT)' \
-	$(PYTHON) $(srcdir)/bench/pybench.py -d bench
+bench_python_run = ( $(python_build_env) BENCH_STRICT='$(BENCH_STRICT)' \
+	$(PYTHON) $(srcdir)/bench/pybench.py -d bench; rc=$$?; echo; \
+	$(python_build_env) BENCH_STRICT='$(BENCH_STRICT)' \
+	$(PYTHON) $(srcdir)/bench/torchbench.py -d bench; trc=$$?; \
+	test $$trc -gt $$rc && rc=$$trc; exit $$rc )
 else
 bench_python_deps =
 bench_python_run = echo "== Python package: not built (configure found no Python 3 with its headers, or --without-python): not measured"
