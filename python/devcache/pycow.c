@@ -26,6 +26,7 @@
  */
 #include "pydevcache.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -51,7 +52,9 @@ static int only_holder(devcache_model_t *model)
 /* Give every page the model's tensors lie on back to the file: runs of
  * adjacent tensors in one call.  A run is widened to whole pages, which
  * belong to the tensors' own mapping (it maps each file from its start to
- * its end), so no other memory is touched. */
+ * its end), so no other memory is touched.  Returns 0, the library's
+ * error for a tensor (a file changed under its mapping), or the errno of
+ * a failed madvise() as a positive number. */
 static int discard_pages(devcache_model_t *model, const devcache_model_file_t *mf)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = 0, hi = 0;
@@ -78,7 +81,7 @@ static int discard_pages(devcache_model_t *model, const devcache_model_file_t *m
 			}
 		}
 		if (hi && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
-			return DEVCACHE_EIO;
+			return errno;
 		lo = a;
 		hi = b;
 	}
@@ -100,12 +103,11 @@ PyObject *pdc_cow_claim(PyObject *Py_UNUSED(self), PyObject *arg)
 	}
 	if (!model_is_mapped(m) || !only_holder(m->model))
 		Py_RETURN_FALSE;
-	if ((rc = discard_pages(m->model, m->file)) != 0) {
-		if (rc == DEVCACHE_EIO)
-			return pdc_raise_msg(rc, "%U: cannot discard the pages written earlier",
-					     m->path);
+	if ((rc = discard_pages(m->model, m->file)) > 0)
+		return pdc_raise_msg(DEVCACHE_EIO, "%U: cannot discard the pages written earlier: %s",
+				     m->path, strerror(rc));
+	if (rc < 0)
 		return pdc_raise(rc);
-	}
 	m->cow = 1;
 	Py_RETURN_TRUE;
 }
