@@ -33,6 +33,11 @@ is closed or its model released raises ValueError.
 
 The GIL is released during loads and every call that may block.
 
+devcache.safe_open is Hugging Face's safe_open for every model devcache
+reads (framework "pt" or "np"), and devcache.torch.load_state_dict(module,
+path) makes a model's tensors a torch module's weights without a copy
+(devcache-python(3), "Loading a model").
+
 See devcache-python(3), libdevcache(3) and devcache.conf(5).  devcache.torch
 puts the allocator under PyTorch; devcache.trace_from_torch turns a PyTorch
 memory snapshot into a trace for `devcache replay`.

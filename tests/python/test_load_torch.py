@@ -339,6 +339,9 @@ class InPlace(Case):
         p = mf.write_safetensors(self.path("big.safetensors"), {"w": ("U8", (n,), bytes(n))})
         w = dt.load_file(p, ctx=self.ctx)["w"]
         base = rss_anon()
+        w[n // 2] = 1   # one page copied, the rest still the file's
+        self.assertLess(rss_anon() - base, n // 8)
+        self.assertEqual(w[n // 2 - 1].item(), 0)
         w.fill_(1)
         self.assertGreaterEqual(rss_anon() - base, n * 3 // 4)
         del w
