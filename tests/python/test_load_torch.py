@@ -469,7 +469,8 @@ class OnTheFakeDevice(Case):
 
     def test_what_torch_is_given(self):
         bits = reference("BF16", (4, 8))
-        p = mf.write_safetensors(self.path("d.safetensors"), {"w": ("BF16", (4, 8), bits.tobytes())})
+        p = mf.write_safetensors(self.path("d.safetensors"),
+                                 {"w": ("BF16", (4, 8), bits.tobytes())})
         opened = _weights._Open(p, "pt", "cuda:0", False, self.ctx)
         try:
             self.assertEqual(opened.model.device.id, "cuda:0")
