@@ -14,7 +14,8 @@ LOG_COMPILER = env AWK='$(AWK)' $(SHELL) $(top_srcdir)/tests/run-tap.sh
 # Tests never read the machine's or the user's configuration, and find the
 # tool, the test modules and the German catalogue in the build tree.
 AM_TESTS_ENVIRONMENT = \
-	unset DEVCACHE_CONF DEVCACHE_OPTIONS DEVCACHE_BACKEND_PATH; \
+	unset DEVCACHE_CONF DEVCACHE_OPTIONS DEVCACHE_BACKEND_PATH PYTORCH_CUDA_ALLOC_CONF \
+		PYTORCH_NO_CUDA_MEMORY_CACHING; \
 	export XDG_CONFIG_HOME='$(abs_top_builddir)/tests/no-xdg'; \
 	export DEVCACHE_LOCALEDIR='$(abs_top_builddir)/tests/locale'; \
 	export TEST_TOOL='$(abs_top_builddir)/tools/devcache'; \

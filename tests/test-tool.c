@@ -291,6 +291,25 @@ static void unknown_environment_variables_are_warned_about(void **state)
 			       "is ignored (did you mean DEVCACHE_OPTIONS?)");
 }
 
+/* The tool does not read PyTorch's variable, and says so when it is set:
+ * devcache config would otherwise show its settings' defaults as if they
+ * applied. */
+static void pytorch_variable_is_said_not_read(void **state)
+{
+	const char *env[] = {"PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512", "LANGUAGE=C", NULL};
+	const char *empty[] = {"PYTORCH_CUDA_ALLOC_CONF=", "LANGUAGE=C", NULL};
+
+	(void)state;
+	RUN(env, "config");
+	assert_int_equal(r.status, 0);
+	assert_contains(r.err, "devcache config: PYTORCH_CUDA_ALLOC_CONF is set, and this tool does "
+			       "not read it");
+	assert_contains(r.out, "max_split_size_mb = unlimited (default)");
+	RUN(empty, "info");
+	assert_int_equal(r.status, 0);
+	assert_not_contains(r.err, "PYTORCH_CUDA_ALLOC_CONF");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -305,6 +324,7 @@ int main(void)
 		cmocka_unit_test(config_check_validates_a_file),
 		cmocka_unit_test(sample_configuration_is_complete_and_valid),
 		cmocka_unit_test(unknown_environment_variables_are_warned_about),
+		cmocka_unit_test(pytorch_variable_is_said_not_read),
 	};
 	return RUN_TAP(tests);
 }

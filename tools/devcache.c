@@ -161,6 +161,13 @@ int tool_open(const struct tool *t, devcache_ctx_t **ctx_p)
 		open_error(devcache_last_error());
 		return tool_status(rc);
 	}
+	/* Only a program that runs torch through devcache-torch(3) reads it:
+	 * say so, or a user believes its settings replayed. */
+	const char *torch = getenv("PYTORCH_CUDA_ALLOC_CONF");
+	if (torch && *torch)
+		tool_error(_("PYTORCH_CUDA_ALLOC_CONF is set, and this tool does not read it (programs "
+			     "that run PyTorch with libdevcache's allocator do): give its settings "
+			     "with -o or DEVCACHE_OPTIONS"));
 	return EXIT_OK;
 }
 
