@@ -94,6 +94,17 @@ int out_of_memory(struct allocator *a, size_t requested, size_t seg_size, bool c
 		snprintf(hint, sizeof hint,
 			 _(" Reserved but unallocated memory would be enough: to avoid this "
 			   "fragmentation, try max_split_size_mb (devcache.conf(5))."));
+	/* PyTorch 2's advice, in this library's words, whatever else was said:
+	 * reserved but unallocated memory is large (a fifth of what the cache
+	 * holds, at least) and expandable segments could have used it. */
+	if (!a->expandable && (a->dev->info.caps & DEVCACHE_CAP_VMM) && unused > 0 &&
+	    unused >= a->reserved_total / 5 && !strstr(hint, "expandable_segments")) {
+		size_t n = strlen(hint);
+
+		snprintf(hint + n, sizeof hint - n,
+			 _(" Reserved but unallocated memory is large: try "
+			   "expandable_segments:true to avoid fragmentation."));
+	}
 	return err_set(DEVCACHE_ENOMEM,
 		       _("%s: out of memory. Tried to allocate %s for a request of %zu bytes. The "
 			 "device has a total capacity of %s of which %s is free. This process has %s "

@@ -221,6 +221,39 @@ static void expandable_segments_advised_where_they_help(void **state)
 	}
 }
 
+/* PyTorch 2's advice comes whatever stopped the request, where reserved but
+ * unallocated memory is large: here the memory_fraction cap stopped it,
+ * with 120 MiB of the 200 MiB reserved unused. */
+static void expandable_segments_advised_beside_the_cap(void **state)
+{
+	struct fx f;
+	void *p[20], *q;
+
+	(void)state;
+	fx_open(&f, "vmm:0", "memory_fraction:0.5");
+	for (int i = 0; i < 20; i++)
+		p[i] = fx_alloc(&f, 8 * MiB, NULL);
+	for (int i = 0; i < 20; i += 2)
+		fx_free(&f, p[i]);
+	assert_int_equal(devcache_alloc(f.dev, 400 * MiB, NULL, &q), DEVCACHE_ENOMEM);
+	const char *m = devcache_last_error();
+	assert_contains(m, "The memory_fraction cap stopped it: raise memory_fraction");
+	assert_contains(m, "120.00 MiB is reserved by libdevcache but unallocated. The "
+			   "memory_fraction cap stopped it: raise memory_fraction (devcache.conf(5)). "
+			   "Reserved but unallocated memory is large: try expandable_segments:true "
+			   "to avoid fragmentation.");
+	for (int i = 1; i < 20; i += 2)
+		fx_free(&f, p[i]);
+	devcache_close(f.ctx);
+	/* Little unused: no advice. */
+	fx_open(&f, "vmm:0", "memory_fraction:0.5");
+	p[0] = fx_alloc(&f, 200 * MiB, NULL);
+	assert_int_equal(devcache_alloc(f.dev, 400 * MiB, NULL, &q), DEVCACHE_ENOMEM);
+	assert_not_contains(devcache_last_error(), "expandable_segments");
+	fx_free(&f, p[0]);
+	devcache_close(f.ctx);
+}
+
 /* While the lock is released for the pressure callbacks, another
  * allocation's miss must not replace what the driver said to this one. */
 static size_t allocate_meanwhile(void *user, devcache_device_t *dev, size_t need)
@@ -350,6 +383,7 @@ int main(void)
 		cmocka_unit_test(finally_fails_saying_why),
 		cmocka_unit_test(fragmentation_is_named_in_the_message),
 		cmocka_unit_test(the_oom_message_fits_the_case),
+		cmocka_unit_test(expandable_segments_advised_beside_the_cap),
 		cmocka_unit_test(the_drivers_words_survive_the_callbacks),
 		cmocka_unit_test(expandable_segments_advised_where_they_help),
 		cmocka_unit_test(record_stream_delays_reuse_until_the_stream_is_done),
