@@ -1,10 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* cmd-replay.c - `devcache replay`: runs allocation traces through the caching allocator and reports time, peak memory and device calls.
  *
- * The traces are streamed: each batch of events the reader gives is run at
- * once, so that memory follows the blocks live at once, not the length of
- * the files.  Only the batches are timed, not the reading between them.
- * A fault in a file stops the replay there, and nothing is reported.
+ * replay-run.c runs them, streamed; a fault in a file stops the replay
+ * there, and nothing is reported.
  */
 #include "tool.h"
 
@@ -16,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "trace-read.h"
+#include "replay-run.h"
 
 struct replay {
 	const char *device;
@@ -24,15 +22,7 @@ struct replay {
 	bool json, summary;
 	uint64_t memory;         /* --memory, or the trace's device_memory; 0: none */
 	const char *memory_from; /* which of them */
-	struct trace_set set;
-	char err[1024];
-	/* the run */
-	devcache_device_t *dev;
-	devcache_stream_t *streams;  /* by stream index; [0] is NULL, the default stream */
-	unsigned n_streams;          /* stream indices seen to, 0 included */
-	void **ptrs;                 /* by slot; NULL: free, or the allocation failed */
-	uint32_t n_ptrs;
-	uint64_t operations, ooms, ns;
+	struct replay_run run;
 	devcache_stats_t stats;
 };
 
@@ -103,139 +93,19 @@ static int parse_args(struct tool *t, struct replay *rp, int argc, char **argv)
 	return -1;
 }
 
-/* The exit status for a trace that cannot be read. */
-static int trace_failed(struct replay *rp, int rc)
-{
-	tool_error("%s", rp->err);
-	/* A bad or missing file is bad input; one that cannot be read, or
-	 * memory running out, is a failure at run time. */
-	return rc == DEVCACHE_EFORMAT || rc == DEVCACHE_ENOENT ? EXIT_USAGE : EXIT_RUNTIME;
-}
-
-/* Streams and pointer slots for the batch just read: what the allocator
- * needs before the batch runs. */
-static int prepare_batch(struct replay *rp)
-{
-	const struct trace_set *set = &rp->set;
-
-	if (set->n_slots > rp->n_ptrs) {
-		void **ptrs = realloc(rp->ptrs, set->n_slots * sizeof *ptrs);
-
-		if (!ptrs) {
-			tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
-			return EXIT_RUNTIME;
-		}
-		memset(ptrs + rp->n_ptrs, 0, (set->n_slots - rp->n_ptrs) * sizeof *ptrs);
-		rp->ptrs = ptrs;
-		rp->n_ptrs = set->n_slots;
-	}
-	if (set->n_streams == rp->n_streams)
-		return EXIT_OK;
-	rp->n_streams = set->n_streams;
-	for (unsigned s = 1; s <= set->max_stream; s++)
-		if (trace_stream_used(set, s) && !rp->streams[s] &&
-		    devcache_stream_create(rp->dev, &rp->streams[s])) {
-			tool_error(_("cannot create stream %u: %s"), s, devcache_last_error());
-			return EXIT_RUNTIME;
-		}
-	return EXIT_OK;
-}
-
-/* Where event i of the batch came from, for a message. */
-static void report_failure(const struct replay *rp, size_t i, const struct trace_event *ev)
-{
-	const char *path = rp->set.path;
-	size_t n = rp->set.first + i + 1;
-
-	if (ev->op == TRACE_OP_ALLOC)
-		tool_error(_("%s: event %zu: allocating %llu bytes failed: %s"), path, n,
-			   (unsigned long long)ev->size, devcache_last_error());
-	else
-		tool_error(_("%s: event %zu: freeing failed: %s"), path, n, devcache_last_error());
-}
-
-/* The timed part: every event of the batch, nothing else. */
-static int run_batch(struct replay *rp)
-{
-	const struct trace_event *events = rp->set.events;
-	const size_t n = rp->set.n_events;
-	devcache_device_t *dev = rp->dev;
-	devcache_stream_t *streams = rp->streams;
-	void **ptrs = rp->ptrs;
-	uint64_t operations = 0, ooms = 0;
-	struct timespec t0, t1;
-	int rc = 0;
-	size_t i;
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (i = 0; i < n; i++) {
-		const struct trace_event *ev = &events[i];
-
-		if (ev->op == TRACE_OP_ALLOC) {
-			operations++;
-			rc = devcache_alloc(dev, ev->size, streams[ev->stream], &ptrs[ev->slot]);
-			if (rc == DEVCACHE_ENOMEM) {
-				ptrs[ev->slot] = NULL; /* its free is skipped */
-				ooms++;
-				rc = 0;
-			} else if (rc) {
-				ptrs[ev->slot] = NULL;
-				break;
-			}
-		} else if (ptrs[ev->slot]) {
-			operations++;
-			rc = devcache_free(dev, ptrs[ev->slot]);
-			ptrs[ev->slot] = NULL;
-			if (rc)
-				break;
-		}
-	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	rp->operations += operations;
-	rp->ooms += ooms;
-	rp->ns += (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
-		  (uint64_t)t0.tv_nsec;
-	if (rc) {
-		report_failure(rp, i, &events[i]);
-		return EXIT_RUNTIME;
-	}
-	return EXIT_OK;
-}
-
-/* The open file, batch after batch, to its end; the first batch is read
- * already where have_batch says so. */
-static int run_file(struct replay *rp, bool have_batch)
-{
-	int rc = 0, status;
-
-	if (have_batch && rp->set.n_events &&
-	    ((status = prepare_batch(rp)) || (status = run_batch(rp))))
-		return status;
-	if (have_batch && !rp->set.n_events)
-		return EXIT_OK; /* read to its end */
-	while (!(rc = trace_set_next(&rp->set, rp->err, sizeof rp->err)) && rp->set.n_events)
-		if ((status = prepare_batch(rp)) || (status = run_batch(rp)))
-			return status;
-	return rc ? trace_failed(rp, rc) : EXIT_OK;
-}
-
 /* Every file; the first one is open already, its first batch read. */
 static int run(struct replay *rp, int n, char **paths)
 {
 	int rc, status;
 
-	rp->streams = calloc(TRACE_STREAM_MAX + 1, sizeof *rp->streams);
-	if (!rp->streams) {
-		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
-		return EXIT_RUNTIME;
-	}
 	for (int i = 0; i < n; i++) {
-		if (i > 0 && (rc = trace_set_open(&rp->set, paths[i], rp->err, sizeof rp->err)))
-			return trace_failed(rp, rc);
-		if ((status = run_file(rp, i == 0)))
+		if (i > 0 && (rc = trace_set_open(&rp->run.set, paths[i], rp->run.err,
+						  sizeof rp->run.err)))
+			return replay_trace_failed(&rp->run, rc);
+		if ((status = replay_run_file(&rp->run, i == 0)))
 			return status;
 	}
-	if (devcache_stats(rp->dev, &rp->stats)) {
+	if (devcache_stats(rp->run.dev, &rp->stats)) {
 		tool_error(_("cannot read the statistics: %s"), devcache_last_error());
 		return EXIT_RUNTIME;
 	}
@@ -273,7 +143,7 @@ static double ratio(const struct replay *rp)
 
 static double ns_per_op(const struct replay *rp)
 {
-	return rp->operations ? (double)rp->ns / (double)rp->operations : -1;
+	return rp->run.operations ? (double)rp->run.ns / (double)rp->run.operations : -1;
 }
 
 /* A string for JSON: valid UTF-8, whatever the bytes of the file name. */
@@ -303,9 +173,9 @@ static int print_json(const struct replay *rp, int n_paths, char **paths, const 
 	json_object_object_add(o, "device_memory",
 			       rp->memory ? json_object_new_uint64(rp->memory) : NULL);
 	json_object_object_add(o, "traces", traces);
-	json_object_object_add(o, "events", json_object_new_uint64(rp->set.n_read));
-	json_object_object_add(o, "operations", json_object_new_uint64(rp->operations));
-	json_object_object_add(o, "nanoseconds", json_object_new_uint64(rp->ns));
+	json_object_object_add(o, "events", json_object_new_uint64(rp->run.set.n_read));
+	json_object_object_add(o, "operations", json_object_new_uint64(rp->run.operations));
+	json_object_object_add(o, "nanoseconds", json_object_new_uint64(rp->run.ns));
 	json_object_object_add(o, "ns_per_op", json_fixed(ns_per_op(rp), 1));
 	json_object_object_add(o, "peak_allocated_bytes",
 			       json_object_new_int64(st->allocated_bytes[DEVCACHE_POOL_ALL].peak));
@@ -315,7 +185,7 @@ static int print_json(const struct replay *rp, int n_paths, char **paths, const 
 	json_object_object_add(o, "device_allocations",
 			       json_object_new_uint64(st->num_device_alloc));
 	json_object_object_add(o, "device_frees", json_object_new_uint64(st->num_device_free));
-	json_object_object_add(o, "ooms", json_object_new_uint64(rp->ooms));
+	json_object_object_add(o, "ooms", json_object_new_uint64(rp->run.ooms));
 	json_object_object_add(o, "retries", json_object_new_uint64(st->num_alloc_retries));
 	json_object_object_add(o, "stitched", json_object_new_uint64(st->num_stitches));
 	if (summary)
@@ -339,8 +209,8 @@ static void print_text(const struct replay *rp)
 	/* The last line, libdevcache's own, only where stitching served. */
 	size_t n = st->num_stitches ? 10 : 9, w = 0;
 
-	snprintf(v[0], sizeof v[0], _("%zu (%llu operations)"), rp->set.n_read,
-		 (unsigned long long)rp->operations);
+	snprintf(v[0], sizeof v[0], _("%zu (%llu operations)"), rp->run.set.n_read,
+		 (unsigned long long)rp->run.operations);
 	if (ns_per_op(rp) >= 0)
 		snprintf(v[1], sizeof v[1], _("%.1f ns"), ns_per_op(rp));
 	else
@@ -357,7 +227,7 @@ static void print_text(const struct replay *rp)
 		snprintf(v[4], sizeof v[4], "-");
 	snprintf(v[5], sizeof v[5], "%llu", (unsigned long long)st->num_device_alloc);
 	snprintf(v[6], sizeof v[6], "%llu", (unsigned long long)st->num_device_free);
-	snprintf(v[7], sizeof v[7], "%llu", (unsigned long long)rp->ooms);
+	snprintf(v[7], sizeof v[7], "%llu", (unsigned long long)rp->run.ooms);
 	snprintf(v[8], sizeof v[8], "%llu", (unsigned long long)st->num_alloc_retries);
 	snprintf(v[9], sizeof v[9], "%llu", (unsigned long long)st->num_stitches);
 	for (size_t i = 0; i < n; i++)
@@ -388,7 +258,7 @@ static int summary_text(const struct replay *rp, char **text_p)
 		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
 		return EXIT_RUNTIME;
 	}
-	rc = devcache_summary(rp->dev, f);
+	rc = devcache_summary(rp->run.dev, f);
 	if (fclose(f) != 0 && !rc) {
 		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
 		return EXIT_RUNTIME;
@@ -414,7 +284,7 @@ static int report(const struct replay *rp, int n_paths, char **paths)
 		if (rp->summary) {
 			putchar('\n');
 			fflush(stdout);
-			if (devcache_summary(rp->dev, stdout)) {
+			if (devcache_summary(rp->run.dev, stdout)) {
 				tool_error(_("cannot print the summary: %s"),
 					   devcache_last_error());
 				status = EXIT_RUNTIME;
@@ -457,8 +327,8 @@ static int emulate(struct tool *t, struct replay *rp)
 		}
 		return EXIT_OK;
 	}
-	if (!rp->memory && rp->set.device_memory) {
-		rp->memory = rp->set.device_memory;
+	if (!rp->memory && rp->run.set.device_memory) {
+		rp->memory = rp->run.set.device_memory;
 		rp->memory_from = _("the trace's device_memory");
 	}
 	if (!rp->memory)
@@ -473,18 +343,9 @@ static int emulate(struct tool *t, struct replay *rp)
 
 static void finish(struct replay *rp, devcache_ctx_t *ctx)
 {
-	for (uint32_t s = 0; s < rp->n_ptrs; s++)
-		if (rp->ptrs[s])
-			devcache_free(rp->dev, rp->ptrs[s]);
-	if (rp->streams)
-		for (unsigned s = 1; s <= rp->set.max_stream; s++)
-			if (rp->streams[s])
-				devcache_stream_destroy(rp->dev, rp->streams[s]);
+	replay_run_destroy(&rp->run);
 	if (ctx)
 		devcache_close(ctx);
-	free(rp->ptrs);
-	free(rp->streams);
-	trace_set_destroy(&rp->set);
 }
 
 int cmd_replay(struct tool *t, int argc, char **argv)
@@ -497,41 +358,41 @@ int cmd_replay(struct tool *t, int argc, char **argv)
 		tool_error("%s", devcache_strerror(DEVCACHE_ENOMEM));
 		return EXIT_RUNTIME;
 	}
-	trace_set_init(&rp->set);
+	replay_run_init(&rp->run);
 	rp->device = "host";
 	if ((status = parse_args(t, rp, argc, argv)) >= 0)
 		goto out;
 	/* The first file is opened before the device: a file that cannot be
 	 * read is named first. */
-	int rc = trace_set_open(&rp->set, argv[optind], rp->err, sizeof rp->err);
+	int rc = trace_set_open(&rp->run.set, argv[optind], rp->run.err, sizeof rp->run.err);
 	if (!rc) /* its header, which may say the device's memory */
-		rc = trace_set_next(&rp->set, rp->err, sizeof rp->err);
+		rc = trace_set_next(&rp->run.set, rp->run.err, sizeof rp->run.err);
 	if (rc) {
-		status = trace_failed(rp, rc);
+		status = replay_trace_failed(&rp->run, rc);
 		goto out;
 	}
 	if ((status = emulate(t, rp)))
 		goto out;
 	if ((status = tool_open(t, &ctx)))
 		goto out;
-	if ((status = tool_device(ctx, rp->device, &rp->dev)))
+	if ((status = tool_device(ctx, rp->device, &rp->run.dev)))
 		goto out;
 	/* Its own name: "cuda" is "cuda:0". */
 	devcache_device_info_t info;
-	if (devcache_device_info(rp->dev, &info) == 0)
+	if (devcache_device_info(rp->run.dev, &info) == 0)
 		snprintf(rp->device_id, sizeof rp->device_id, "%s", info.id);
 	else
 		snprintf(rp->device_id, sizeof rp->device_id, "%s", rp->device);
 	if ((status = run(rp, argc - optind, argv + optind)))
 		goto out;
 	status = report(rp, argc - optind, argv + optind);
-	if (status == EXIT_OK && rp->ooms) {
+	if (status == EXIT_OK && rp->run.ooms) {
 		/* The last line, for a script and for the eye. */
 		if (!rp->json)
 			printf(P_("%llu allocation failed for want of memory (exit status 3).\n",
 				  "%llu allocations failed for want of memory (exit status 3).\n",
-				  rp->ooms),
-			       (unsigned long long)rp->ooms);
+				  rp->run.ooms),
+			       (unsigned long long)rp->run.ooms);
 		status = fflush(stdout) == 0 ? EXIT_OOM : EXIT_RUNTIME;
 	}
 out:
