@@ -1,6 +1,6 @@
 ## SPDX-License-Identifier: LGPL-2.1-or-later
 ## tests/trace.mk - tests of allocation traces (writing, reading), devcache replay and the summary table.
-trace_tests = tests/test-trace tests/test-replay tests/test-summary
+trace_tests = tests/test-trace tests/test-replay tests/test-tune tests/test-summary
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(trace_tests)
@@ -14,6 +14,9 @@ tests_test_trace_LDADD = $(test_ldadd) $(ZLIB_LIBS)
 tests_test_replay_SOURCES = tests/test-replay.c tests/tap.h tests/spawn.c tests/spawn.h
 tests_test_replay_CFLAGS = $(test_cflags) $(ZLIB_CFLAGS)
 tests_test_replay_LDADD = $(test_ldadd) $(ZLIB_LIBS)
+tests_test_tune_SOURCES = tests/test-tune.c tests/tap.h tests/spawn.c tests/spawn.h
+tests_test_tune_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_tune_LDADD = $(test_ldadd) $(JSONC_LIBS)
 # The table's formatting against statistics made up to reach every unit:
 # summary.c alone, over a devcache_stats() the test provides.
 tests_test_summary_SOURCES = tests/test-summary.c tests/tap.h lib/summary.c

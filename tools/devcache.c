@@ -195,6 +195,7 @@ static void usage(FILE *out)
 		"  config                print every tunable with its value and origin\n"
 		"  config --check FILE   check a configuration file\n"
 		"  replay TRACE...       replay allocation traces through the allocator\n"
+		"  tune TRACE            which PyTorch allocator settings avoid its OOMs\n"
 		"  inspect FILE...       list a model file's metadata and tensors\n"
 		"  load FILE...          load model files through the cache; time and memory\n"
 		"  dump FILE TENSOR      write a tensor's bytes as a device holds them\n"
@@ -224,6 +225,7 @@ static const struct command {
 	{"info", cmd_info},
 	{"config", cmd_config},
 	{"replay", cmd_replay},
+	{"tune", cmd_tune},
 	{"inspect", cmd_inspect},
 	{"load", cmd_load},
 	{"dump", cmd_dump},

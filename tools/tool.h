@@ -92,6 +92,7 @@ char *tool_utf8_clean(const char *text);
 int cmd_info(struct tool *t, int argc, char **argv);
 int cmd_config(struct tool *t, int argc, char **argv);
 int cmd_replay(struct tool *t, int argc, char **argv);
+int cmd_tune(struct tool *t, int argc, char **argv);
 int cmd_inspect(struct tool *t, int argc, char **argv);
 int cmd_load(struct tool *t, int argc, char **argv);
 int cmd_dump(struct tool *t, int argc, char **argv);
