@@ -29,6 +29,8 @@
 #define MiB ((uint64_t)1 << 20)
 /* The smallest device the search tells apart: the driver's granule. */
 #define SEARCH_STEP (2 * MiB)
+/* The device of a replay with no limit: 64 TiB, which no trace reaches. */
+#define UNLIMITED ((uint64_t)1 << 46)
 /* Settings at most: the grid's and --try's. */
 #define MAX_SETTINGS 64
 /* PyTorch's max_split_size_mb takes more than 20 MiB. */
@@ -237,7 +239,12 @@ static int replay_once(const struct tune *tn, const struct setting *s, uint64_t 
 	devcache_stats_t st;
 	int status;
 
-	if (memory && tn->on_host)
+	/* "No limit": far more than any device, committed only as written. */
+	if (memory == UNLIMITED && tn->on_host)
+		snprintf(cap, sizeof cap, "host_memory:%llu", (unsigned long long)UNLIMITED);
+	else if (memory == UNLIMITED)
+		cap[0] = '\0';
+	else if (memory && tn->on_host)
 		snprintf(cap, sizeof cap, "host_memory:%llu", (unsigned long long)memory);
 	else if (memory)
 		snprintf(cap, sizeof cap, "memory_fraction:%.9f",
@@ -301,7 +308,7 @@ static void run_setting(const struct tune *tn, const struct setting *s, struct r
 	if (r->status || write(progress, &tick, 1) < 0)
 		return;
 	if (tn->memory) {
-		r->status = replay_once(tn, s, 0, false, &free_run);
+		r->status = replay_once(tn, s, UNLIMITED, false, &free_run);
 		r->replays++;
 		if (r->status || write(progress, &tick, 1) < 0)
 			return;
@@ -642,7 +649,7 @@ static void print_text(const struct tune *tn, const size_t *order, const struct 
 	char dev[32], a[32], b[32], c[32];
 
 	format_bytes(tn->memory ? tn->memory : tn->host_total, dev, sizeof dev);
-	printf(_("Tuning for a device of %s (%s): "), dev, tn->memory_from);
+	printf(_("Tuning for a device of %s (%s).\n"), dev, tn->memory_from);
 	printf(P_("%zu event, ", "%zu events, ", tn->events), tn->events);
 	printf(P_("%zu setting.\n", "%zu settings.\n", tn->n), tn->n);
 	if (tn->recorded_ooms)
@@ -892,6 +899,9 @@ int cmd_tune(struct tool *t, int argc, char **argv)
 	if (!tn->on_host && tn->memory && tn->memory > info.total_memory)
 		tn->memory = info.total_memory;
 	if (!tn->memory_from) {
+		/* As host_memory, so that the "no limit" runs are larger. */
+		if (tn->on_host)
+			tn->memory = info.total_memory;
 		tn->memory_from = tn->on_host ? _("this machine's memory") : _("the device's memory");
 		if (tn->on_host && !tn->json)
 			tool_error(_("%s says nothing of its device's memory: tuning for this "

@@ -153,7 +153,15 @@ static int over_limit(struct host_state *s, size_t size)
 			      size, have);
 }
 
-static int map_alloc(struct host_state *s, size_t size, void **ptr_p)
+/* An emulated device (host_memory) commits its memory only as it is
+ * written, as a replay never writes it: a trace of an 80 GiB GPU replays
+ * on a machine with less. */
+static int map_flags(const struct host_state *s, bool device)
+{
+	return MAP_PRIVATE | MAP_ANONYMOUS | (device && s->limit ? MAP_NORESERVE : 0);
+}
+
+static int map_alloc(struct host_state *s, size_t size, bool device, void **ptr_p)
 {
 	size_t len;
 
@@ -162,7 +170,7 @@ static int map_alloc(struct host_state *s, size_t size, void **ptr_p)
 	if (size > SIZE_MAX - 2 * (size_t)s->page)
 		return s->host->error(DEVCACHE_ENOMEM, _("host: cannot allocate %zu bytes"), size);
 	len = (size + 2 * (size_t)s->page - 1) & ~((size_t)s->page - 1);
-	void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, map_flags(s, device), -1, 0);
 	if (base == MAP_FAILED)
 		return s->host->error(DEVCACHE_ENOMEM, _("host: cannot allocate %zu bytes: %s"), size,
 				      strerror(errno));
@@ -191,7 +199,7 @@ static int host_mem_alloc(void *state, int dev, size_t size, void **ptr_p)
 	(void)dev;
 	if (!charge(s, size))
 		return over_limit(s, size);
-	if ((rc = map_alloc(s, size, ptr_p)))
+	if ((rc = map_alloc(s, size, true, ptr_p)))
 		uncharge(s, size);
 	else /* beside the mapping's length, in its first page */
 		((size_t *)((char *)*ptr_p - s->page))[1] = size;
@@ -212,7 +220,7 @@ static int host_mem_free(void *state, int dev, void *ptr)
 
 static int host_host_alloc(void *state, size_t size, void **ptr_p)
 {
-	return map_alloc(state, size, ptr_p);
+	return map_alloc(state, size, false, ptr_p);
 }
 
 static int host_host_free(void *state, void *ptr)
@@ -353,7 +361,7 @@ static int host_vm_map(void *state, int dev, void *va, size_t size, void *handle
 	if (size > h->size)
 		return s->host->error(DEVCACHE_EINVAL, _("host: cannot map %zu bytes of a %zu-byte handle"),
 				      size, h->size);
-	if (mmap(va, size, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) ==
+	if (mmap(va, size, PROT_READ | PROT_WRITE, MAP_FIXED | map_flags(s, true), -1, 0) ==
 	    MAP_FAILED)
 		return s->host->error(DEVCACHE_ENOMEM, _("host: cannot map %zu bytes at %p: %s"), size,
 				      va, strerror(errno));
