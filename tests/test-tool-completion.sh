@@ -71,6 +71,8 @@ cd "$dir" && TOOL=$TEST_TOOL SCRIPT=$script bash -c '
 	check "host " load --device h
 	check "a.safetensors b.gguf sub/ " inspect ""
 	check "d.trace sub/ " replay ""
+	check "d.trace sub/ " tune ""
+	check "tune " help tu
 	[ "$(complete -p devcache)" = "complete -F _devcache devcache" ] &&
 		echo "ok $((n + 1)) - registered for devcache" ||
 		echo "not ok $((n + 1)) - registered for devcache"

@@ -93,8 +93,8 @@ static void recommends_what_avoids_the_oom(void **state)
 	RUN("tune", "--no-grid", "--try", "roundup_power2_divisions:4", "--try",
 	    "max_split_size_mb:40", path);
 	assert_int_equal(r.status, 0);
-	assert_contains(r.out, "Tuning for a device of 100.0 MiB (the trace's device_memory): 6 "
-			       "events, 3 settings.\n");
+	assert_contains(r.out, "Tuning for a device of 100.0 MiB (the trace's device_memory).\n"
+			       "6 events, 3 settings.\n");
 	assert_contains(r.out, "The trace recorded 1 OOM");
 	assert_contains(r.out, "\nRecommended: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40\n"
 			       "  avoids the OOM; needs 90.0 MiB instead of 120.0 MiB.\n");
