@@ -70,8 +70,9 @@ bench_modules_benchdev_la_SOURCES = bench/modules/benchdev.c
 bench_modules_benchdev_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 
 EXTRA_DIST += bench/README bench/HISTORY bench/run.sh bench/soak.sh bench/pybench.py \
+	bench/tunebench.sh \
 	bench/torchbench.py
-CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/report.txt bench/report.tmp* \
+CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/tune.json bench/report.txt bench/report.tmp* \
 	bench/*.safetensors bench/*.safetensors.tmp \
 	bench/*.safetensors.index.json bench/*.safetensors.index.json.tmp bench/headerbench-* \
 	bench/pybench-*.pt bench/pybench-*.pt.tmp bench/report-python.txt bench/report-python.rc
@@ -102,7 +103,7 @@ endif
 # as safetensors and as torch.save files); `make clean` removes them.  The
 # Python benchmark runs last (also alone: `make bench-python`) and leaves its
 # report in bench/report-python.txt; the exit status is the worse of the two.
-bench: $(bench_programs) $(bench_modules) $(bench_soak_deps) $(bench_python_deps)
+bench: $(bench_programs) $(bench_modules) $(bench_soak_deps) $(bench_python_deps) tools/devcache
 	@CC='$(CC)' CFLAGS='$(CFLAGS)' BENCH_FLAGS='$(BENCH_FLAGS)' $(bench_soak_env) \
 	BENCH_STRICT='$(BENCH_STRICT)' $(SHELL) $(srcdir)/bench/run.sh .; rc=$$?; \
 	echo; ( $(bench_python_recipe) ); prc=$$?; \

@@ -63,6 +63,8 @@ rm -f "$log.fail" "$log.out" "$log.rc"
 	echo
 	run "$b/headerbench" -d "$b"
 	echo
+	run sh "`dirname "$0"`/tunebench.sh" "$1"
+	echo
 	run sh "`dirname "$0"`/soak.sh" "$1" "`dirname "$0"`/.."
 	echo
 	echo "== Targets"

@@ -29,8 +29,11 @@
 #define MiB ((uint64_t)1 << 20)
 /* The smallest device the search tells apart: the driver's granule. */
 #define SEARCH_STEP (2 * MiB)
-/* The device of a replay with no limit: 64 TiB, which no trace reaches. */
-#define UNLIMITED ((uint64_t)1 << 46)
+/* A replay "with no limit" has a device this many times the one tuned
+ * for: more than a trace that fits anywhere near it takes, and not so much
+ * that expandable segments, which reserve address space for the whole
+ * device, run out of it. */
+#define UNLIMITED_FACTOR 16
 /* Settings at most: the grid's and --try's. */
 #define MAX_SETTINGS 64
 /* PyTorch's max_split_size_mb takes more than 20 MiB. */
@@ -239,10 +242,12 @@ static int replay_once(const struct tune *tn, const struct setting *s, uint64_t 
 	devcache_stats_t st;
 	int status;
 
-	/* "No limit": far more than any device, committed only as written. */
-	if (memory == UNLIMITED && tn->on_host)
-		snprintf(cap, sizeof cap, "host_memory:%llu", (unsigned long long)UNLIMITED);
-	else if (memory == UNLIMITED)
+	/* "No limit": UNLIMITED_FACTOR times the device, committed only as
+	 * written; off the host, the device's own. */
+	if (memory == UINT64_MAX && tn->on_host)
+		snprintf(cap, sizeof cap, "host_memory:%llu",
+			 (unsigned long long)(tn->memory * UNLIMITED_FACTOR));
+	else if (memory == UINT64_MAX)
 		cap[0] = '\0';
 	else if (memory && tn->on_host)
 		snprintf(cap, sizeof cap, "host_memory:%llu", (unsigned long long)memory);
@@ -308,7 +313,7 @@ static void run_setting(const struct tune *tn, const struct setting *s, struct r
 	if (r->status || write(progress, &tick, 1) < 0)
 		return;
 	if (tn->memory) {
-		r->status = replay_once(tn, s, UNLIMITED, false, &free_run);
+		r->status = replay_once(tn, s, UINT64_MAX, false, &free_run);
 		r->replays++;
 		if (r->status || write(progress, &tick, 1) < 0)
 			return;
