@@ -365,6 +365,38 @@ static int empty(struct allocator *a)
 	return 0;
 }
 
+/* The model cache's frees (keep_freed_vram false): the block freed, then
+ * its segment released if that left it whole and free, so that the
+ * program's own cached segments stay.  An expandable segment gives back
+ * as many free pages as the block took. */
+int alloc_free_to_driver(devcache_device_t *dev, void *ptr, size_t size)
+{
+	struct allocator *a = dev->alloc;
+	uintptr_t addr = (uintptr_t)ptr;
+	int rc = devcache_free(dev, ptr);
+
+	if (rc || !ptr)
+		return rc;
+	world_lock(a);
+	tcache_flush_own(a);
+	for (size_t i = 0; i < a->n_pools; i++)
+		for (struct block *b = a->pools[i]->idle_head; b; b = b->inext)
+			if (addr >= b->seg->base && addr - b->seg->base < b->seg->size) {
+				release_segment(a, b);
+				goto out;
+			}
+	for (struct segment *s = a->segments; s; s = s->snext)
+		if (s->expandable && addr >= s->base && addr - s->base < s->size) {
+			size_t rsize = alloc_round_size(a, size);
+
+			expandable_release_all(a, a->reserved_total > rsize ? a->reserved_total - rsize : 0);
+			break;
+		}
+out:
+	world_unlock(a);
+	return 0;
+}
+
 int devcache_empty_cache(devcache_device_t *dev)
 {
 	int rc = alloc_check_dev(dev, "devcache_empty_cache");

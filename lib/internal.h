@@ -164,6 +164,9 @@ uint64_t device_max_alloc(const devcache_device_t *dev);
  * larger than the driver makes, unless expandable segments map pages
  * (alloc-life.c, where the allocator decides it). */
 size_t alloc_max_request(const devcache_device_t *dev);
+/* Free ptr (size bytes, as asked) and give its segment back to the
+ * driver where that leaves it wholly free (alloc-miss.c). */
+int alloc_free_to_driver(devcache_device_t *dev, void *ptr, size_t size);
 /* Create and destroy the allocators of every device. */
 int devices_start_allocators(devcache_ctx_t *ctx);
 void devices_stop_allocators(devcache_ctx_t *ctx);

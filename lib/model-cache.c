@@ -163,6 +163,16 @@ uint64_t mc_budget_of(struct model_cache *c, const devcache_device_t *dev)
 	return mc_is_host(dev) ? c->ram_budget : c->vram_budget[mc_dev_index(c, dev)];
 }
 
+void mc_dev_free(const struct devcache_model *m, void *p, uint64_t size)
+{
+	devcache_ctx_t *ctx = m->dev->ctx;
+	int rc = tun_get(&ctx->tun, keep_freed_vram) ? devcache_free(m->dev, p)
+		 : alloc_free_to_driver(m->dev, p, size ? (size_t)size : 1);
+
+	if (rc)
+		log_msg(&ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
+}
+
 /* Give back what an entry holds; the caller has unlinked and uncharged it. */
 void mc_entry_free(struct devcache_model *m)
 {

@@ -83,6 +83,10 @@ void mc_lru_push_front(struct model_cache *c, struct devcache_model *m);
  * or take the charge back.  Called with the cache locked. */
 void mc_charge(struct model_cache *c, const struct devcache_model *m);
 void mc_uncharge(struct model_cache *c, const struct devcache_model *m);
+/* Free a device allocation of m of size bytes (as asked): back to the
+ * driver, unless keep_freed_vram keeps it in the allocator's cache; a
+ * failure is logged, as nothing else can be done. */
+void mc_dev_free(const struct devcache_model *m, void *p, uint64_t size);
 /* Give back what an entry holds; the caller has unlinked and uncharged it. */
 void mc_entry_free(struct devcache_model *m);
 

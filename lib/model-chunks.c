@@ -112,8 +112,8 @@ int chunks_alloc(struct devcache_model *m, devcache_stream_t stream)
 void chunks_release(struct devcache_model *m)
 {
 	for (size_t k = 0; k < m->n_chunks; k++) {
-		if (m->chunks[k].base && devcache_free(m->dev, m->chunks[k].base))
-			log_msg(&m->dev->ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
+		if (m->chunks[k].base)
+			mc_dev_free(m, m->chunks[k].base, m->chunks[k].size);
 		m->chunks[k].base = NULL;
 	}
 }

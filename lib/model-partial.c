@@ -93,7 +93,7 @@ static int upload(struct devcache_model *m, const bool *want, void **ptrs,
 	}
 	for (size_t i = 0; rc && i < mf->n_tensors; i++)
 		if (ptrs[i]) {
-			devcache_free(m->dev, ptrs[i]);
+			mc_dev_free(m, ptrs[i], mf->tensors[i].size);
 			ptrs[i] = NULL;
 		}
 out:
@@ -164,8 +164,8 @@ int partial_place(struct devcache_model *m, const devcache_load_args_t *args)
 void partial_free(struct devcache_model *m)
 {
 	for (size_t i = 0; m->dev_ptr && i < m->mf->n_tensors; i++)
-		if (m->dev_ptr[i] && devcache_free(m->dev, m->dev_ptr[i]))
-			log_msg(&m->dev->ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
+		if (m->dev_ptr[i])
+			mc_dev_free(m, m->dev_ptr[i], m->mf->tensors[i].size);
 	free(m->dev_ptr);
 	free(m->stamp);
 	m->dev_ptr = NULL;
@@ -227,8 +227,7 @@ static void to_host(struct model_cache *c, struct devcache_model *e, size_t i)
 {
 	uint64_t charge = tensor_charge(e->mf->tensors[i].size);
 
-	if (devcache_free(e->dev, e->dev_ptr[i]))
-		log_msg(&c->ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
+	mc_dev_free(e, e->dev_ptr[i], e->mf->tensors[i].size);
 	e->dev_ptr[i] = NULL;
 	e->bytes -= charge;
 	*mc_used_of(c, e->dev) -= charge;

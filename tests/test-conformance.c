@@ -517,6 +517,62 @@ static void a_model_set_uploads_byte_exact(void **state)
 	devcache_close(ctx);
 }
 
+/* The driver's free memory on dev. */
+static uint64_t driver_free(devcache_device_t *dev)
+{
+	devcache_device_info_t info;
+
+	assert_int_equal(devcache_device_info(dev, &info), 0);
+	return info.free_memory;
+}
+
+/* Three models of 12 MiB (each in a segment of its own) loaded within a
+ * budget of two, which evicts one to RAM, then evict_all: the driver has
+ * its memory back, within one segment (2 MiB), with keep_freed_vram
+ * false (the default), and only after devcache_empty_cache() with it
+ * true. */
+static void evicted_models_give_memory_back(void **state)
+{
+	const struct target *t = *state;
+	static const char *const opts[] = {"max_cache_vram:25M", "max_cache_vram:25M,keep_freed_vram:true"};
+	const uint64_t seg = 2u << 20;
+	char path[3][512];
+
+	if (t->kind == T_HOST)
+		skip_because("host placements are mappings of the files, not device memory");
+	for (int i = 0; i < 3; i++) {
+		struct mw_tensor tt = {"w", 12u << 20, 0};
+		struct mw_opts o = {.seed = 40 + (unsigned)i, .flags = MW_NO_PAD};
+
+		snprintf(path[i], sizeof path[i], "%s/give-back-%d.safetensors", dir, i);
+		mw_safetensors_opts(path[i], &tt, 1, &o);
+	}
+	for (int keep = 0; keep < 2; keep++) {
+		devcache_device_t *dev;
+		devcache_ctx_t *ctx = open_target(t, opts[keep], &dev);
+		uint64_t before = driver_free(dev);
+		devcache_model_t *m;
+
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(devcache_model_load(ctx, path[i], dev, NULL, &m), 0);
+			devcache_model_release(m);
+		}
+		uint64_t used, budget;
+		assert_int_equal(devcache_cache_device_usage(ctx, dev, &used, &budget), 0);
+		assert_true(used <= budget);
+		/* One model evicted to RAM: 12 MiB back already. */
+		if (!keep)
+			assert_true(driver_free(dev) + 2 * (12u << 20) + seg >= before);
+		assert_int_equal(devcache_cache_evict_all(ctx), 3);
+		if (keep) {
+			assert_true(driver_free(dev) + (24u << 20) <= before);
+			assert_int_equal(devcache_empty_cache(dev), 0);
+		}
+		assert_true(driver_free(dev) + seg >= before);
+		devcache_close(ctx);
+	}
+}
+
 /* Every injected driver failure: a clean error, nothing left behind, and
  * a context that works after. */
 static void injected_faults_leave_nothing(void **state)
@@ -773,6 +829,7 @@ int main(void)
 		FOR_EACH_TARGET(expandable_segments_where_the_device_maps),
 		FOR_EACH_TARGET(stitching_where_the_device_maps),
 		FOR_EACH_TARGET(injected_faults_leave_nothing),
+		FOR_EACH_TARGET(evicted_models_give_memory_back),
 		/* On the fakes only: the faults are injected in them. */
 		ON(a_failing_start_leaves_nothing, 2),
 		ON(a_failing_start_leaves_nothing, 4),
@@ -790,6 +847,7 @@ int main(void)
 		ON_THE_STUB(expandable_segments_where_the_device_maps),
 		ON_THE_STUB(stitching_where_the_device_maps),
 		ON_THE_STUB(injected_faults_leave_nothing),
+		ON_THE_STUB(evicted_models_give_memory_back),
 	};
 
 	/* TEST_CONFORMANCE_ONLY=real (make check-gpu: the real runtimes, not
