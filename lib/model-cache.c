@@ -3,6 +3,7 @@
 #include "model-cache.h"
 #include "model-file.h"
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,24 +129,33 @@ static bool charged_to(const struct devcache_model *m, const devcache_device_t *
 
 /* ---- memory use, for log_memory_usage ---------------------------------------------- */
 
+static uint64_t files_cached(const devcache_model_file_t *mf)
+{
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < mf_part_count(mf); i++)
+		bytes += memdiag_cached(mf_part(mf, i)->fd, mf_part(mf, i)->size);
+	return bytes;
+}
+
 /* Called with the cache locked. */
-void mc_mem_use(struct model_cache *c, struct mem_use *u)
+void mc_mem_use(struct model_cache *c, const devcache_model_file_t *also, struct mem_use *u)
 {
 	u->rss = memdiag_rss();
 	u->heap = memdiag_heap();
-	u->cached = 0;
+	u->cached = also ? files_cached(also) : 0;
 	for (struct devcache_model *m = c->head; m; m = m->next)
-		for (size_t i = 0; i < mf_part_count(m->mf); i++)
-			u->cached += memdiag_cached(mf_part(m->mf, i)->fd, mf_part(m->mf, i)->size);
+		if (m->mf != also)
+			u->cached += files_cached(m->mf);
 }
 
 void mc_log_mem_use(struct model_cache *c, const char *what, const char *path,
-		    const struct mem_use *before)
+		    const devcache_model_file_t *also, const struct mem_use *before)
 {
 	struct mem_use after;
 	char a[3][32], b[3][32];
 
-	mc_mem_use(c, &after);
+	mc_mem_use(c, also, &after);
 	format_bytes(before->rss, b[0], sizeof b[0]);
 	format_bytes(after.rss, a[0], sizeof a[0]);
 	format_bytes(before->cached, b[1], sizeof b[1]);
@@ -173,19 +183,47 @@ void mc_dev_free(const struct devcache_model *m, void *p, uint64_t size)
 		log_msg(&ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
 }
 
-/* Give back what an entry holds; the caller has unlinked and uncharged it. */
-void mc_entry_free(struct devcache_model *m)
+/* Whether a model still in the cache maps file f (by its identity). */
+static bool mapped_elsewhere(struct model_cache *c, const devcache_model_file_t *f)
+{
+	for (struct devcache_model *e = c->head; e; e = e->next)
+		for (size_t i = 0; e->maps && i < mf_part_count(e->mf); i++)
+			if (e->maps[i].mapped && mf_part(e->mf, i)->dev == f->dev &&
+			    mf_part(e->mf, i)->ino == f->ino)
+				return true;
+	return false;
+}
+
+/* Give back the memory an entry holds, keeping its files open; with
+ * drop_pages (evict_page_cache) the pages of the files it mapped leave
+ * the page cache, once unmapped, where no other model maps them (the
+ * kernel keeps pages that any mapping holds).  Called with the cache
+ * locked where c is not NULL. */
+static void entry_unmap(struct model_cache *c, struct devcache_model *m, bool drop_pages)
 {
 	for (size_t i = 0; m->maps && i < mf_part_count(m->mf); i++) {
+		const devcache_model_file_t *f = mf_part(m->mf, i);
+		bool mapped = m->maps[i].mapped;
+
 		guard_remove(&m->maps[i]); /* first: the handler must not map over it */
 		if (m->maps[i].p)
 			munmap(m->maps[i].p, m->maps[i].len);
+		if (drop_pages && mapped && c && !mapped_elsewhere(c, f))
+			posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
 	}
 	free(m->maps);
+	m->maps = NULL;
 	if (m->ram_copy)
 		munmap(m->ram_copy, m->bytes);
+	m->ram_copy = NULL;
 	chunks_free(m);
 	partial_free(m);
+}
+
+/* Give back what an entry holds; the caller has unlinked and uncharged it. */
+void mc_entry_free(struct devcache_model *m)
+{
+	entry_unmap(NULL, m, false);
 	devcache_model_file_close(m->mf);
 	free(m);
 }
@@ -226,7 +264,7 @@ void mc_drop(struct model_cache *c, struct devcache_model *m)
 	char *path = NULL;
 
 	if (log_use) {
-		mc_mem_use(c, &before);
+		mc_mem_use(c, NULL, &before);
 		path = strdup(m->mf->path);
 	}
 	mc_lru_unlink(c, m);
@@ -236,9 +274,12 @@ void mc_drop(struct model_cache *c, struct devcache_model *m)
 		c->stats.ram_copies--;
 	log_msg(&c->ctx->log, DEVCACHE_LOG_INFO, _("model cache: evicted %s from %s"), m->mf->path,
 		m->ram_copy ? "RAM" : m->dev->id);
-	mc_entry_free(m);
+	entry_unmap(c, m, tun_get(&c->ctx->tun, evict_page_cache));
+	/* Its files are still open: the figures after count their pages
+	 * too, as those before did. */
 	if (log_use)
-		mc_log_mem_use(c, _("evicted"), path ? path : "?", &before);
+		mc_log_mem_use(c, _("evicted"), path ? path : "?", m->mf, &before);
+	mc_entry_free(m);
 	free(path);
 	if (tun_get(&c->ctx->tun, malloc_trim_on_evict))
 		malloc_trim(0);
@@ -355,6 +396,7 @@ void model_cache_destroy(devcache_ctx_t *ctx)
 
 		locked += m->locks > 0;
 		mc_lru_unlink(c, m);
+		entry_unmap(c, m, tun_get(&ctx->tun, evict_page_cache));
 		mc_entry_free(m);
 	}
 	if (locked)

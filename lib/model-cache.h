@@ -19,6 +19,7 @@ struct host_map {
 	void *p;
 	size_t len;
 	struct guard_slot *guard; /* its range in the SIGBUS handler's registry (model-guard.c) */
+	bool mapped;              /* the file mapped in place, not a copy */
 };
 
 /* One cached model: a file or a set placed on one device, writable or not.
@@ -96,9 +97,11 @@ struct mem_use {
 };
 
 /* Called with the cache locked. */
-void mc_mem_use(struct model_cache *c, struct mem_use *u);
+/* The page-cache figure counts the cached models' files and also's (an
+ * evicted model's, still open; NULL: none). */
+void mc_mem_use(struct model_cache *c, const devcache_model_file_t *also, struct mem_use *u);
 void mc_log_mem_use(struct model_cache *c, const char *what, const char *path,
-		    const struct mem_use *before);
+		    const devcache_model_file_t *also, const struct mem_use *before);
 
 /* ---- model-place.c: a new model's bytes on the host or a device ------------------ */
 

@@ -311,7 +311,7 @@ static int place(struct devcache_model *m, const devcache_load_args_t *args)
 
 	if (log_use) {
 		pthread_mutex_lock(&c->lock);
-		mc_mem_use(c, &before);
+		mc_mem_use(c, NULL, &before);
 		pthread_mutex_unlock(&c->lock);
 	}
 	double t0 = now_seconds();
@@ -322,7 +322,7 @@ static int place(struct devcache_model *m, const devcache_load_args_t *args)
 			      : mc_place_on_device(m, args);
 	pthread_mutex_lock(&c->lock);
 	if (log_use && rc == 0)
-		mc_log_mem_use(c, _("loaded"), m->mf->path, &before);
+		mc_log_mem_use(c, _("loaded"), m->mf->path, NULL, &before);
 	c->stats.load_seconds += now_seconds() - t0;
 	pthread_mutex_unlock(&c->lock);
 	return rc;

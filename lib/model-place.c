@@ -62,6 +62,7 @@ static int map_file(struct devcache_model *m, size_t part, bool writable)
 	if (p == MAP_FAILED)
 		return err_set(DEVCACHE_EIO, _("%s: cannot map: %s"), f->path, strerror(errno));
 	hm->p = p;
+	hm->mapped = true;
 	if ((rc = guard_add(f, hm, prot)))
 		return rc;
 	if (fstat(f->fd, &st) != 0 || (uint64_t)st.st_size != f->size)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -490,6 +491,91 @@ static void memory_use_is_logged_at_each_load_and_eviction(void **state)
 	devcache_close(ctx);
 }
 
+/* Pages of path in the page cache, by mincore() on a fresh mapping. */
+static size_t resident_pages(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	struct stat st;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n, resident = 0;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	n = ((size_t)st.st_size + page - 1) / page;
+	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	unsigned char *vec = malloc(n);
+	assert_true(p != MAP_FAILED);
+	assert_non_null(vec);
+	assert_int_equal(mincore(p, (size_t)st.st_size, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		resident += vec[i] & 1;
+	free(vec);
+	munmap(p, (size_t)st.st_size);
+	close(fd);
+	return resident;
+}
+
+/* The file written to disk and then read whole, so that its pages are
+ * in the page cache and clean. */
+static void read_whole(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	char buf[65536];
+
+	assert_true(fd >= 0);
+	assert_int_equal(fsync(fd), 0);
+	while (read(fd, buf, sizeof buf) > 0)
+		;
+	close(fd);
+}
+
+/* A host-placed model evicted with evict_page_cache: its file's pages
+ * leave the page cache (unmapped, then POSIX_FADV_DONTNEED), and the
+ * memory log's figure after the eviction counts them truly: "8.0 MiB ->
+ * 0 B" with it, "8.0 MiB -> 8.0 MiB" without (it said 0 B there). */
+static void evicted_host_models_leave_the_page_cache(void **state)
+{
+	static const size_t sizes[] = {8u << 20};
+	const size_t pages = (8u << 20) / (size_t)sysconf(_SC_PAGESIZE);
+	char path[512];
+
+	(void)state;
+	path_of(path, sizeof path, "pages.st");
+	make_model(path, 1, sizes, 31);
+	/* The file system must drop clean pages on advice (tmpfs does not). */
+	read_whole(path);
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+	if (resident_pages(path) > pages / 2)
+		skip_because("the file system under TMPDIR keeps clean pages after "
+			     "POSIX_FADV_DONTNEED (tmpfs?)");
+	for (int drop = 0; drop < 2; drop++) {
+		struct log_capture log = {.text = ""};
+		devcache_ctx_t *ctx = mw_open_ctx(drop ? "evict_page_cache:true,log_memory_usage:true,"
+							 "log_level:info"
+						       : "log_memory_usage:true,log_level:info");
+		devcache_device_t *host = mw_device(ctx, "host");
+		devcache_model_t *m;
+
+		devcache_set_log_handler(ctx, capture, &log);
+		read_whole(path);
+		assert_int_equal(devcache_model_load(ctx, path, host, NULL, &m), 0);
+		check_tensors(m, 1, sizes, 31); /* every page touched through the mapping */
+		devcache_model_release(m);
+		assert_true(resident_pages(path) >= pages);
+		assert_int_equal(devcache_cache_evict_all(ctx), 1);
+		if (drop) {
+			assert_true(resident_pages(path) <= 1);
+			assert_contains(log.text, "cached files in the page cache 8.0 MiB -> 0 B");
+		} else {
+			assert_true(resident_pages(path) >= pages);
+			assert_contains(log.text, "cached files in the page cache 8.0 MiB -> 8.0 MiB");
+		}
+		devcache_close(ctx);
+	}
+}
+
 static int cancel_at_half(void *user, uint64_t done, uint64_t total)
 {
 	(void)user;
@@ -875,6 +961,7 @@ int main(void)
 		TMPDIR_TEST(allocator_pressure_evicts_unlocked_models),
 		TMPDIR_TEST(a_ram_copy_makes_the_reload_a_copy),
 		TMPDIR_TEST(memory_use_is_logged_at_each_load_and_eviction),
+		TMPDIR_TEST(evicted_host_models_leave_the_page_cache),
 		TMPDIR_TEST(cancelled_and_failed_loads_leave_nothing),
 		TMPDIR_TEST(a_progress_callback_cannot_load_its_own_model),
 		TMPDIR_TEST(a_file_that_shrinks_while_streaming_is_an_error),
