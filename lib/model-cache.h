@@ -41,8 +41,11 @@ struct devcache_model {
 	uint64_t bytes;        /* charged against the budget (a partial load: its device's) */
 	/* Partial residency (model-partial.c), only with partial: each tensor
 	 * in an allocation of its own or on the host, where maps has every
-	 * file; host_charge is the files' size, charged to RAM. */
-	bool partial;
+	 * file; host_charge, charged to RAM, is its host part: the files'
+	 * size where they are copied (mmap false), the bytes of the tensors
+	 * on the host where they are mapped (host_mapped), as the pages of
+	 * the others are not read. */
+	bool partial, host_mapped;
 	void **dev_ptr;        /* each tensor's allocation, NULL while on the host */
 	uint64_t *stamp;       /* each device tensor's last use, by the cache's clock */
 	uint64_t host_charge;

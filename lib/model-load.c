@@ -269,9 +269,7 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 		partial = *mc_used_of(c, dev) + need > mc_budget_of(c, dev) ||
 			  largest_tensor(mf) > alloc_max_request(dev);
 	}
-	/* A partial load keeps its files on the host: RAM's budget counts them. */
-	if ((rc = partial ? make_room(c, host_device(c), mf->size, mf->path)
-			  : make_room(c, dev, need, mf->path)))
+	if (!partial && (rc = make_room(c, dev, need, mf->path)))
 		return rc;
 	if (!(m = calloc(1, sizeof *m))) {
 		c->stats.failed_loads++;
@@ -283,9 +281,10 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 	if (partial) {
 		uint64_t used = *mc_used_of(c, dev), budget = mc_budget_of(c, dev);
 
-		m->host_charge = mf->size;
-		if ((rc = partial_plan(c, m, used < budget ? budget - used : 0))) {
-			c->stats.failed_loads++;
+		/* Its host part counts against RAM's budget (partial_plan). */
+		rc = partial_plan(c, m, used < budget ? budget - used : 0);
+		c->stats.failed_loads += rc != 0;
+		if (rc || (rc = make_room(c, host_device(c), m->host_charge, mf->path))) {
 			free(m->dev_ptr);
 			free(m->stamp);
 			free(m);

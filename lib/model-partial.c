@@ -41,14 +41,16 @@ int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail
 		return err_oom();
 	/* Until placed, a non-zero stamp marks a tensor chosen for the device. */
 	m->bytes = 0;
+	m->host_mapped = tun_get(&c->ctx->tun, mmap);
+	m->host_charge = m->host_mapped ? 0 : mf->size;
 	for (size_t i = 0; i < mf->n_tensors; i++) {
 		uint64_t charge = tensor_charge(mf->tensors[i].size);
 
-		if (mf->tensors[i].size > alloc_max_request(m->dev))
-			continue;
-		if (charge <= avail - m->bytes) {
+		if (mf->tensors[i].size <= alloc_max_request(m->dev) && charge <= avail - m->bytes) {
 			m->bytes += charge;
 			m->stamp[i] = ++c->clock;
+		} else if (m->host_mapped) {
+			m->host_charge += mf->tensors[i].size;
 		}
 	}
 	return 0;
@@ -222,6 +224,19 @@ static int mark(const struct devcache_model *m, const char *const *names, size_t
 	return 0;
 }
 
+/* Tensor i of e moves to the host (host true) or to the device: where
+ * its host part is mapped, RAM's charge follows its bytes.  Called with
+ * the cache locked. */
+static void charge_host_part(struct model_cache *c, struct devcache_model *e, size_t i, bool host)
+{
+	uint64_t size = e->mf->tensors[i].size;
+
+	if (!e->host_mapped)
+		return;
+	e->host_charge += host ? size : -size;
+	c->ram_used += host ? size : -size;
+}
+
 /* Give tensor i of e's device memory back: it is on the host again. */
 static void to_host(struct model_cache *c, struct devcache_model *e, size_t i)
 {
@@ -231,6 +246,7 @@ static void to_host(struct model_cache *c, struct devcache_model *e, size_t i)
 	e->dev_ptr[i] = NULL;
 	e->bytes -= charge;
 	*mc_used_of(c, e->dev) -= charge;
+	charge_host_part(c, e, i, true);
 }
 
 struct victim {
@@ -418,6 +434,7 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 			if (fetch[i]) {
 				m->dev_ptr[i] = ptrs[i];
 				m->stamp[i] = ++c->clock;
+				charge_host_part(c, m, i, false);
 			}
 		c->stats.bytes_read += read;
 		c->stats.bytes_uploaded += uploaded;

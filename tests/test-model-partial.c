@@ -69,6 +69,14 @@ static void within_budget(devcache_ctx_t *ctx, devcache_device_t *dev)
 			 (unsigned long long)used, (unsigned long long)budget);
 }
 
+static uint64_t ram_used(devcache_ctx_t *ctx)
+{
+	devcache_cache_stats_t s;
+
+	assert_int_equal(devcache_cache_stats(ctx, &s), 0);
+	return s.ram_used;
+}
+
 static void without_the_tunable_the_error_says_so(void **state)
 {
 	char path[512];
@@ -112,10 +120,11 @@ static void what_fits_goes_to_the_device_in_order(void **state)
 	assert_int_equal(mi.host_bytes, 100000);
 	assert_ptr_equal(mi.device, dev);
 	assert_int_equal(mi.locks, 1);
-	/* The host side is the files, charged to RAM. */
+	/* The host part, charged to RAM: mapped, only the bytes of the tensors
+	 * on the host (t3), not the whole files. */
 	devcache_cache_stats_t s;
 	devcache_cache_stats(ctx, &s);
-	assert_true(s.ram_used > 400000);
+	assert_int_equal(s.ram_used, 100000);
 	/* One entry: a second load is a hit on it. */
 	devcache_model_t *again;
 	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &again), 0);
@@ -131,6 +140,24 @@ static void what_fits_goes_to_the_device_in_order(void **state)
 	fclose(f);
 	assert_contains(text, "(partial: 293.0 KiB of 390.6 KiB on good:0)");
 	free(text);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
+/* RAM's budget counts a mapped partial model's host part only: 150K
+ * holds t3 (100000 bytes) though not the files (over 400000). */
+static void ram_counts_the_host_part_only(void **state)
+{
+	char path[512];
+	devcache_model_t *m;
+
+	(void)state;
+	write_set(path, sizeof path, "big", 12);
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:300K,max_cache_ram:150K,partial_loading:true");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
+	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
+	assert_int_equal(check_all(m, 12), 0x7);
+	assert_int_equal(ram_used(ctx), 100000);
 	devcache_model_release(m);
 	devcache_close(ctx);
 }
@@ -153,6 +180,7 @@ static void tensors_move_in_and_out_byte_exact(void **state)
 	assert_int_equal(devcache_model_make_resident(m, t3, 1, NULL), 0);
 	within_budget(ctx, dev);
 	assert_int_equal(check_all(m, 3), 0xe);
+	assert_int_equal(ram_used(ctx), 100000); /* t0's bytes, now on the host */
 	/* t1 out, then t0 and t3 in: room without moving anything else. */
 	assert_int_equal(devcache_model_move_to_host(m, t1, 1), 0);
 	within_budget(ctx, dev);
@@ -176,6 +204,7 @@ static void tensors_move_in_and_out_byte_exact(void **state)
 	/* Everything back to the host. */
 	assert_int_equal(devcache_model_move_to_host(m, NULL, 0), 0);
 	assert_int_equal(check_all(m, 3), 0);
+	assert_int_equal(ram_used(ctx), 400000);
 	assert_int_equal(devcache_model_info(m, &mi), 0);
 	assert_int_equal(mi.device_bytes, 0);
 	uint64_t used, budget;
@@ -257,9 +286,15 @@ static void without_mmap_the_host_side_is_a_copy(void **state)
 	devcache_device_t *dev = mw_device(ctx, "good:0");
 	assert_int_equal(devcache_model_load(ctx, path, dev, NULL, &m), 0);
 	assert_int_equal(check_all(m, 7), 0x7);
+	/* The host part is a copy of the files: all of it charged to RAM,
+	 * wherever the tensors are. */
+	uint64_t files = devcache_model_file_size(devcache_model_file(m));
+	assert_true(files > 400000);
+	assert_int_equal(ram_used(ctx), files);
 	const char *t3[] = {"t3"};
 	assert_int_equal(devcache_model_make_resident(m, t3, 1, NULL), 0);
 	assert_int_equal(check_all(m, 7), 0xe);
+	assert_int_equal(ram_used(ctx), files);
 	(void)calls;
 	devcache_model_release(m);
 	devcache_close(ctx);
@@ -683,6 +718,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TMPDIR_TEST(without_the_tunable_the_error_says_so),
 		TMPDIR_TEST(what_fits_goes_to_the_device_in_order),
+		TMPDIR_TEST(ram_counts_the_host_part_only),
 		TMPDIR_TEST(tensors_move_in_and_out_byte_exact),
 		TMPDIR_TEST(other_models_make_room_in_order),
 		TMPDIR_TEST(without_mmap_the_host_side_is_a_copy),
