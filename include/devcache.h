@@ -464,7 +464,10 @@ typedef struct devcache_cache_stats {
 	uint64_t ram_used, ram_budget; /* host placements and RAM copies */
 	uint64_t ram_copies;           /* models evicted from a device, kept in RAM */
 	uint64_t ram_copy_reloads;     /* hits served by copying a RAM copy back */
-	uint64_t reserved[6];
+	uint64_t offloads;             /* models moved off their device and kept
+					* (a RAM copy, or their host part) */
+	uint64_t ram_peak;             /* the high-water mark of ram_used */
+	uint64_t reserved[4];
 } devcache_cache_stats_t;
 
 DEVCACHE_API int devcache_cache_stats(devcache_ctx_t *ctx, devcache_cache_stats_t *stats);
@@ -476,6 +479,109 @@ DEVCACHE_API int devcache_cache_device_usage(devcache_ctx_t *ctx, devcache_devic
 DEVCACHE_API int devcache_cache_summary(devcache_ctx_t *ctx, FILE *out);
 /* Evict every unlocked model; returns how many. */
 DEVCACHE_API size_t devcache_cache_evict_all(devcache_ctx_t *ctx);
+
+/* ---- The model cache, model by model (issue 32: a model manager's calls) ---
+ * What an InvokeAI-like model manager drives: what the cache holds, model
+ * by model; offload, evict and make room; locks that reserve working
+ * memory; partial residency by bytes; the cache's share of each device.
+ * Each call is atomic with respect to the others and to loads. */
+
+/* Where a cached model's tensors are: devcache_cached_model_t.where. */
+enum devcache_residence {
+	DEVCACHE_RESIDENCE_DEVICE = 1,   /* all on its device */
+	DEVCACHE_RESIDENCE_HOST = 2,     /* placed on the host device: its files */
+	DEVCACHE_RESIDENCE_RAM_COPY = 3, /* offloaded from its device to a copy in RAM */
+	DEVCACHE_RESIDENCE_PARTIAL = 4   /* some on its device, the rest on the host */
+};
+
+/* One model the cache holds, as devcache_cache_models() lists it. */
+typedef struct devcache_cached_model {
+	const char *path;        /* as it was loaded (its index, for a set) */
+	devcache_device_t *device;
+	int where;               /* enum devcache_residence */
+	int writable;            /* loaded with DEVCACHE_LOAD_WRITABLE */
+	int locks;               /* loads and devcache_model_lock()s not yet released */
+	int loading;             /* 1: a load or a move of its tensors is under way */
+	uint64_t size;           /* its files' bytes */
+	uint64_t device_bytes;   /* its tensors' bytes on its device */
+	uint64_t host_bytes;     /* and on the host, or in its RAM copy */
+	uint64_t charged_device; /* charged to its device's budget (max_cache_vram) */
+	uint64_t charged_ram;    /* charged to max_cache_ram */
+	uint64_t working_mem;    /* reserved by its locks (devcache_model_lock) */
+	uint64_t hits;           /* loads it served */
+	double last_use;         /* when it was last loaded or used: CLOCK_MONOTONIC seconds */
+	uint64_t reserved[8];
+} devcache_cached_model_t;
+
+/* The models the cache holds, most recently used first, in a new array
+ * of *n_p (free it with devcache_cache_models_free()). */
+DEVCACHE_API int devcache_cache_models(devcache_ctx_t *ctx, devcache_cached_model_t **models_p,
+				      size_t *n_p);
+DEVCACHE_API void devcache_cache_models_free(devcache_cached_model_t *models, size_t n);
+
+/* The cache's share of one device (the host: of RAM), apart from the
+ * program's own allocations. */
+typedef struct devcache_cache_device_stats {
+	uint64_t used;           /* charged to the budget, working memory included */
+	uint64_t budget;         /* max_cache_vram (the host: max_cache_ram) */
+	uint64_t peak_used;      /* the high-water mark of used */
+	uint64_t working_mem;    /* reserved by locks (devcache_model_lock) */
+	uint64_t allocated_bytes; /* the cache's blocks in the device's allocator */
+	uint64_t reserved_bytes;  /* the allocator's segments that hold them */
+	uint64_t device_allocated_bytes; /* the device's allocator altogether: less */
+	uint64_t device_reserved_bytes;  /* the cache's share, the program's own */
+	uint64_t reserved[8];
+} devcache_cache_device_stats_t;
+
+DEVCACHE_API int devcache_cache_device_stats(devcache_ctx_t *ctx, devcache_device_t *dev,
+					    devcache_cache_device_stats_t *stats);
+
+/* Evict the model that loading path on dev would find (its key): the
+ * cache forgets it at once; an unlocked one's memory is freed now, a
+ * locked one's when its last holder releases it (it stays charged until
+ * then).  DEVCACHE_ENOENT when the cache does not hold it. */
+DEVCACHE_API int devcache_cache_evict(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev);
+/* The same for a model the caller holds; the handle stays valid until
+ * the caller's devcache_model_release(). */
+DEVCACHE_API int devcache_model_evict(devcache_model_t *model);
+/* Offload the unlocked model that path names on dev from the device: a
+ * whole model to a RAM copy (keep_ram_copy and max_cache_ram must allow
+ * it), a partial one's device tensors back to its host part.  Its device
+ * memory goes back.  The reverse is a load: a RAM copy is copied back,
+ * and devcache_model_make_resident() brings a partial model's tensors.
+ * DEVCACHE_EBUSY for a locked model, DEVCACHE_ENOMEM where RAM does not
+ * allow the copy, DEVCACHE_EINVAL for a model placed on the host. */
+DEVCACHE_API int devcache_cache_offload(devcache_ctx_t *ctx, const char *path,
+				       devcache_device_t *dev);
+/* Offload or evict unlocked models charged to dev, least recently used
+ * first, until bytes are free within its budget and, on a device, in its
+ * driver's free memory; *freed_p (if not NULL) gets what was freed.
+ * DEVCACHE_ENOMEM, having moved nothing, when even every unlocked model
+ * would not make the room. */
+DEVCACHE_API int devcache_cache_make_room(devcache_ctx_t *ctx, devcache_device_t *dev,
+					 uint64_t bytes, uint64_t *freed_p);
+/* One more lock on a model the caller holds, reserving working_mem bytes
+ * of its device against other loads (charged to its budget) while it
+ * holds: releases give working memory back in the reverse order of the
+ * devcache_model_lock() calls that reserved it, one per release.  Room
+ * is made as for a load; DEVCACHE_ENOMEM, taking no lock, when it cannot
+ * be.  device_working_mem stays the headroom of the default budget. */
+DEVCACHE_API int devcache_model_lock(devcache_model_t *model, uint64_t working_mem);
+/* A load that places at most device_bytes of the model on dev: the
+ * largest prefix of its tensors, in its order, that fits that and the
+ * budget; the rest stays on the host, as with partial_loading (which it
+ * does not need).  A hit returns the cached model as it is. */
+DEVCACHE_API int devcache_model_load_partial(devcache_ctx_t *ctx, const char *path,
+					    devcache_device_t *dev, uint64_t device_bytes,
+					    const devcache_load_args_t *args,
+					    devcache_model_t **model_p);
+/* Grow or shrink a partial model's device part to the largest prefix of
+ * its tensors, in its order, within device_bytes (charged bytes): tensors
+ * past it go back to the host, those in it are made resident as
+ * devcache_model_make_resident() makes them.  A fully loaded model is
+ * first moved to the host whole (see devcache_model_move_to_host()). */
+DEVCACHE_API int devcache_model_set_device_bytes(devcache_model_t *model, uint64_t device_bytes,
+						devcache_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -318,3 +318,51 @@ int devcache_snapshot(devcache_device_t *dev, FILE *out)
 		return err_oom();
 	return ferror(out) ? err_set(DEVCACHE_EIO, _("devcache_snapshot: write error")) : 0;
 }
+
+/* ---- the model cache's share ------------------------------------------------ */
+
+struct seg_share {
+	uintptr_t base;
+	size_t size;
+};
+
+static int by_share_base(const void *x, const void *y)
+{
+	const struct seg_share *a = x, *b = y;
+
+	return a->base < b->base ? -1 : a->base > b->base;
+}
+
+int alloc_share(devcache_device_t *dev, void *const *ptrs, size_t n, uint64_t *allocated_p,
+		uint64_t *reserved_p)
+{
+	struct allocator *a = dev->alloc;
+	struct seg_share *segs = malloc((n ? n : 1) * sizeof *segs);
+	size_t k = 0;
+
+	*allocated_p = *reserved_p = 0;
+	if (!segs)
+		return err_oom();
+	world_lock(a);
+	tcache_flush_own(a);
+	for (size_t i = 0; i < n; i++) {
+		struct block *b = tcache_lookup(a, (uintptr_t)ptrs[i], false);
+
+		if (!b)
+			continue;
+		*allocated_p += b->size;
+		/* An expandable segment is shared address space: the block's
+		 * own pages are its share. */
+		if (b->seg->expandable)
+			*reserved_p += b->size;
+		else
+			segs[k++] = (struct seg_share){b->seg->base, b->seg->size};
+	}
+	world_unlock(a);
+	qsort(segs, k, sizeof *segs, by_share_base);
+	for (size_t i = 0; i < k; i++)
+		if (i == 0 || segs[i].base != segs[i - 1].base)
+			*reserved_p += segs[i].size;
+	free(segs);
+	return 0;
+}

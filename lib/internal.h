@@ -167,6 +167,11 @@ size_t alloc_max_request(const devcache_device_t *dev);
 /* Free ptr (size bytes, as asked) and give its segment back to the
  * driver where that leaves it wholly free (alloc-miss.c). */
 int alloc_free_to_driver(devcache_device_t *dev, void *ptr, size_t size);
+/* The blocks at ptrs (n of them) in dev's allocator: their bytes as
+ * rounded, and those of the segments that hold them, each counted once
+ * (alloc-stats.c). */
+int alloc_share(devcache_device_t *dev, void *const *ptrs, size_t n, uint64_t *allocated_p,
+		uint64_t *reserved_p);
 /* Create and destroy the allocators of every device. */
 int devices_start_allocators(devcache_ctx_t *ctx);
 void devices_stop_allocators(devcache_ctx_t *ctx);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 /*
@@ -58,9 +59,12 @@ static int cache_create(devcache_ctx_t *ctx, struct model_cache **c_p)
 	struct model_cache *c = calloc(1, sizeof *c);
 
 	if (!c || !(c->vram_used = calloc(ctx->n_devices, sizeof *c->vram_used)) ||
-	    !(c->vram_budget = calloc(ctx->n_devices, sizeof *c->vram_budget))) {
-		if (c)
+	    !(c->vram_budget = calloc(ctx->n_devices, sizeof *c->vram_budget)) ||
+	    !(c->vram_peak = calloc(ctx->n_devices, sizeof *c->vram_peak))) {
+		if (c) {
 			free(c->vram_used);
+			free(c->vram_budget);
+		}
 		free(c);
 		return err_oom();
 	}
@@ -110,6 +114,24 @@ void mc_charge(struct model_cache *c, const struct devcache_model *m)
 {
 	*charge_of(c, m) += m->bytes;
 	c->ram_used += m->host_charge;
+	mc_peaks(c);
+}
+
+void mc_peaks(struct model_cache *c)
+{
+	if (c->ram_used > c->stats.ram_peak)
+		c->stats.ram_peak = c->ram_used;
+	for (size_t i = 0; i < c->ctx->n_devices; i++)
+		if (c->vram_used[i] > c->vram_peak[i])
+			c->vram_peak[i] = c->vram_used[i];
+}
+
+double mc_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 void mc_uncharge(struct model_cache *c, const struct devcache_model *m)
@@ -183,14 +205,25 @@ void mc_dev_free(const struct devcache_model *m, void *p, uint64_t size)
 		log_msg(&ctx->log, DEVCACHE_LOG_ERROR, "%s", devcache_last_error());
 }
 
-/* Whether a model still in the cache maps file f (by its identity). */
+static bool maps_file(const struct devcache_model *e, const devcache_model_file_t *f)
+{
+	for (size_t i = 0; e->maps && i < mf_part_count(e->mf); i++)
+		if (e->maps[i].mapped && mf_part(e->mf, i)->dev == f->dev &&
+		    mf_part(e->mf, i)->ino == f->ino)
+			return true;
+	return false;
+}
+
+/* Whether a model still in the cache (or forgotten, still held) maps
+ * file f, by its identity. */
 static bool mapped_elsewhere(struct model_cache *c, const devcache_model_file_t *f)
 {
 	for (struct devcache_model *e = c->head; e; e = e->next)
-		for (size_t i = 0; e->maps && i < mf_part_count(e->mf); i++)
-			if (e->maps[i].mapped && mf_part(e->mf, i)->dev == f->dev &&
-			    mf_part(e->mf, i)->ino == f->ino)
-				return true;
+		if (maps_file(e, f))
+			return true;
+	for (struct devcache_model *e = c->gone_head; e; e = e->next)
+		if (maps_file(e, f))
+			return true;
 	return false;
 }
 
@@ -218,6 +251,8 @@ static void entry_unmap(struct model_cache *c, struct devcache_model *m, bool dr
 	m->ram_copy = NULL;
 	chunks_free(m);
 	partial_free(m);
+	free(m->working);
+	m->working = NULL;
 }
 
 /* Give back what an entry holds; the caller has unlinked and uncharged it. */
@@ -228,9 +263,7 @@ void mc_entry_free(struct devcache_model *m)
 	free(m);
 }
 
-/* Copy a device model into RAM and give its device memory back; false
- * when the RAM budget or the copy does not allow it. */
-static bool keep_in_ram(struct model_cache *c, struct devcache_model *m)
+bool mc_keep_in_ram(struct model_cache *c, struct devcache_model *m)
 {
 	void *copy;
 
@@ -254,6 +287,8 @@ static bool keep_in_ram(struct model_cache *c, struct devcache_model *m)
 	m->ram_copy = copy;
 	c->ram_used += m->bytes;
 	c->stats.ram_copies++;
+	c->stats.offloads++;
+	mc_peaks(c);
 	return true;
 }
 
@@ -287,10 +322,10 @@ void mc_drop(struct model_cache *c, struct devcache_model *m)
 
 /* Evict m from where it is: a device model becomes a RAM copy when
  * keep_ram_copy and the RAM budget allow; anything else is dropped. */
-static void evict(struct model_cache *c, struct devcache_model *m)
+void mc_evict(struct model_cache *c, struct devcache_model *m)
 {
 	c->stats.evictions++;
-	if (!m->ram_copy && keep_in_ram(c, m))
+	if (!m->ram_copy && mc_keep_in_ram(c, m))
 		log_msg(&c->ctx->log, DEVCACHE_LOG_INFO,
 			_("model cache: evicted %s from %s, keeping a copy in RAM"), m->mf->path,
 			m->dev->id);
@@ -312,11 +347,41 @@ uint64_t mc_evict_for(struct model_cache *c, devcache_device_t *dev, uint64_t ne
 
 		if (charged_to(m, dev) && m->locks == 0 && m->state == ENTRY_READY) {
 			freed += mc_is_host(dev) && m->partial ? m->host_charge : m->bytes;
-			evict(c, m);
+			mc_evict(c, m);
 		}
 		m = prev;
 	}
 	return freed;
+}
+
+uint64_t mc_evictable(struct model_cache *c, const devcache_device_t *dev)
+{
+	uint64_t bytes = 0;
+
+	for (struct devcache_model *m = c->head; m; m = m->next)
+		if (charged_to(m, dev) && m->locks == 0 && m->state == ENTRY_READY)
+			bytes += mc_is_host(dev) && m->partial ? m->host_charge : m->bytes;
+	return bytes;
+}
+
+void mc_forget(struct model_cache *c, struct devcache_model *m)
+{
+	mc_lru_unlink(c, m);
+	DLQ_PUSH_FRONT(c->gone_head, c->gone_tail, m, prev, next);
+	m->forgotten = true;
+	c->stats.models--;
+	c->stats.locked_models--;
+	c->stats.evictions++;
+}
+
+void mc_free_forgotten(struct model_cache *c, struct devcache_model *m)
+{
+	DLQ_REMOVE(c->gone_head, c->gone_tail, m, prev, next);
+	mc_uncharge(c, m);
+	log_msg(&c->ctx->log, DEVCACHE_LOG_INFO, _("model cache: evicted %s from %s"), m->mf->path,
+		m->dev->id);
+	entry_unmap(c, m, tun_get(&c->ctx->tun, evict_page_cache));
+	mc_entry_free(m);
 }
 
 /* The allocator is out of memory on dev: evict unlocked models there. */
@@ -391,6 +456,14 @@ void model_cache_destroy(devcache_ctx_t *ctx)
 		}
 	pthread_mutex_unlock(&ctx->lock);
 	size_t locked = 0;
+	while (c->gone_head) {
+		struct devcache_model *m = c->gone_head;
+
+		locked++;
+		DLQ_REMOVE(c->gone_head, c->gone_tail, m, prev, next);
+		entry_unmap(c, m, tun_get(&ctx->tun, evict_page_cache));
+		mc_entry_free(m);
+	}
 	while (c->head) {
 		struct devcache_model *m = c->head;
 
@@ -408,6 +481,7 @@ void model_cache_destroy(devcache_ctx_t *ctx)
 	pthread_mutex_destroy(&c->lock);
 	free(c->vram_used);
 	free(c->vram_budget);
+	free(c->vram_peak);
 	free(c);
 	ctx->cache = NULL;
 }

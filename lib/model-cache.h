@@ -51,6 +51,14 @@ struct devcache_model {
 	uint64_t host_charge;
 	uint64_t read, uploaded; /* by its load, for the statistics */
 	int locks;             /* loads not yet released */
+	/* Working memory of its locks (devcache_model_lock), latest last,
+	 * charged to its device's budget; working_total is their sum. */
+	uint64_t *working;
+	size_t n_working, working_cap;
+	uint64_t working_total;
+	bool forgotten;        /* evicted while locked: on the gone list, freed at its last release */
+	uint64_t hits;
+	double last_use;       /* CLOCK_MONOTONIC seconds */
 	enum entry_state state;
 	pthread_t loader;      /* the thread that set ENTRY_LOADING */
 	struct devcache_model *prev, *next; /* most recently used first */
@@ -61,8 +69,10 @@ struct model_cache {
 	pthread_mutex_t lock;
 	pthread_cond_t ready; /* an entry left the loading state */
 	struct devcache_model *head, *tail;
+	struct devcache_model *gone_head, *gone_tail; /* forgotten while locked */
 	uint64_t ram_used, ram_budget;
 	uint64_t *vram_used, *vram_budget; /* by device index */
+	uint64_t *vram_peak;               /* high-water marks; RAM's is in stats */
 	devcache_cache_stats_t stats;
 	uint64_t clock;       /* ticks at each use of a partial model's tensors */
 };
@@ -80,6 +90,23 @@ uint64_t mc_evict_for(struct model_cache *c, devcache_device_t *dev, uint64_t ne
 
 /* Drop m from the cache altogether.  Called with the cache locked. */
 void mc_drop(struct model_cache *c, struct devcache_model *m);
+/* Evict m from where it is: a RAM copy where keep_ram_copy and the RAM
+ * budget allow, dropped otherwise.  Called with the cache locked. */
+void mc_evict(struct model_cache *c, struct devcache_model *m);
+/* Copy a device model into RAM and give its device memory back; false
+ * when keep_ram_copy, the RAM budget or the copy does not allow it. */
+bool mc_keep_in_ram(struct model_cache *c, struct devcache_model *m);
+/* The cache forgets m, which is locked: off the list, freed (and its
+ * charge taken back) at its last release.  Called with the cache locked. */
+void mc_forget(struct model_cache *c, struct devcache_model *m);
+/* Its last release: free a forgotten m.  Called with the cache locked. */
+void mc_free_forgotten(struct model_cache *c, struct devcache_model *m);
+/* Raise the high-water marks to the charges now.  Called with the cache
+ * locked after any charge grows. */
+void mc_peaks(struct model_cache *c);
+/* What unlocked, ready models charged to dev would free if evicted. */
+uint64_t mc_evictable(struct model_cache *c, const devcache_device_t *dev);
+double mc_now(void);
 /* The list, most recently used first.  Called with the cache locked. */
 void mc_lru_unlink(struct model_cache *c, struct devcache_model *m);
 void mc_lru_push_front(struct model_cache *c, struct devcache_model *m);
@@ -105,6 +132,15 @@ struct mem_use {
 void mc_mem_use(struct model_cache *c, const devcache_model_file_t *also, struct mem_use *u);
 void mc_log_mem_use(struct model_cache *c, const char *what, const char *path,
 		    const devcache_model_file_t *also, const struct mem_use *before);
+
+/* ---- model-load.c ----------------------------------------------------------------- */
+
+/* The cached, ready model that loading path on dev would find (either
+ * DEVCACHE_LOAD_WRITABLE flag): by the files' identity, else parsed,
+ * with the cache unlocked meanwhile.  DEVCACHE_ENOENT when there is
+ * none, DEVCACHE_EBUSY while it loads.  Called with the cache locked. */
+int mc_find_key(struct model_cache *c, const char *path, devcache_device_t *dev,
+		struct devcache_model **m_p);
 
 /* ---- model-place.c: a new model's bytes on the host or a device ------------------ */
 
@@ -158,6 +194,8 @@ void chunks_release(struct devcache_model *m);
 /* Free the device memory and the plan. */
 void chunks_free(struct devcache_model *m);
 bool chunks_on_device(const struct devcache_model *m);
+/* Chunk k's allocation, NULL while not on the device. */
+void *chunks_base(const struct devcache_model *m, size_t k);
 /* Where tensor index lies on the device. */
 void *chunks_tensor(const struct devcache_model *m, size_t index);
 /* Copy the whole layout between the device and ram (m->bytes long). */
@@ -173,12 +211,20 @@ static inline uint64_t tensor_charge(uint64_t size)
 }
 
 /* Choose the tensors that fit in avail bytes, in tensor order, skipping
- * those that do not; sets m->partial, its arrays and m->bytes.  Called
- * with the cache locked. */
-int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail);
+ * those that do not (prefix: up to the first that does not); sets
+ * m->partial, its arrays, m->bytes and m->host_charge.  Called with the
+ * cache locked. */
+int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail, bool prefix);
 /* Place a planned partial load: the files on the host, the chosen
  * tensors uploaded.  Unlocked. */
 int partial_place(struct devcache_model *m, const devcache_load_args_t *args);
+/* A whole model on a device becomes a partial one with every tensor on
+ * the host (its files mapped, or copied where mmap is false, charged to
+ * RAM as partial models are), its device memory given back.  Called with
+ * the cache locked and m ready; unlocks it meanwhile, m loading. */
+int partial_from_whole(struct model_cache *c, struct devcache_model *m);
+/* Every device tensor of a partial model back to the host.  Locked. */
+void partial_offload(struct model_cache *c, struct devcache_model *m);
 /* Give back the device allocations of a partial model. */
 void partial_free(struct devcache_model *m);
 /* Where tensor i is, for devcache_model_tensor_at(). */

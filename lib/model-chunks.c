@@ -162,3 +162,8 @@ int chunks_copy_in(const struct devcache_model *m, const void *ram, devcache_str
 					     (size_t)m->chunks[k].size, stream);
 	return rc;
 }
+
+void *chunks_base(const struct devcache_model *m, size_t k)
+{
+	return m->chunks[k].base;
+}

@@ -64,11 +64,11 @@ int devcache_model_tensor_at(const devcache_model_t *m, size_t index, devcache_t
 		return err_set(DEVCACHE_EINVAL, _("devcache_model_tensor_at: NULL argument"));
 	if (devcache_model_file_tensor(m->mf, index, info))
 		return DEVCACHE_ENOENT;
+	/* Another thread that holds the model may be moving its tensors, or
+	 * moving the whole model to the host. */
+	pthread_mutex_lock(&m->cache->lock);
 	if (m->partial) {
-		/* Another thread that holds the model may be moving its tensors. */
-		pthread_mutex_lock(&m->cache->lock);
 		*data_p = partial_tensor(m, index, &info->place);
-		pthread_mutex_unlock(&m->cache->lock);
 	} else if (m->maps) {
 		*data_p = (char *)m->maps[info->shard].p + info->offset;
 		info->place = DEVCACHE_PLACE_HOST;
@@ -76,6 +76,7 @@ int devcache_model_tensor_at(const devcache_model_t *m, size_t index, devcache_t
 		*data_p = chunks_tensor(m, index);
 		info->place = DEVCACHE_PLACE_DEVICE;
 	}
+	pthread_mutex_unlock(&m->cache->lock);
 	/* A host tensor is the file's mapping: no pointer into a file that
 	 * changed under it. */
 	if (info->place == DEVCACHE_PLACE_HOST && m->maps) {

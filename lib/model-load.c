@@ -74,6 +74,7 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 	if ((rc = make_room(c, dev, m->bytes, m->mf->path)))
 		return rc;
 	*vram += m->bytes; /* charged to both while it is copied */
+	mc_peaks(c);
 	m->state = ENTRY_LOADING;
 	m->loader = pthread_self();
 	m->locks = 1;
@@ -99,6 +100,8 @@ static int reload_from_ram(struct model_cache *c, struct devcache_model *m,
 		m->ram_copy = NULL;
 		c->ram_used -= m->bytes;
 		c->stats.hits++;
+		m->hits++;
+		m->last_use = mc_now();
 		c->stats.ram_copy_reloads++;
 		c->stats.ram_copies--;
 		c->stats.locked_models++;
@@ -220,6 +223,8 @@ static int lookup(struct model_cache *c, const devcache_model_file_t *mf, const 
 		res->bytes_uploaded = m->bytes;
 	} else {
 		m->locks++;
+		m->hits++;
+		m->last_use = mc_now();
 		c->stats.hits++;
 		c->stats.locked_models += m->locks == 1;
 		mc_lru_unlink(c, m);
@@ -253,16 +258,19 @@ static uint64_t largest_tensor(const devcache_model_file_t *mf)
  * the loading state, so that concurrent loads of the file wait for it.
  * Takes mf over on success.  Called with the cache locked. */
 static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_device_t *dev,
-		  bool writable, struct devcache_model **m_p)
+		  bool writable, uint64_t cap, struct devcache_model **m_p)
 {
 	uint64_t need = footprint(mf, dev);
 	struct devcache_model *m;
 	int rc;
 
-	bool partial = false;
+	bool partial = false, capped = !mc_is_host(dev) && need > cap;
 
 	c->stats.misses++;
-	if (!mc_is_host(dev) && tun_get(&c->ctx->tun, partial_loading)) {
+	if (capped) {
+		mc_evict_for(c, dev, cap, 0);
+		partial = true;
+	} else if (!mc_is_host(dev) && tun_get(&c->ctx->tun, partial_loading)) {
 		mc_evict_for(c, dev, need, 0);
 		/* Also where a tensor is larger than the device's largest
 		 * single allocation: it stays on the host, the rest goes. */
@@ -277,12 +285,13 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 	}
 	*m = (struct devcache_model){.cache = c, .dev = dev, .writable = writable, .mf = mf,
 				     .bytes = need, .locks = 1, .state = ENTRY_LOADING,
-				     .loader = pthread_self()};
+				     .loader = pthread_self(), .last_use = mc_now()};
 	if (partial) {
 		uint64_t used = *mc_used_of(c, dev), budget = mc_budget_of(c, dev);
+		uint64_t avail = used < budget ? budget - used : 0;
 
 		/* Its host part counts against RAM's budget (partial_plan). */
-		rc = partial_plan(c, m, used < budget ? budget - used : 0);
+		rc = partial_plan(c, m, capped && cap < avail ? cap : avail, capped);
 		c->stats.failed_loads += rc != 0;
 		if (rc || (rc = make_room(c, host_device(c), m->host_charge, mf->path))) {
 			free(m->dev_ptr);
@@ -381,8 +390,10 @@ static int load_args(const devcache_load_args_t *in, devcache_load_args_t *a)
 	return 0;
 }
 
-int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev,
-			const devcache_load_args_t *args_in, devcache_model_t **model_p)
+/* A load; cap: at most so many bytes on the device (UINT64_MAX: none),
+ * the largest prefix of the tensors that fits. */
+static int load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev, uint64_t cap,
+		const devcache_load_args_t *args_in, devcache_model_t **model_p)
 {
 	double t0 = now_seconds();
 	devcache_load_result_t res = {0};
@@ -436,7 +447,7 @@ int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t
 		pthread_mutex_unlock(&c->lock);
 		devcache_model_file_close(mf);
 	} else {
-		rc = insert(c, mf, dev, writable, &m);
+		rc = insert(c, mf, dev, writable, cap, &m);
 		pthread_mutex_unlock(&c->lock);
 		if (rc)
 			devcache_model_file_close(mf);
@@ -461,6 +472,57 @@ done:
 	return 0;
 }
 
+int devcache_model_load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev,
+			const devcache_load_args_t *args, devcache_model_t **model_p)
+{
+	return load(ctx, path, dev, UINT64_MAX, args, model_p);
+}
+
+int devcache_model_load_partial(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev,
+				uint64_t device_bytes, const devcache_load_args_t *args,
+				devcache_model_t **model_p)
+{
+	return load(ctx, path, dev, device_bytes, args, model_p);
+}
+
+/* The cached model path names on dev (either flag), ready, or NULL; by
+ * the files' identity first, then parsed.  Called with the cache locked;
+ * it is left to parse the file.  DEVCACHE_EBUSY while it is loading. */
+int mc_find_key(struct model_cache *c, const char *path, devcache_device_t *dev,
+		struct devcache_model **m_p)
+{
+	devcache_model_file_t *mf = NULL;
+	char *resolved = NULL;
+	struct stat st;
+	int rc = 0;
+
+	*m_p = NULL;
+	bool found = stat(path, &st) == 0;
+	if (found && S_ISDIR(st.st_mode))
+		found = mf_resolve_folder(path, &resolved) == 0 && stat(resolved, &st) == 0;
+	for (int w = 0; found && S_ISREG(st.st_mode) && w < 2 && !*m_p; w++)
+		*m_p = find_by_path(c, &st, dev, w);
+	free(resolved);
+	if (!*m_p) {
+		pthread_mutex_unlock(&c->lock);
+		rc = devcache_model_file_open(path, &mf);
+		pthread_mutex_lock(&c->lock);
+		if (rc)
+			return rc;
+		for (int w = 0; w < 2 && !*m_p; w++)
+			*m_p = find(c, mf, dev, w);
+		devcache_model_file_close(mf);
+	}
+	if (!*m_p)
+		return err_set(DEVCACHE_ENOENT, _("%s: not in the model cache for %s"), path, dev->id);
+	if ((*m_p)->state != ENTRY_READY) {
+		*m_p = NULL;
+		return err_set(DEVCACHE_EBUSY, _("%s: being loaded on %s; try again once it is"), path,
+			       dev->id);
+	}
+	return 0;
+}
+
 void devcache_model_release(devcache_model_t *m)
 {
 	if (!m)
@@ -468,12 +530,23 @@ void devcache_model_release(devcache_model_t *m)
 	struct model_cache *c = m->cache;
 
 	pthread_mutex_lock(&c->lock);
+	/* The latest lock's working memory goes back with it. */
+	if (m->locks > 0 && m->n_working) {
+		uint64_t w = m->working[--m->n_working];
+
+		*mc_used_of(c, m->dev) -= w;
+		m->working_total -= w;
+	}
 	if (m->locks > 0 && --m->locks == 0) {
-		c->stats.locked_models--;
-		/* Its file changed under it: it can never be a hit again. */
-		if (guard_changed(m)) {
-			c->stats.evictions++;
-			mc_drop(c, m);
+		if (m->forgotten) {
+			mc_free_forgotten(c, m);
+		} else {
+			c->stats.locked_models--;
+			/* Its file changed under it: it can never be a hit again. */
+			if (guard_changed(m)) {
+				c->stats.evictions++;
+				mc_drop(c, m);
+			}
 		}
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /*
  * A partial model keeps every file on the host (mapped, or copied when
@@ -29,7 +30,7 @@
  * for it by name is an error that names it and the limit.
  */
 
-int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail)
+int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail, bool prefix)
 {
 	const devcache_model_file_t *mf = m->mf;
 	size_t n = mf->n_tensors ? mf->n_tensors : 1;
@@ -43,14 +44,19 @@ int partial_plan(struct model_cache *c, struct devcache_model *m, uint64_t avail
 	m->bytes = 0;
 	m->host_mapped = tun_get(&c->ctx->tun, mmap);
 	m->host_charge = m->host_mapped ? 0 : mf->size;
+	bool stop = false;
+
 	for (size_t i = 0; i < mf->n_tensors; i++) {
 		uint64_t charge = tensor_charge(mf->tensors[i].size);
 
-		if (mf->tensors[i].size <= alloc_max_request(m->dev) && charge <= avail - m->bytes) {
+		if (!stop && mf->tensors[i].size <= alloc_max_request(m->dev) &&
+		    charge <= avail - m->bytes) {
 			m->bytes += charge;
 			m->stamp[i] = ++c->clock;
-		} else if (m->host_mapped) {
-			m->host_charge += mf->tensors[i].size;
+		} else {
+			stop = prefix;
+			if (m->host_mapped)
+				m->host_charge += mf->tensors[i].size;
 		}
 	}
 	return 0;
@@ -347,21 +353,24 @@ static int room_for(struct model_cache *c, struct devcache_model *m, const bool 
 	return 0;
 }
 
-/* m->partial is set before the load returns it; m->locks changes under
- * the cache lock whenever another thread loads or releases the model, so
- * it is read under the lock too. */
-static int check_model(const struct devcache_model *m, const char *fn)
+/* m->locks and m->partial change under the cache lock (another thread
+ * loads or releases the model, or moves a whole model to the host), so
+ * they are read under it.  whole: a fully loaded model is accepted too
+ * (not one placed on the host). */
+static int check_model(const struct devcache_model *m, const char *fn, bool whole)
 {
 	int locks;
+	bool partial;
 
 	if (!m)
 		return err_set(DEVCACHE_EINVAL, _("%s: NULL argument"), fn);
-	if (!m->partial)
-		return err_set(DEVCACHE_EINVAL, _("%s: %s was not loaded partially (partial_loading)"),
-			       fn, m->mf->path);
 	pthread_mutex_lock(&m->cache->lock);
 	locks = m->locks;
+	partial = m->partial;
 	pthread_mutex_unlock(&m->cache->lock);
+	if (!partial && (!whole || mc_is_host(m->dev)))
+		return err_set(DEVCACHE_EINVAL, _("%s: %s was not loaded partially (partial_loading)"),
+			       fn, m->mf->path);
 	if (locks == 0)
 		return err_set(DEVCACHE_EINVAL, _("%s: %s is not locked: load it first"), fn,
 			       m->mf->path);
@@ -376,26 +385,20 @@ static void wait_ready(struct model_cache *c, const struct devcache_model *m)
 		pthread_cond_wait(&c->ready, &c->lock);
 }
 
-int devcache_model_make_resident(devcache_model_t *m, const char *const *names, size_t n,
-				 devcache_stream_t stream)
+/* Make the tensors marked in want resident on the device. */
+static int resident(devcache_model_t *m, const bool *want, devcache_stream_t stream)
 {
-	size_t count = m && m->mf->n_tensors ? m->mf->n_tensors : 1;
-	bool *want = NULL, *fetch = NULL;
+	size_t count = m->mf->n_tensors ? m->mf->n_tensors : 1;
+	bool *fetch = NULL;
 	void **ptrs = NULL;
 	uint64_t need = 0, read = 0, uploaded = 0;
-	struct model_cache *c;
-	int rc;
+	struct model_cache *c = m->cache;
+	int rc = 0;
 
-	if ((rc = check_model(m, "devcache_model_make_resident")))
-		return rc;
-	c = m->cache;
-	if (!(want = calloc(count, sizeof *want)) || !(fetch = calloc(count, sizeof *fetch)) ||
-	    !(ptrs = calloc(count, sizeof *ptrs))) {
+	if (!(fetch = calloc(count, sizeof *fetch)) || !(ptrs = calloc(count, sizeof *ptrs))) {
 		rc = err_oom();
 		goto out;
 	}
-	if ((rc = mark(m, names, n, want)))
-		goto out;
 	for (size_t i = 0; i < m->mf->n_tensors; i++)
 		if (want[i] && m->mf->tensors[i].size > alloc_max_request(m->dev)) {
 			rc = mc_tensor_too_large(m, i, alloc_max_request(m->dev));
@@ -421,6 +424,7 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 	/* Charged now, so that other loads see the room taken. */
 	m->bytes += need;
 	*mc_used_of(c, m->dev) += need;
+	mc_peaks(c);
 	m->state = ENTRY_LOADING;
 	m->loader = pthread_self();
 	pthread_mutex_unlock(&c->lock);
@@ -443,10 +447,113 @@ int devcache_model_make_resident(devcache_model_t *m, const char *const *names, 
 	pthread_cond_broadcast(&c->ready);
 	pthread_mutex_unlock(&c->lock);
 out:
-	free(want);
 	free(fetch);
 	free(ptrs);
 	return mf_name_oom(m->mf->path, rc);
+}
+
+int devcache_model_make_resident(devcache_model_t *m, const char *const *names, size_t n,
+				 devcache_stream_t stream)
+{
+	bool *want;
+	int rc;
+
+	if ((rc = check_model(m, "devcache_model_make_resident", false)))
+		return rc;
+	if (!(want = calloc(m->mf->n_tensors ? m->mf->n_tensors : 1, sizeof *want)))
+		return mf_name_oom(m->mf->path, err_oom());
+	if ((rc = mark(m, names, n, want)) == 0)
+		rc = resident(m, want, stream);
+	free(want);
+	return rc;
+}
+
+/* ---- a whole model to the host ----------------------------------------------------- */
+
+static devcache_device_t *host_of(const struct model_cache *c)
+{
+	for (size_t i = 0; i < c->ctx->n_devices; i++)
+		if (mc_is_host(&c->ctx->devices[i]))
+			return &c->ctx->devices[i];
+	return NULL;
+}
+
+/* The files' host placement made for a whole model, undone. */
+static void unplace_host(struct devcache_model *m)
+{
+	for (size_t i = 0; m->maps && i < mf_part_count(m->mf); i++) {
+		guard_remove(&m->maps[i]);
+		if (m->maps[i].p)
+			munmap(m->maps[i].p, m->maps[i].len);
+	}
+	free(m->maps);
+	m->maps = NULL;
+}
+
+int partial_from_whole(struct model_cache *c, struct devcache_model *m)
+{
+	const devcache_model_file_t *mf = m->mf;
+	size_t n = mf->n_tensors ? mf->n_tensors : 1;
+	devcache_load_args_t args = {.struct_size = sizeof args};
+	void **dev_ptr = NULL;
+	uint64_t *stamp = NULL, charge = 0;
+	bool mapped = tun_get(&c->ctx->tun, mmap);
+	int rc;
+
+	m->state = ENTRY_LOADING;
+	m->loader = pthread_self();
+	pthread_mutex_unlock(&c->lock);
+	rc = mc_place_on_host(m, &args);
+	if (rc == 0 && (!(dev_ptr = calloc(n, sizeof *dev_ptr)) || !(stamp = calloc(n, sizeof *stamp))))
+		rc = err_oom();
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < mf->n_tensors; i++)
+		charge += mf->tensors[i].size;
+	if (!mapped)
+		charge = mf->size;
+	if (rc == 0) {
+		devcache_device_t *host = host_of(c);
+
+		mc_evict_for(c, host, charge, 0);
+		if (c->ram_used + charge > c->ram_budget) {
+			char need_s[32], budget_s[32];
+
+			format_bytes(charge, need_s, sizeof need_s);
+			format_bytes(c->ram_budget, budget_s, sizeof budget_s);
+			rc = err_set(DEVCACHE_ENOMEM,
+				     _("%s: its host part needs %s, but the cache's budget there "
+				       "(max_cache_ram, %s) is taken by locked models"),
+				     mf->path, need_s, budget_s);
+		}
+	}
+	if (rc) {
+		free(dev_ptr);
+		free(stamp);
+		unplace_host(m);
+	} else {
+		chunks_free(m);
+		c->vram_used[mc_dev_index(c, m->dev)] -= m->bytes;
+		m->bytes = 0;
+		m->dev_ptr = dev_ptr;
+		m->stamp = stamp;
+		m->host_mapped = mapped;
+		m->host_charge = charge;
+		c->ram_used += charge;
+		m->partial = true;
+		c->stats.offloads++;
+		mc_peaks(c);
+	}
+	m->state = ENTRY_READY;
+	pthread_cond_broadcast(&c->ready);
+	return rc;
+}
+
+/* A whole model (locked by the caller) to the host, if it is one.  Called
+ * with the cache locked. */
+static int whole_to_host(struct model_cache *c, struct devcache_model *m)
+{
+	wait_ready(c, m);
+	return m->partial ? 0 : partial_from_whole(c, m);
 }
 
 int devcache_model_move_to_host(devcache_model_t *m, const char *const *names, size_t n)
@@ -455,19 +562,75 @@ int devcache_model_move_to_host(devcache_model_t *m, const char *const *names, s
 	bool *want;
 	int rc;
 
-	if ((rc = check_model(m, "devcache_model_move_to_host")))
+	if ((rc = check_model(m, "devcache_model_move_to_host", true)))
 		return rc;
 	c = m->cache;
 	if (!(want = calloc(m->mf->n_tensors ? m->mf->n_tensors : 1, sizeof *want)))
 		return mf_name_oom(m->mf->path, err_oom());
 	if ((rc = mark(m, names, n, want)) == 0) {
 		pthread_mutex_lock(&c->lock);
-		wait_ready(c, m);
-		for (size_t i = 0; i < m->mf->n_tensors; i++)
-			if (want[i] && m->dev_ptr[i])
-				to_host(c, m, i);
+		bool whole = !m->partial;
+		if ((rc = whole_to_host(c, m)) == 0) {
+			wait_ready(c, m);
+			for (size_t i = 0; i < m->mf->n_tensors; i++)
+				if (want[i] && m->dev_ptr[i])
+					to_host(c, m, i);
+		}
 		pthread_mutex_unlock(&c->lock);
+		/* A whole model goes to the host whole; the tensors not named
+		 * come back, each in an allocation of its own. */
+		if (rc == 0 && whole && names) {
+			for (size_t i = 0; i < m->mf->n_tensors; i++)
+				want[i] = !want[i];
+			rc = resident(m, want, NULL);
+		}
 	}
 	free(want);
-	return rc;
+	return mf_name_oom(m->mf->path, rc);
+}
+
+int devcache_model_set_device_bytes(devcache_model_t *m, uint64_t device_bytes,
+				    devcache_stream_t stream)
+{
+	struct model_cache *c;
+	bool *want, stop = false;
+	uint64_t sum = 0;
+	int rc;
+
+	if ((rc = check_model(m, "devcache_model_set_device_bytes", true)))
+		return rc;
+	c = m->cache;
+	if (!(want = calloc(m->mf->n_tensors ? m->mf->n_tensors : 1, sizeof *want)))
+		return mf_name_oom(m->mf->path, err_oom());
+	/* The largest prefix, in the model's order, within device_bytes. */
+	for (size_t i = 0; i < m->mf->n_tensors && !stop; i++) {
+		uint64_t charge = tensor_charge(m->mf->tensors[i].size);
+
+		stop = m->mf->tensors[i].size > alloc_max_request(m->dev) ||
+		       charge > device_bytes - sum;
+		if (!stop) {
+			want[i] = true;
+			sum += charge;
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	if ((rc = whole_to_host(c, m)) == 0) {
+		wait_ready(c, m);
+		for (size_t i = 0; i < m->mf->n_tensors; i++)
+			if (!want[i] && m->dev_ptr[i])
+				to_host(c, m, i);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0)
+		rc = resident(m, want, stream);
+	free(want);
+	return mf_name_oom(m->mf->path, rc);
+}
+
+void partial_offload(struct model_cache *c, struct devcache_model *m)
+{
+	for (size_t i = 0; i < m->mf->n_tensors; i++)
+		if (m->dev_ptr[i])
+			to_host(c, m, i);
+	c->stats.offloads++;
 }

@@ -51,7 +51,10 @@ int devcache_model_tensor_copy(const devcache_model_t *m, const char *name, void
 			       m->mf->path, info.name, (unsigned long long)info.size, size);
 	if (size == 0)
 		return 0;
-	if (m->partial) {
+	pthread_mutex_lock(&m->cache->lock);
+	bool partial = m->partial;
+	pthread_mutex_unlock(&m->cache->lock);
+	if (partial) {
 		if ((rc = copy_partial(m, name, dst, size, &data)) <= 0)
 			return rc;
 	} else if (info.place == DEVCACHE_PLACE_DEVICE) {

@@ -3,7 +3,7 @@
 model_tests = tests/test-safetensors tests/test-gguf tests/test-gguf-meta tests/test-gguf-tensors \
 	tests/test-inspect tests/test-model-cache tests/test-model-set tests/test-model-split \
 	tests/test-model-folder tests/test-model-set-load tests/test-model-partial tests/test-model-copy \
-	tests/test-model-guard tests/test-load-tool tests/test-host-faults
+	tests/test-model-guard tests/test-load-tool tests/test-host-faults tests/test-model-manage
 # What the GGUF reader's tests share; what the tests of models of several files share.
 gguf_bytes = tests/gguf-bytes.c tests/gguf-bytes.h
 model_set_fixture = tests/model-set-fixture.c tests/model-set-fixture.h
@@ -59,6 +59,10 @@ tests_test_model_copy_SOURCES = tests/test-model-copy.c tests/tap.h \
 	$(model_writer)
 tests_test_model_copy_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_model_copy_LDADD = $(test_ldadd)
+tests_test_model_manage_SOURCES = tests/test-model-manage.c tests/tap.h \
+	$(model_writer)
+tests_test_model_manage_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_model_manage_LDADD = $(test_ldadd)
 tests_test_model_guard_SOURCES = tests/test-model-guard.c tests/tap.h \
 	$(model_writer)
 tests_test_model_guard_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
