@@ -11,6 +11,7 @@ devcachepyexec_LTLIBRARIES = python/devcache/_devcache.la
 python_devcache__devcache_la_SOURCES = python/devcache/pydevcache.h \
 	python/devcache/_devcache.c python/devcache/pycontext.c python/devcache/pydevice.c \
 	python/devcache/pymodel.c python/devcache/pytensor.c python/devcache/pypickle.c python/devcache/pycow.c \
+	python/devcache/pymanage.c \
 	lib/utf8.h lib/utf8.c
 python_devcache__devcache_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CPPFLAGS)
 # Python's headers break -Wstrict-prototypes and friends in ways that are
@@ -40,7 +41,7 @@ all-local: $(python_pkgdir)/.stamp
 python_build_env = PYTHONPATH='$(abs_top_builddir)/python/build' PYTHONDONTWRITEBYTECODE=1 \
 	LD_LIBRARY_PATH='$(abs_top_builddir)/.libs'"$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
-python_tests = tests/python/test_package.py tests/python/test_models.py \
+python_tests = tests/python/test_package.py tests/python/test_models.py tests/python/test_manage.py \
 	tests/python/test_misuse.py tests/python/test_torch.py tests/python/test_load_torch.py \
 	tests/python/test_trace_from_torch.py tests/python/test_trace_random.py
 TESTS += $(python_tests)
@@ -54,6 +55,6 @@ clean-local: clean-python-pkg
 clean-python-pkg:
 	-rm -rf python/build
 .PHONY: clean-python-pkg
-EXTRA_DIST += tests/python/test_package.py tests/python/test_models.py \
+EXTRA_DIST += tests/python/test_package.py tests/python/test_models.py tests/python/test_manage.py \
 	tests/python/test_misuse.py tests/python/test_torch.py tests/python/test_load_torch.py \
 	tests/python/test_trace_from_torch.py tests/python/test_trace_random.py tests/python/modelfiles.py

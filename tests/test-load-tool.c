@@ -275,6 +275,16 @@ static void load_as_json(void **state)
 			"cannot open");
 	assert_int_equal(json_object_get_uint64(member(member(doc, "cache"), "misses")), 1);
 	assert_true(json_object_get_uint64(member(doc, "peak_rss")) > 0);
+	/* What the cache holds at the end, model by model. */
+	struct json_object *held = member(member(doc, "cache"), "cached_models");
+	assert_int_equal(json_object_array_length(held), 1);
+	struct json_object *one = json_object_array_get_idx(held, 0);
+	assert_string_equal(json_object_get_string(member(one, "model")), model);
+	assert_string_equal(json_object_get_string(member(one, "device")), "good:0");
+	assert_string_equal(json_object_get_string(member(one, "where")), "device");
+	assert_int_equal(json_object_get_uint64(member(one, "device_bytes")), 272);
+	assert_int_equal(json_object_get_uint64(member(one, "hits")), 1);
+	assert_int_equal(json_object_get_int(member(one, "locks")), 0); /* released */
 	json_object_put(doc);
 }
 

@@ -237,6 +237,9 @@ static struct json_object *devices_json(devcache_ctx_t *ctx)
 		json_object_object_add(o, "max_alloc_size",
 				       json_object_new_uint64(info.max_alloc_size));
 		json_object_object_add(o, "capabilities", caps);
+		devcache_cache_device_stats_t cs;
+		if (devcache_cache_device_stats(ctx, dev, &cs) == 0)
+			json_object_object_add(o, "model_cache_budget", json_object_new_uint64(cs.budget));
 		json_object_array_add(all, o);
 	}
 	return all;

@@ -344,6 +344,44 @@ static uint64_t peak_rss(void)
 	return (uint64_t)kib * 1024;
 }
 
+/* What the cache holds at the end, from devcache_cache_models(). */
+static struct json_object *models_json(devcache_ctx_t *ctx)
+{
+	static const char *const where[] = {"", "device", "host", "ram_copy", "partial"};
+	struct json_object *all = json_object_new_array();
+	devcache_cached_model_t *l;
+	size_t n;
+
+	if (!all || devcache_cache_models(ctx, &l, &n)) {
+		json_object_put(all);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *m = json_object_new_object();
+		devcache_device_info_t info;
+
+		if (!m || devcache_device_info(l[i].device, &info)) {
+			json_object_put(m);
+			continue;
+		}
+		json_object_object_add(m, "model", json_object_new_string(l[i].path));
+		json_object_object_add(m, "device", json_object_new_string(info.id));
+		json_object_object_add(m, "where", json_object_new_string(
+			l[i].where > 0 && l[i].where <= 4 ? where[l[i].where] : "?"));
+		json_object_object_add(m, "size", json_object_new_uint64(l[i].size));
+		json_object_object_add(m, "device_bytes", json_object_new_uint64(l[i].device_bytes));
+		json_object_object_add(m, "host_bytes", json_object_new_uint64(l[i].host_bytes));
+		json_object_object_add(m, "charged_device",
+				       json_object_new_uint64(l[i].charged_device));
+		json_object_object_add(m, "charged_ram", json_object_new_uint64(l[i].charged_ram));
+		json_object_object_add(m, "locks", json_object_new_int(l[i].locks));
+		json_object_object_add(m, "hits", json_object_new_uint64(l[i].hits));
+		json_object_array_add(all, m);
+	}
+	devcache_cache_models_free(l, n);
+	return all;
+}
+
 /* --json: the whole run as one document. */
 static int report_json(devcache_ctx_t *ctx, const char *dev_id, struct load_opts *o)
 {
@@ -365,6 +403,9 @@ static int report_json(devcache_ctx_t *ctx, const char *dev_id, struct load_opts
 	json_object_object_add(cache, "bytes_uploaded", json_object_new_uint64(s.bytes_uploaded));
 	json_object_object_add(cache, "ram_used", json_object_new_uint64(s.ram_used));
 	json_object_object_add(cache, "ram_budget", json_object_new_uint64(s.ram_budget));
+	json_object_object_add(cache, "ram_peak", json_object_new_uint64(s.ram_peak));
+	json_object_object_add(cache, "offloads", json_object_new_uint64(s.offloads));
+	json_object_object_add(cache, "cached_models", models_json(ctx));
 	json_object_object_add(doc, "device", json_object_new_string(dev_id));
 	json_object_object_add(doc, "loads", json_object_get(o->loads));
 	json_object_object_add(doc, "failures", json_object_get(o->failures));

@@ -224,13 +224,14 @@ static PyObject *context_cache_stats(ContextObject *self, PyObject *Py_UNUSED(ig
 	pdc_leave(self);
 	if (rc)
 		return pdc_raise(rc);
-	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:K}",
+	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
 			     "hits", s.hits, "misses", s.misses, "evictions", s.evictions,
 			     "failed_loads", s.failed_loads, "cancelled_loads", s.cancelled_loads,
 			     "bytes_read", s.bytes_read, "bytes_uploaded", s.bytes_uploaded,
 			     "load_seconds", s.load_seconds, "models", s.models, "locked_models",
 			     s.locked_models, "ram_used", s.ram_used, "ram_budget", s.ram_budget,
-			     "ram_copies", s.ram_copies, "ram_copy_reloads", s.ram_copy_reloads);
+			     "ram_copies", s.ram_copies, "ram_copy_reloads", s.ram_copy_reloads,
+			     "offloads", s.offloads, "ram_peak", s.ram_peak);
 }
 
 static int cache_summary_fn(void *arg, FILE *f)
@@ -287,14 +288,16 @@ static PyMethodDef context_methods[] = {
 	 "written in devcache.conf, the origin \"default\", \"FILE:LINE\",\n"
 	 "\"DEVCACHE_OPTIONS\" or \"devcache_open\" (the options given to open())."},
 	{"load", (PyCFunction)(void (*)(void))context_load, METH_VARARGS | METH_KEYWORDS,
-	 "load(path, device=\"host\", writable=False, progress=None) -> Model\n\n"
+	 "load(path, device=\"host\", writable=False, progress=None, device_bytes=None) -> Model\n\n"
 	 "Load a model (a safetensors or GGUF file, a shard index, any shard of a\n"
 	 "GGUF split, or a folder holding one model) onto device, through the\n"
 	 "model cache: loading it again is a hit.  On the host its file is mapped\n"
 	 "in place; writable=True gives a private copy-on-write mapping that can\n"
 	 "be patched without changing the file.  progress(done, total) is called\n"
 	 "as bytes arrive; an exception it raises cancels the load and is raised\n"
-	 "here.  The model stays locked (never evicted) until it is released."},
+	 "here.  The model stays locked (never evicted) until it is released.\n"
+	 "device_bytes: at most so many bytes on the device, the largest prefix\n"
+	 "of its tensors that fits; the rest stays on the host."},
 	{"cache_stats", (PyCFunction)context_cache_stats, METH_NOARGS,
 	 "cache_stats() -> dict\n\nThe model cache's counters: hits, misses, evictions, "
 	 "bytes_read,\nbytes_uploaded, load_seconds, models, locked_models, ram_used, ..."},
@@ -302,6 +305,27 @@ static PyMethodDef context_methods[] = {
 	 "cache_summary() -> str\n\nThe model cache as a table, as `devcache load` prints it."},
 	{"evict_all", (PyCFunction)context_evict_all, METH_NOARGS,
 	 "evict_all() -> int\n\nEvict every unlocked model; returns how many."},
+	/* The model cache driven model by model: pymanage.c. */
+	{"models", (PyCFunction)pdc_ctx_models, METH_NOARGS,
+	 "models() -> list\n\nWhat the model cache holds, most recently used first: a dict a\n"
+	 "model (path, device, where: \"device\", \"host\", \"ram_copy\" or \"partial\",\n"
+	 "writable, locks, locked, size, device_bytes, host_bytes, charged_device,\n"
+	 "charged_ram, working_mem, hits, last_use)."},
+	{"evict", (PyCFunction)(void (*)(void))pdc_ctx_evict, METH_VARARGS | METH_KEYWORDS,
+	 "evict(path, device)\n\nEvict the model that loading path on device would find: the\n"
+	 "cache forgets it; a locked one is freed when its last handle is released.\n"
+	 "Raises NotFoundError when the cache does not hold it."},
+	{"offload", (PyCFunction)(void (*)(void))pdc_ctx_offload, METH_VARARGS | METH_KEYWORDS,
+	 "offload(path, device)\n\nMove the unlocked model off its device: to a RAM copy "
+	 "(keep_ram_copy),\nor back to its file's mapping; a load brings it back."},
+	{"make_room", (PyCFunction)(void (*)(void))pdc_ctx_make_room, METH_VARARGS | METH_KEYWORDS,
+	 "make_room(device, bytes) -> int\n\nOffload or evict unlocked models, least recently "
+	 "used first, until\nbytes are free within the budget and on the device; returns what "
+	 "was\nfreed.  Raises OutOfMemoryError, having moved nothing, when it cannot."},
+	{"cache_device_stats", (PyCFunction)pdc_ctx_device_stats, METH_O,
+	 "cache_device_stats(device) -> dict\n\nThe model cache's share of device: used, budget, "
+	 "peak_used,\nworking_mem, allocated_bytes, reserved_bytes, and the device's\n"
+	 "device_allocated_bytes and device_reserved_bytes."},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -18,6 +18,7 @@
  * pycontext.c: Context; pydevice.c: Device; pymodel.c: load, Model and
  * inspect; pytensor.c: Tensor views; pypickle.c: the pickle check;
  * pycow.c: the private host tensors of devcache.torch and safe_open.
+ * pymanage.c: the model cache driven model by model.
  */
 #ifndef PYDEVCACHE_H
 #define PYDEVCACHE_H
@@ -60,6 +61,17 @@ typedef struct {
 } ModelObject;
 
 extern PyTypeObject Context_Type, Device_Type, Model_Type, Tensor_Type;
+
+/* pymanage.c: the methods of Context and Model that drive the model cache
+ * model by model. */
+PyObject *pdc_ctx_models(ContextObject *self, PyObject *ignored);
+PyObject *pdc_ctx_evict(ContextObject *self, PyObject *args, PyObject *kw);
+PyObject *pdc_ctx_offload(ContextObject *self, PyObject *args, PyObject *kw);
+PyObject *pdc_ctx_make_room(ContextObject *self, PyObject *args, PyObject *kw);
+PyObject *pdc_ctx_device_stats(ContextObject *self, PyObject *device);
+PyObject *pdc_model_lock(ModelObject *self, PyObject *args, PyObject *kw);
+PyObject *pdc_model_evict(ModelObject *self, PyObject *ignored);
+PyObject *pdc_model_set_device_bytes(ModelObject *self, PyObject *bytes);
 
 /* Raise the exception class of err with the library's detail message. */
 PyObject *pdc_raise(int err);

@@ -185,8 +185,10 @@ static PyObject *result_dict(const devcache_load_result_t *r)
 
 PyObject *pdc_load(ContextObject *ctx, PyObject *args, PyObject *kw)
 {
-	static char *names[] = {"path", "device", "writable", "progress", NULL};
+	static char *names[] = {"path", "device", "writable", "progress", "device_bytes", NULL};
 	PyObject *path_bytes = NULL, *device_obj = NULL, *progress_obj = Py_None;
+	PyObject *device_bytes = Py_None;
+	unsigned long long cap = 0;
 	int writable = 0, rc;
 	struct progress prog = {0};
 	devcache_load_result_t result = {0};
@@ -195,9 +197,15 @@ PyObject *pdc_load(ContextObject *ctx, PyObject *args, PyObject *kw)
 	DeviceObject *dev = NULL;
 	ModelObject *m = NULL;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OpO:load", names, PyUnicode_FSConverter,
-					 &path_bytes, &device_obj, &writable, &progress_obj))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OpOO:load", names, PyUnicode_FSConverter,
+					 &path_bytes, &device_obj, &writable, &progress_obj,
+					 &device_bytes))
 		return NULL;
+	if (device_bytes != Py_None) {
+		cap = PyLong_AsUnsignedLongLong(device_bytes);
+		if (PyErr_Occurred())
+			goto out;
+	}
 	if (progress_obj != Py_None && !PyCallable_Check(progress_obj)) {
 		PyErr_SetString(PyExc_TypeError, "devcache: load: progress must be callable");
 		goto out;
@@ -218,7 +226,9 @@ PyObject *pdc_load(ContextObject *ctx, PyObject *args, PyObject *kw)
 	la.progress_user = &prog;
 	const char *path = PyBytes_AS_STRING(path_bytes);
 	Py_BEGIN_ALLOW_THREADS
-	rc = devcache_model_load(ctx->ctx, path, dev->dev, &la, &model);
+	rc = device_bytes != Py_None
+		     ? devcache_model_load_partial(ctx->ctx, path, dev->dev, cap, &la, &model)
+		     : devcache_model_load(ctx->ctx, path, dev->dev, &la, &model);
 	Py_END_ALLOW_THREADS
 	if (rc) {
 		pdc_leave(ctx);
@@ -595,6 +605,16 @@ static PyObject *model_repr(ModelObject *self)
 }
 
 static PyMethodDef model_methods[] = {
+	/* The model cache driven model by model: pymanage.c. */
+	{"lock", (PyCFunction)(void (*)(void))pdc_model_lock, METH_VARARGS | METH_KEYWORDS,
+	 "lock(working_mem=0) -> Model\n\nAnother handle on the model, one more lock, reserving "
+	 "working_mem\nbytes of its device against other loads until it is released (a\n"
+	 "context manager); releases give working memory back latest first."},
+	{"evict", (PyCFunction)pdc_model_evict, METH_NOARGS,
+	 "evict()\n\nThe cache forgets the model; it is freed once every handle is released."},
+	{"set_device_bytes", (PyCFunction)pdc_model_set_device_bytes, METH_O,
+	 "set_device_bytes(n)\n\nGrow or shrink the model's device part to the largest prefix "
+	 "of its\ntensors within n bytes; the rest goes to the host.  No view may be alive."},
 	{"keys", (PyCFunction)model_keys, METH_NOARGS,
 	 "keys() -> list\n\nThe tensor names, in file order (a set: shard order, then file order)."},
 	{"release", (PyCFunction)model_release, METH_NOARGS,
