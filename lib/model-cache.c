@@ -263,24 +263,29 @@ void mc_entry_free(struct devcache_model *m)
 	free(m);
 }
 
-bool mc_keep_in_ram(struct model_cache *c, struct devcache_model *m)
+int mc_keep_in_ram(struct model_cache *c, struct devcache_model *m)
 {
 	void *copy;
+	int rc;
 
 	if (mc_is_host(m->dev) || m->partial || !tun_get(&c->ctx->tun, keep_ram_copy) ||
 	    c->ram_used + m->bytes > c->ram_budget)
-		return false;
+		return DEVCACHE_ENOMEM;
 	/* Anonymous memory, never the malloc heap: it goes back to the
 	 * kernel when the copy is dropped. */
 	copy = mmap(NULL, (size_t)m->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (copy == MAP_FAILED)
-		return false;
-	if (chunks_copy_out(m, copy)) {
+		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate a RAM copy of %llu bytes"),
+			       m->mf->path, (unsigned long long)m->bytes);
+	if ((rc = chunks_copy_out(m, copy))) {
+		char why[1024];
+
+		snprintf(why, sizeof why, "%s", devcache_last_error());
 		log_msg(&c->ctx->log, DEVCACHE_LOG_WARNING,
-			_("model cache: cannot keep a RAM copy of %s: %s"), m->mf->path,
-			devcache_last_error());
+			_("model cache: cannot keep a RAM copy of %s: %s"), m->mf->path, why);
 		munmap(copy, (size_t)m->bytes);
-		return false;
+		return err_set(rc, _("model cache: cannot keep a RAM copy of %s: %s"), m->mf->path,
+			       why);
 	}
 	chunks_release(m);
 	c->vram_used[mc_dev_index(c, m->dev)] -= m->bytes;
@@ -289,7 +294,7 @@ bool mc_keep_in_ram(struct model_cache *c, struct devcache_model *m)
 	c->stats.ram_copies++;
 	c->stats.offloads++;
 	mc_peaks(c);
-	return true;
+	return 0;
 }
 
 void mc_drop(struct model_cache *c, struct devcache_model *m)
@@ -325,7 +330,7 @@ void mc_drop(struct model_cache *c, struct devcache_model *m)
 void mc_evict(struct model_cache *c, struct devcache_model *m)
 {
 	c->stats.evictions++;
-	if (!m->ram_copy && mc_keep_in_ram(c, m))
+	if (!m->ram_copy && mc_keep_in_ram(c, m) == 0)
 		log_msg(&c->ctx->log, DEVCACHE_LOG_INFO,
 			_("model cache: evicted %s from %s, keeping a copy in RAM"), m->mf->path,
 			m->dev->id);

@@ -93,9 +93,10 @@ void mc_drop(struct model_cache *c, struct devcache_model *m);
 /* Evict m from where it is: a RAM copy where keep_ram_copy and the RAM
  * budget allow, dropped otherwise.  Called with the cache locked. */
 void mc_evict(struct model_cache *c, struct devcache_model *m);
-/* Copy a device model into RAM and give its device memory back; false
- * when keep_ram_copy, the RAM budget or the copy does not allow it. */
-bool mc_keep_in_ram(struct model_cache *c, struct devcache_model *m);
+/* Copy a device model into RAM and give its device memory back: 0, or
+ * DEVCACHE_ENOMEM (no message) where keep_ram_copy or the RAM budget does
+ * not allow it, or the copy's error (logged as a warning too). */
+int mc_keep_in_ram(struct model_cache *c, struct devcache_model *m);
 /* The cache forgets m, which is locked: off the list, freed (and its
  * charge taken back) at its last release.  Called with the cache locked. */
 void mc_forget(struct model_cache *c, struct devcache_model *m);

@@ -238,6 +238,7 @@ int devcache_model_evict(devcache_model_t *m)
 static int offload(struct model_cache *c, struct devcache_model *m)
 {
 	char need_s[32], budget_s[32];
+	int rc;
 
 	if (mc_is_host(m->dev))
 		return err_set(DEVCACHE_EINVAL,
@@ -257,8 +258,8 @@ static int offload(struct model_cache *c, struct devcache_model *m)
 	for (size_t i = 0; i < c->ctx->n_devices; i++)
 		if (mc_is_host(&c->ctx->devices[i]))
 			mc_evict_for(c, &c->ctx->devices[i], m->bytes, 0);
-	if (mc_keep_in_ram(c, m))
-		return 0;
+	if ((rc = mc_keep_in_ram(c, m)) != DEVCACHE_ENOMEM || c->ram_used + m->bytes <= c->ram_budget)
+		return rc;
 	format_bytes(m->bytes, need_s, sizeof need_s);
 	format_bytes(c->ram_budget, budget_s, sizeof budget_s);
 	return err_set(DEVCACHE_ENOMEM,
@@ -298,8 +299,12 @@ static uint64_t device_free(devcache_device_t *dev)
 	devcache_device_info_t info;
 	uint64_t free_bytes;
 
-	if (devcache_device_info(dev, &info))
-		return UINT64_MAX; /* the driver cannot say: the budget alone counts */
+	if (devcache_device_info(dev, &info)) {
+		log_msg(&dev->ctx->log, DEVCACHE_LOG_WARNING,
+			_("devcache_cache_make_room: %s; the cache's budget alone counts"),
+			devcache_last_error());
+		return UINT64_MAX;
+	}
 	free_bytes = info.free_memory;
 	if (tun_get(&dev->ctx->tun, keep_freed_vram)) {
 		devcache_stats_t s;

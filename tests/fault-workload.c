@@ -379,6 +379,14 @@ static void workload(struct run *r, devcache_ctx_t *ctx, devcache_device_t *dev)
 	STEP(r, "check reload", check_model(r, dev, set, true));
 	devcache_model_release(set);
 	set = NULL;
+	/* A model manager's steps: offload it to RAM and back, then make
+	 * room for the whole budget, which offloads it again. */
+	STEP(r, "offload", devcache_cache_offload(ctx, set_path, dev));
+	STEP(r, "reload from RAM", devcache_model_load(ctx, set_path, dev, &args, &set));
+	STEP(r, "check reload", check_model(r, dev, set, true));
+	devcache_model_release(set);
+	set = NULL;
+	STEP(r, "make_room", devcache_cache_make_room(ctx, dev, 240u << 10, NULL));
 	devcache_cache_evict_all(ctx); /* to RAM */
 	mark(r, "evict_all");
 	devcache_cache_evict_all(ctx); /* and out */
