@@ -573,6 +573,67 @@ static void evicted_models_give_memory_back(void **state)
 	}
 }
 
+static void check_budget(devcache_ctx_t *ctx, devcache_device_t *dev)
+{
+	devcache_cache_device_stats_t s;
+
+	assert_int_equal(devcache_cache_device_stats(ctx, dev, &s), 0);
+	if (s.used > s.budget || s.peak_used > s.budget)
+		fail_msg("the cache holds %llu bytes (peak %llu), over its budget of %llu",
+			 (unsigned long long)s.used, (unsigned long long)s.peak_used,
+			 (unsigned long long)s.budget);
+}
+
+/* A model manager's loop over three models larger together than the
+ * budget: make room for the next with its working memory, load it, lock
+ * it with that headroom, offload another; the budget holds after every
+ * step, and after evict_all the driver has its memory back. */
+static void a_manager_loop_keeps_the_budget(void **state)
+{
+	const struct target *t = *state;
+	static const size_t sizes[] = {1u << 20, 3u << 19, 2u << 20};
+	const uint64_t working = 512u << 10, seg = 2u << 20;
+	char path[3][512];
+	devcache_device_t *dev;
+	devcache_ctx_t *ctx = open_target(t, "max_cache_vram:3M,max_cache_ram:4M", &dev);
+	bool host = t->kind == T_HOST;
+	uint64_t before = driver_free(dev);
+
+	for (int i = 0; i < 3; i++) {
+		struct mw_tensor tt = {"w", sizes[i], 0};
+		struct mw_opts o = {.seed = 60 + (unsigned)i, .flags = MW_NO_PAD};
+
+		snprintf(path[i], sizeof path[i], "%s/manager-%d.safetensors", dir, i);
+		mw_safetensors_opts(path[i], &tt, 1, &o);
+	}
+	for (int step = 0; step < 9; step++) {
+		int k = step % 3;
+		devcache_model_t *m;
+
+		assert_int_equal(devcache_cache_make_room(ctx, dev, sizes[k] + working, NULL), 0);
+		check_budget(ctx, dev);
+		assert_int_equal(devcache_model_load(ctx, path[k], dev, NULL, &m), 0);
+		check_budget(ctx, dev);
+		assert_int_equal(devcache_model_lock(m, working), 0);
+		check_budget(ctx, dev);
+		devcache_model_release(m);
+		devcache_model_release(m);
+		if (!host) {
+			int rc = devcache_cache_offload(ctx, path[(k + 2) % 3], dev);
+
+			assert_true(rc == 0 || rc == DEVCACHE_ENOENT);
+			check_budget(ctx, dev);
+		}
+	}
+	devcache_cache_stats_t s;
+	assert_int_equal(devcache_cache_stats(ctx, &s), 0);
+	assert_true(s.ram_peak <= s.ram_budget);
+	assert_true(devcache_cache_evict_all(ctx) >= 1);
+	if (!host)
+		assert_true(driver_free(dev) + seg >= before);
+	devcache_close(ctx);
+}
+
 /* Every injected driver failure: a clean error, nothing left behind, and
  * a context that works after. */
 static void injected_faults_leave_nothing(void **state)
@@ -830,6 +891,7 @@ int main(void)
 		FOR_EACH_TARGET(stitching_where_the_device_maps),
 		FOR_EACH_TARGET(injected_faults_leave_nothing),
 		FOR_EACH_TARGET(evicted_models_give_memory_back),
+		FOR_EACH_TARGET(a_manager_loop_keeps_the_budget),
 		/* On the fakes only: the faults are injected in them. */
 		ON(a_failing_start_leaves_nothing, 2),
 		ON(a_failing_start_leaves_nothing, 4),
@@ -848,6 +910,7 @@ int main(void)
 		ON_THE_STUB(stitching_where_the_device_maps),
 		ON_THE_STUB(injected_faults_leave_nothing),
 		ON_THE_STUB(evicted_models_give_memory_back),
+		ON_THE_STUB(a_manager_loop_keeps_the_budget),
 	};
 
 	/* TEST_CONFORMANCE_ONLY=real (make check-gpu: the real runtimes, not
