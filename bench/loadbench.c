@@ -18,6 +18,7 @@
  *   loadbench-sharded.c  the 4G model as a sharded set against the single file
  *   loadbench-partial.c  the 4G model partially loaded, half of it fitting
  *   loadbench-switch.c   two models alternated under a RAM budget that fits one
+ *   loadbench-manager.c  a model manager's loop: make_room, working memory, offload
  *   loadbench-sweep.c    -S: one device's figures for each staging_buffer_size
  */
 #include <config.h>
@@ -54,21 +55,21 @@ int n_switches = 50;
 const char *sweep_device; /* -S */
 bool quick;               /* -q */
 static bool want[N_SIZES] = { true, true };
-static bool want_sharded = true, want_partial = true;
+static bool want_sharded = true, want_partial = true, want_manager = true;
 
 /* ---- main --------------------------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: loadbench [-d DIR] [-m MODULEDIR] [-o OPTIONS] [-r REPS] [-n SWITCHES]\n"
-		   "                 [-s 1G|4G|sharded|partial]...\n"
+		   "                 [-s 1G|4G|sharded|partial|manager]...\n"
 		   "       loadbench -S DEVICE [-q] [-d DIR] [-o OPTIONS] [-r REPS]\n"
 		   "  Generates Llama-like BF16 safetensors files in DIR (reused when present)\n"
 		   "  and times loading them: cat, a naive read() loader, devcache's zero-copy\n"
 		   "  host load and its staging path onto the bench device; the 4G model as 4\n"
 		   "  shards and an index against the single file; the 4G model loaded\n"
-		   "  partially onto the bench device; then alternates two models under a RAM\n"
-		   "  budget that fits one.\n"
+		   "  partially onto the bench device; a model manager's loop over three\n"
+		   "  models; then alternates two models under a RAM budget that fits one.\n"
 		   "  -d DIR        where the model files are (default .)\n"
 		   "  -m MODULEDIR  where benchdev.so is (default DIR/modules/.libs)\n"
 		   "  -o OPTIONS    tunables (\"key:value,...\") for every context, to compare\n"
@@ -76,7 +77,8 @@ static void usage(FILE *f)
 		   "  -r REPS       runs per figure, the median time reported (default 3)\n"
 		   "  -n SWITCHES   model switches (default 50; 0: no switching figures)\n"
 		   "  -s GROUP      only these figures (repeatable; default all): a file size\n"
-		   "                (1G, 4G), sharded (4G as a set) or partial (4G, half fits)\n"
+		   "                (1G, 4G), sharded (4G as a set), partial (4G, half fits)\n"
+		   "                or manager (make_room, working memory and offload)\n"
 		   "  -S DEVICE     instead: the 1G model staged onto DEVICE (reached through\n"
 		   "                -o's options) with staging_buffer_size 1, 4, 16 and 64 MiB,\n"
 		   "                against cat and a pinned host-to-device copy\n"
@@ -103,7 +105,7 @@ static void parse_args(int argc, char **argv)
 
 			if (!sized) {
 				memset(want, 0, sizeof want);
-				want_sharded = want_partial = false;
+				want_sharded = want_partial = want_manager = false;
 			}
 			sized = true;
 			for (size_t i = 0; i < N_SIZES; i++)
@@ -113,6 +115,8 @@ static void parse_args(int argc, char **argv)
 				want_sharded = known = true;
 			if (strcmp(optarg, "partial") == 0)
 				want_partial = known = true;
+			if (strcmp(optarg, "manager") == 0)
+				want_manager = known = true;
 			if (!known) {
 				fprintf(stderr, "loadbench: -s %s: not a group of figures\n", optarg);
 				usage(stderr);
@@ -203,6 +207,10 @@ int main(int argc, char **argv)
 		sharded_targets(&files[SET_SIZE], &sharded);
 	if (want_partial)
 		partial_targets(&files[SET_SIZE], &partial, ring);
+	if (want_manager)
+		manager();
+	else
+		print_target("load/manager-vram", "SKIP", "not asked for (-s)");
 	if (n_switches) {
 		switching(&sw[0], &sw[1]);
 	} else {

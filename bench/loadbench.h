@@ -191,4 +191,8 @@ void switching(const struct model *a, const struct model *b);
  * the exit status. */
 int staging_sweep(const struct layout *full);
 
+/* ---- a model manager's loop (loadbench-manager.c) ------------------------------------- */
+
+void manager(void);
+
 #endif
