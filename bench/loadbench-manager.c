@@ -87,7 +87,7 @@ void manager(void)
 	peak_start();
 	for (int step = 0; step < MANAGER_STEPS; step++) {
 		int k = step % 3;
-		devcache_model_t *m;
+		devcache_model_t *m = NULL;
 		int err = devcache_cache_make_room(ctx, dev, (manager_mib[k] << 20) + MANAGER_WORKING,
 						   NULL);
 

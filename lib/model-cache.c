@@ -26,7 +26,14 @@
  * one device allocation or several, model-partial.c models larger than
  * their device's budget, model-guard.c mapped files that another process
  * shrinks or rewrites, model-read.c a tensor's bytes copied out, model-info.c what the cache
- * and its models say of themselves.
+ * and its models say of themselves, model-manage.c the calls that drive
+ * it model by model (evict, offload, make room, working memory).
+ *
+ * Device memory the cache frees goes back to the driver (mc_dev_free())
+ * unless keep_freed_vram; a model that leaves the cache is unmapped and,
+ * with evict_page_cache, its files' pages dropped (entry_unmap()).  A
+ * model evicted while locked is forgotten: off the list, on the gone
+ * list, still charged, until its last release frees it.
  */
 
 bool mc_is_host(const devcache_device_t *dev)
