@@ -280,8 +280,11 @@ int devcache_cache_offload(devcache_ctx_t *ctx, const char *path, devcache_devic
 	if ((rc = mc_find_key(c, path, dev, &m)) == 0) {
 		if (m->locks)
 			rc = err_set(DEVCACHE_EBUSY,
-				     _("%s: locked on %s (%d locks): its tensors are in use, so "
-				       "it stays where it is"),
+				     P_("%s: locked on %s (%d lock): its tensors are in use, so "
+					"it stays where it is",
+					"%s: locked on %s (%d locks): its tensors are in use, so "
+					"it stays where it is",
+					(unsigned long)m->locks),
 				     path, dev->id, m->locks);
 		else
 			rc = offload(c, m);
