@@ -529,13 +529,13 @@ static uint64_t driver_free(devcache_device_t *dev)
 /* Three models of 12 MiB (each in a segment of its own) loaded within a
  * budget of two, which evicts one to RAM, then evict_all: the driver has
  * its memory back, within one segment (2 MiB), with keep_freed_vram
- * false (the default), and only after devcache_empty_cache() with it
- * true. */
+ * false (the default), also from expandable segments, and only after
+ * devcache_empty_cache() with it true. */
 static void evicted_models_give_memory_back(void **state)
 {
 	const struct target *t = *state;
-	static const char *const opts[] = {"max_cache_vram:25M", "max_cache_vram:25M,keep_freed_vram:true"};
-	const uint64_t seg = 2u << 20;
+	static const char *const opts[] = {"max_cache_vram:25M", "max_cache_vram:25M,keep_freed_vram:true",
+					   "max_cache_vram:25M,expandable_segments:True"};
 	char path[3][512];
 
 	if (t->kind == T_HOST)
@@ -547,9 +547,12 @@ static void evicted_models_give_memory_back(void **state)
 		snprintf(path[i], sizeof path[i], "%s/give-back-%d.safetensors", dir, i);
 		mw_safetensors_opts(path[i], &tt, 1, &o);
 	}
-	for (int keep = 0; keep < 2; keep++) {
+	for (int run = 0; run < 3; run++) {
+		bool keep = run == 1;
+		/* An expandable segment maps large blocks in PyTorch's 20 MiB unit. */
+		const uint64_t seg = run == 2 ? 20u << 20 : 2u << 20;
 		devcache_device_t *dev;
-		devcache_ctx_t *ctx = open_target(t, opts[keep], &dev);
+		devcache_ctx_t *ctx = open_target(t, opts[run], &dev);
 		uint64_t before = driver_free(dev);
 		devcache_model_t *m;
 
