@@ -39,7 +39,8 @@ enum devcache_error {
 	DEVCACHE_ECANCELED = -11,/* canceled */
 	DEVCACHE_ENOENT = -12,   /* no such entry */
 	DEVCACHE_EAGAIN = -13,   /* not ready yet */
-	DEVCACHE_ERROR_MIN = -13
+	DEVCACHE_ETYPE = -14,    /* a value of another type than the one asked for */
+	DEVCACHE_ERROR_MIN = -14
 };
 
 /* A translated one-line description of an error code. */
@@ -307,8 +308,18 @@ typedef struct devcache_tensor_info {
 	uint64_t size;     /* bytes */
 	uint32_t shard;    /* the file of a set that holds it (0 for one file) */
 	uint32_t place;    /* devcache_model_tensor*(): enum devcache_place; 0 otherwise */
-	uint64_t reserved[3];
+	/* Grown into the reserved room (0.1.0): */
+	int32_t dtype_id;  /* enum devcache_dtype: the dtype as a number */
+	uint32_t align;    /* the largest power of two, at most 4096, dividing the data's
+			    * address (devcache_model_tensor*()) or its file offset */
+	uint32_t flags;    /* DEVCACHE_TENSOR_* */
+	uint32_t reserved32;
+	uint64_t reserved[1];
 } devcache_tensor_info_t;
+
+/* devcache_tensor_info_t.flags, from devcache_model_tensor*(): */
+#define DEVCACHE_TENSOR_MAPPED 0x1u  /* the file's own mapping: zero copy */
+#define DEVCACHE_TENSOR_ALIGNED_COPY 0x2u /* copied to meet devcache_load_args_t.align */
 
 /* path is a safetensors file, a GGUF file, a *.safetensors.index.json
  * (Hugging Face shards), any shard of a GGUF split (the others are found
@@ -392,7 +403,11 @@ typedef struct devcache_load_result {
 	double seconds;          /* the whole call */
 	uint64_t device_bytes;   /* the model's tensor bytes on the device */
 	uint64_t host_bytes;     /* and on the host (a partial load: the rest) */
-	uint64_t reserved[8];
+	/* Grown into the reserved room (0.1.0): */
+	uint64_t mapped_bytes;   /* of host_bytes: the files' own mappings, zero copy */
+	uint64_t aligned_copies; /* tensors copied to meet devcache_load_args_t.align */
+	uint64_t aligned_bytes;  /* and their bytes */
+	uint64_t reserved[5];
 } devcache_load_result_t;
 
 typedef struct devcache_load_args {
@@ -403,7 +418,11 @@ typedef struct devcache_load_args {
 	void *progress_user;
 	devcache_stream_t stream;  /* uploads are queued on it; done when the load returns */
 	devcache_load_result_t *result; /* NULL, or filled in when the load succeeds */
-	void *reserved[8];
+	/* Grown into the reserved room (0.1.0), read when struct_size has it: */
+	size_t align;              /* 0, or a power of two up to 4096: every tensor's data
+				    * starts at a multiple of it (a tensor of the host's
+				    * mapping that does not is copied) */
+	void *reserved[7];
 } devcache_load_args_t;
 
 /* args may be NULL for the defaults. */
@@ -582,6 +601,146 @@ DEVCACHE_API int devcache_model_load_partial(devcache_ctx_t *ctx, const char *pa
  * first moved to the host whole (see devcache_model_move_to_host()). */
 DEVCACHE_API int devcache_model_set_device_bytes(devcache_model_t *model, uint64_t device_bytes,
 						devcache_stream_t stream);
+
+/* ==== Engines (0.1.0): typed metadata, dtypes, alignment, loading into the
+ * caller's memory.  See ENGINES in libdevcache(3). ==================================== */
+
+/* ---- Data types ----------------------------------------------------------
+ * Every dtype a model file may hold, as a stable number: GGUF's keep ggml's
+ * numbers (enum ggml_type), the other safetensors dtypes count from 1000. */
+enum devcache_dtype {
+	DEVCACHE_DTYPE_UNKNOWN = -1,
+	DEVCACHE_DTYPE_F32 = 0,
+	DEVCACHE_DTYPE_F16 = 1,
+	DEVCACHE_DTYPE_Q4_0 = 2,
+	DEVCACHE_DTYPE_Q4_1 = 3,
+	DEVCACHE_DTYPE_Q5_0 = 6,
+	DEVCACHE_DTYPE_Q5_1 = 7,
+	DEVCACHE_DTYPE_Q8_0 = 8,
+	DEVCACHE_DTYPE_Q8_1 = 9,
+	DEVCACHE_DTYPE_Q2_K = 10,
+	DEVCACHE_DTYPE_Q3_K = 11,
+	DEVCACHE_DTYPE_Q4_K = 12,
+	DEVCACHE_DTYPE_Q5_K = 13,
+	DEVCACHE_DTYPE_Q6_K = 14,
+	DEVCACHE_DTYPE_Q8_K = 15,
+	DEVCACHE_DTYPE_IQ2_XXS = 16,
+	DEVCACHE_DTYPE_IQ2_XS = 17,
+	DEVCACHE_DTYPE_IQ3_XXS = 18,
+	DEVCACHE_DTYPE_IQ1_S = 19,
+	DEVCACHE_DTYPE_IQ4_NL = 20,
+	DEVCACHE_DTYPE_IQ3_S = 21,
+	DEVCACHE_DTYPE_IQ2_S = 22,
+	DEVCACHE_DTYPE_IQ4_XS = 23,
+	DEVCACHE_DTYPE_I8 = 24,
+	DEVCACHE_DTYPE_I16 = 25,
+	DEVCACHE_DTYPE_I32 = 26,
+	DEVCACHE_DTYPE_I64 = 27,
+	DEVCACHE_DTYPE_F64 = 28,
+	DEVCACHE_DTYPE_IQ1_M = 29,
+	DEVCACHE_DTYPE_BF16 = 30,
+	DEVCACHE_DTYPE_TQ1_0 = 34,
+	DEVCACHE_DTYPE_TQ2_0 = 35,
+	DEVCACHE_DTYPE_MXFP4 = 39,
+	DEVCACHE_DTYPE_NVFP4 = 40,
+	DEVCACHE_DTYPE_Q1_0 = 41,
+	DEVCACHE_DTYPE_Q2_0 = 42,
+	DEVCACHE_DTYPE_BOOL = 1000,
+	DEVCACHE_DTYPE_U8 = 1001,
+	DEVCACHE_DTYPE_U16 = 1002,
+	DEVCACHE_DTYPE_U32 = 1003,
+	DEVCACHE_DTYPE_U64 = 1004,
+	DEVCACHE_DTYPE_C64 = 1005,
+	DEVCACHE_DTYPE_F8_E5M2 = 1006,
+	DEVCACHE_DTYPE_F8_E4M3 = 1007,
+	DEVCACHE_DTYPE_F8_E8M0 = 1008,
+	DEVCACHE_DTYPE_F8_E4M3FNUZ = 1009,
+	DEVCACHE_DTYPE_F8_E5M2FNUZ = 1010,
+	DEVCACHE_DTYPE_F4 = 1011,
+	DEVCACHE_DTYPE_F6_E2M3 = 1012,
+	DEVCACHE_DTYPE_F6_E3M2 = 1013
+};
+
+/* devcache_dtype_info_t.flags: */
+#define DEVCACHE_DTYPE_BLOCKED 0x1u     /* quantised in blocks of block_size elements */
+#define DEVCACHE_DTYPE_GGUF 0x2u        /* a GGUF file may hold it */
+#define DEVCACHE_DTYPE_SAFETENSORS 0x4u /* a safetensors file may hold it */
+
+typedef struct devcache_dtype_info {
+	const char *name;      /* as the files write it: "F32", "Q4_K", "F8_E4M3" */
+	uint32_t block_size;   /* elements per block: 1 for F32, 32 for Q4_0, 2 for F4 */
+	uint32_t block_bytes;  /* bytes per block: the element size where block_size is 1 */
+	uint32_t align;        /* the largest power of two, at most 8, dividing block_bytes */
+	uint32_t flags;        /* DEVCACHE_DTYPE_* */
+	uint64_t reserved[4];
+} devcache_dtype_info_t;
+
+/* DEVCACHE_ENOENT for a number or name that is no dtype. */
+DEVCACHE_API int devcache_dtype_describe(enum devcache_dtype dtype, devcache_dtype_info_t *info);
+DEVCACHE_API int devcache_dtype_from_name(const char *name, enum devcache_dtype *dtype_p);
+/* NULL for a number that is no dtype. */
+DEVCACHE_API const char *devcache_dtype_name(enum devcache_dtype dtype);
+/* The bytes n elements take (ggml_row_size); DEVCACHE_EINVAL when n is not
+ * a whole number of blocks. */
+DEVCACHE_API int devcache_dtype_row_size(enum devcache_dtype dtype, uint64_t n, uint64_t *bytes_p);
+
+/* ---- Typed metadata --------------------------------------------------------
+ * Metadata by key, each value with its type: GGUF's own types (the same
+ * numbers as enum gguf_type), and STRING for safetensors' __metadata__.
+ * DEVCACHE_ENOENT: no such key; DEVCACHE_ETYPE: the value has another type
+ * (or, for an integer, does not fit the one asked for). */
+enum devcache_meta_type {
+	DEVCACHE_META_UINT8 = 0,
+	DEVCACHE_META_INT8 = 1,
+	DEVCACHE_META_UINT16 = 2,
+	DEVCACHE_META_INT16 = 3,
+	DEVCACHE_META_UINT32 = 4,
+	DEVCACHE_META_INT32 = 5,
+	DEVCACHE_META_FLOAT32 = 6,
+	DEVCACHE_META_BOOL = 7,
+	DEVCACHE_META_STRING = 8,
+	DEVCACHE_META_ARRAY = 9,
+	DEVCACHE_META_UINT64 = 10,
+	DEVCACHE_META_INT64 = 11,
+	DEVCACHE_META_FLOAT64 = 12
+};
+
+/* The index of key for devcache_model_file_metadata(). */
+DEVCACHE_API int devcache_model_file_metadata_find(const devcache_model_file_t *mf, const char *key,
+						   size_t *index_p);
+/* The value's type; an array's element type and length (elem_type_p and
+ * count_p may be NULL; a scalar's count is 1, a string's its bytes). */
+DEVCACHE_API int devcache_model_file_metadata_type(const devcache_model_file_t *mf,
+						   const char *key, enum devcache_meta_type *type_p,
+						   enum devcache_meta_type *elem_type_p,
+						   uint64_t *count_p);
+/* A string: its bytes, NUL-terminated, valid until the file is closed,
+ * and their number (len_p may be NULL; the string may hold NUL bytes). */
+DEVCACHE_API int devcache_model_file_get_string(const devcache_model_file_t *mf, const char *key,
+						const char **value_p, size_t *len_p);
+/* Any integer type, where the value fits. */
+DEVCACHE_API int devcache_model_file_get_int(const devcache_model_file_t *mf, const char *key,
+					     int64_t *value_p);
+DEVCACHE_API int devcache_model_file_get_uint(const devcache_model_file_t *mf, const char *key,
+					      uint64_t *value_p);
+/* FLOAT32 or FLOAT64. */
+DEVCACHE_API int devcache_model_file_get_float(const devcache_model_file_t *mf, const char *key,
+					       double *value_p);
+DEVCACHE_API int devcache_model_file_get_bool(const devcache_model_file_t *mf, const char *key,
+					      int *value_p);
+/* Elements first to first + count - 1 of an array of numbers or booleans,
+ * read from the file into dst as C values of elem_type (uint8_t ... double;
+ * a BOOL as one byte, 0 or 1).  elem_type must be the array's. */
+DEVCACHE_API int devcache_model_file_get_array(const devcache_model_file_t *mf, const char *key,
+					       enum devcache_meta_type elem_type, uint64_t first,
+					       uint64_t count, void *dst);
+/* Each string of an array of strings, in order, read from the file: fn
+ * gets its index, its bytes (NUL-terminated, valid during the call) and
+ * their number; a non-zero return stops the walk, and the call then
+ * returns DEVCACHE_ECANCELED. */
+typedef int (*devcache_meta_string_fn)(void *user, uint64_t index, const char *s, size_t len);
+DEVCACHE_API int devcache_model_file_get_strings(const devcache_model_file_t *mf, const char *key,
+						 devcache_meta_string_fn fn, void *user);
 
 #ifdef __cplusplus
 }

@@ -653,6 +653,7 @@ static const char *const messages[] = {
 	[-DEVCACHE_ECANCELED] = N_("Operation canceled"),
 	[-DEVCACHE_ENOENT] = N_("No such entry"),
 	[-DEVCACHE_EAGAIN] = N_("Not ready yet"),
+	[-DEVCACHE_ETYPE] = N_("Value of another type"),
 };
 
 const char *devcache_strerror(int err)

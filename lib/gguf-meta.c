@@ -100,6 +100,14 @@ static int read_string_value(struct parse *p, unsigned depth, struct meta_text *
 		return cur_skip(c, len);
 	if ((rc = read_scratch(p, (size_t)len)))
 		return rc;
+	if (depth == 0) {
+		if (!(p->top.str = malloc((size_t)len + 1)))
+			return err_oom();
+		if (len)
+			memcpy(p->top.str, p->scratch, (size_t)len);
+		p->top.str[len] = '\0';
+		p->top.len = len;
+	}
 	if (j->len + 2 > JSON_ROOM) {
 		j->full = true;
 		return 0;
@@ -147,6 +155,11 @@ static int read_array(struct parse *p, unsigned depth, struct meta_text *j, bool
 	if (type >= GGUF_NTYPES)
 		return mf_error(p->mf, _("metadata key '%s' at byte %llu: value type %u is unknown"),
 				c->name, (unsigned long long)type_at, type);
+	if (depth == 0) {
+		p->top.elem = type;
+		p->top.count = count;
+		p->top.at = c->pos;
+	}
 	/* Before any loop: a count that lies cannot make it run longer, or
 	 * skip further, than the file is long. */
 	if (count > cur_left(c) / vtype_min[type])
@@ -265,6 +278,8 @@ static int read_value(struct parse *p, uint32_t type, unsigned depth, struct met
 		return mf_error(p->mf,
 				_("metadata key '%s' at byte %llu: a boolean is %u, not 0 or 1"),
 				c->name, (unsigned long long)at, (unsigned)v);
+	if (depth == 0)
+		p->top.v = v;
 	if (!show)
 		return 0;
 	if ((rc = meta_text_put_value(j, json_scalar(&p->json, type, v), JSON_ROOM)) == 0)
@@ -354,6 +369,7 @@ static int read_alignment(struct parse *p, uint32_t type, uint64_t type_at, stru
 				  "of two"),
 				c->name, (unsigned long long)at, (unsigned)v);
 	p->mf->alignment = v;
+	p->top.v = v;
 	rc = meta_text_put_value(j, json_scalar(&p->json, GGUF_UINT32, v), JSON_ROOM);
 	return rc == 1 ? 0 : rc;
 }
@@ -373,6 +389,53 @@ static int check_split_key(struct parse *p, const char *key, uint32_t type, uint
 					  "must be an integer, not type %u (%s)"),
 					key, (unsigned long long)type_at, type, vtype_name[type]);
 	return 0;
+}
+
+/* The value just read, typed, into its entry (model-meta.c reads it). */
+static void keep_typed(struct parse *p, struct mf_meta *m, uint32_t type)
+{
+	uint64_t v = p->top.v;
+
+	m->type = type;
+	m->count = 1;
+	switch (type) {
+	case GGUF_STRING:
+		m->str = p->top.str;
+		m->count = p->top.len;
+		p->top.str = NULL;
+		break;
+	case GGUF_ARRAY:
+		m->elem = p->top.elem;
+		m->count = p->top.count;
+		m->at = p->top.at;
+		break;
+	case GGUF_INT8:
+		m->v.i = (int8_t)v;
+		break;
+	case GGUF_INT16:
+		m->v.i = (int16_t)v;
+		break;
+	case GGUF_INT32:
+		m->v.i = (int32_t)v;
+		break;
+	case GGUF_INT64:
+		m->v.i = (int64_t)v;
+		break;
+	case GGUF_FLOAT32: {
+		uint32_t bits = (uint32_t)v;
+		float f;
+
+		memcpy(&f, &bits, sizeof f);
+		m->v.f = f;
+		break;
+	}
+	case GGUF_FLOAT64:
+		memcpy(&m->v.f, &v, sizeof m->v.f);
+		break;
+	default: /* the unsigned types, BOOL */
+		m->v.u = v;
+		break;
+	}
 }
 
 int read_kv(struct parse *p, uint64_t index)
@@ -428,12 +491,16 @@ int read_kv(struct parse *p, uint64_t index)
 	}
 	c->name = NULL;
 	if ((rc = mf_add_meta(p->mf, key, j.p)))
-		return rc;
+		goto out;
 	*slot = p->mf->n_meta;
+	keep_typed(p, &p->mf->meta[p->mf->n_meta - 1], type);
 	return 0;
 err:
 	c->name = NULL;
 	free(key);
 	free(j.p);
+out:
+	free(p->top.str);
+	p->top.str = NULL;
 	return rc;
 }

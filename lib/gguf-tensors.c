@@ -1,74 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* gguf-tensors.c - GGUF tensor infos: checked against ggml's type table, sized, placed in the data section, and not overlapping. */
 #include "gguf.h"
+#include "dtype.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 
 #define GGUF_MAX_DIMS 4u /* ggml's GGML_MAX_DIMS */
 
-/*
- * ggml's tensor types: block size (elements) and bytes per block, as in
- * ggml.c's type_traits and the block structs of ggml-common.h.  Numbers ggml
- * has retired keep their name so the error can say so; a block size of 0
- * marks them.  The enum only grows at its end, so a number never changes
- * meaning.
- */
-struct ggml_type_info {
-	const char *name;
-	uint32_t blck;
-	uint32_t size;
-};
-
-static const struct ggml_type_info ggml_types[] = {
-	[0] = {"F32", 1, 4},
-	[1] = {"F16", 1, 2},
-	[2] = {"Q4_0", 32, 18},
-	[3] = {"Q4_1", 32, 20},
-	[4] = {"Q4_2", 0, 0},
-	[5] = {"Q4_3", 0, 0},
-	[6] = {"Q5_0", 32, 22},
-	[7] = {"Q5_1", 32, 24},
-	[8] = {"Q8_0", 32, 34},
-	[9] = {"Q8_1", 32, 36},
-	[10] = {"Q2_K", 256, 84},
-	[11] = {"Q3_K", 256, 110},
-	[12] = {"Q4_K", 256, 144},
-	[13] = {"Q5_K", 256, 176},
-	[14] = {"Q6_K", 256, 210},
-	[15] = {"Q8_K", 256, 292},
-	[16] = {"IQ2_XXS", 256, 66},
-	[17] = {"IQ2_XS", 256, 74},
-	[18] = {"IQ3_XXS", 256, 98},
-	[19] = {"IQ1_S", 256, 50},
-	[20] = {"IQ4_NL", 32, 18},
-	[21] = {"IQ3_S", 256, 110},
-	[22] = {"IQ2_S", 256, 82},
-	[23] = {"IQ4_XS", 256, 136},
-	[24] = {"I8", 1, 1},
-	[25] = {"I16", 1, 2},
-	[26] = {"I32", 1, 4},
-	[27] = {"I64", 1, 8},
-	[28] = {"F64", 1, 8},
-	[29] = {"IQ1_M", 256, 56},
-	[30] = {"BF16", 1, 2},
-	/* Repacked layouts: ggml makes them at load time, never in a file. */
-	[31] = {"Q4_0_4_4", 0, 0},
-	[32] = {"Q4_0_4_8", 0, 0},
-	[33] = {"Q4_0_8_8", 0, 0},
-	[34] = {"TQ1_0", 256, 54},
-	[35] = {"TQ2_0", 256, 66},
-	[36] = {"IQ4_NL_4_4", 0, 0},
-	[37] = {"IQ4_NL_4_8", 0, 0},
-	[38] = {"IQ4_NL_8_8", 0, 0},
-	[39] = {"MXFP4", 32, 17},
-	/* Newer than the published spec's table, already in ggml-common.h. */
-	[40] = {"NVFP4", 64, 36},
-	[41] = {"Q1_0", 128, 18},
-	[42] = {"Q2_0", 64, 18},
-};
-
-#define N_GGML_TYPES (sizeof ggml_types / sizeof ggml_types[0])
+/* ggml's tensor types, their blocks and their retired numbers: lib/dtype.c. */
 
 /* ---- tensor infos ------------------------------------------------------------ */
 
@@ -96,7 +36,7 @@ static int tensor_name_error(struct parse *p, enum name_error fault, uint64_t in
 
 /* Bytes for the shape, as ggml_nbytes counts them for a contiguous tensor:
  * whole blocks along ne[0], then the other dimensions. */
-static int tensor_size(struct parse *p, struct mf_tensor *t, const struct ggml_type_info *ti)
+static int tensor_size(struct parse *p, struct mf_tensor *t, const struct dtype_desc *ti)
 {
 	uint64_t elems = 1, size;
 
@@ -111,7 +51,7 @@ static int tensor_size(struct parse *p, struct mf_tensor *t, const struct ggml_t
 				t->name, (unsigned long long)t->shape[0], ti->name,
 				(unsigned)ti->blck);
 	size = t->shape[0] / ti->blck;
-	if (__builtin_mul_overflow(size, (uint64_t)ti->size, &size))
+	if (__builtin_mul_overflow(size, (uint64_t)ti->bytes, &size))
 		goto overflow;
 	for (uint32_t i = 1; i < t->n_dims; i++)
 		if (__builtin_mul_overflow(size, t->shape[i], &size))
@@ -127,7 +67,7 @@ int read_tensor_info(struct parse *p, uint64_t index)
 {
 	struct cursor *c = &p->c;
 	uint64_t at = c->pos, len;
-	const struct ggml_type_info *ti;
+	const struct dtype_desc *ti;
 	enum name_error fault;
 	struct mf_tensor *t;
 	uint32_t n_dims, type;
@@ -166,8 +106,8 @@ int read_tensor_info(struct parse *p, uint64_t index)
 	}
 	if ((rc = cur_u32(c, &type)) || (rc = cur_u64(c, &t->offset)))
 		return rc;
-	ti = type < N_GGML_TYPES ? &ggml_types[type] : NULL;
-	if (!ti || !ti->name)
+	ti = dtype_ggml(type);
+	if (!ti)
 		return mf_error(p->mf, _("tensor '%s': type %u is not a ggml type this reader knows"),
 				t->name, (unsigned)type);
 	if (!ti->blck)
@@ -176,6 +116,7 @@ int read_tensor_info(struct parse *p, uint64_t index)
 				t->name, (unsigned)type, ti->name);
 	t->type = type;
 	t->dtype = ti->name;
+	t->dtype_id = ti->id;
 	c->name = NULL;
 	return tensor_size(p, t, ti);
 }

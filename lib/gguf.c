@@ -250,6 +250,7 @@ int gguf_parse(struct devcache_model_file *mf)
 out:
 	json_scratch_free(&p->json);
 	free(p->scratch);
+	free(p->top.str);
 	free(p->keys);
 	free(p);
 	return rc;

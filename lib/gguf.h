@@ -100,6 +100,16 @@ struct parse {
 	size_t *keys;            /* open addressing: index + 1 into mf->meta, 0 free */
 	size_t keys_cap;
 	struct json_scratch json;      /* what values are written through */
+	/* The value being read at the top level (not in an array), typed:
+	 * a scalar's bits, a string's bytes (owned until kept), an array's
+	 * element type, count and first element's offset. */
+	struct {
+		uint64_t v;
+		char *str;
+		uint64_t len;
+		uint32_t elem;
+		uint64_t count, at;
+	} top;
 	struct cursor c;         /* last: its buffer is large */
 };
 

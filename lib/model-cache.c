@@ -252,6 +252,7 @@ static void entry_unmap(struct model_cache *c, struct devcache_model *m, bool dr
 			posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
 	}
 	free(m->maps);
+	mc_aligned_free(m);
 	m->maps = NULL;
 	if (m->ram_copy)
 		munmap(m->ram_copy, m->bytes);

@@ -28,9 +28,15 @@ struct devcache_model {
 	struct model_cache *cache;
 	devcache_device_t *dev;
 	bool writable;
+	uint32_t align;        /* devcache_load_args_t.align on the host, part of the key; 0 */
 
 	devcache_model_file_t *mf;
 	struct host_map *maps; /* host placement: one per file, NULL otherwise */
+	/* With align (model-place.c): the tensors of the mapping that are not
+	 * aligned to it, each copied into aligned, or NULL. */
+	void **aligned;
+	void *aligned_block;
+	size_t aligned_len;
 	/* Device placement (model-chunks.c): the layout, in one allocation or
 	 * in several within the device's largest single allocation. */
 	struct dev_chunk *chunks;
@@ -147,6 +153,14 @@ int mc_find_key(struct model_cache *c, const char *path, devcache_device_t *dev,
 
 /* Every file of m in host memory: mapped in place, or copied (mmap false). */
 int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args);
+/* The bytes of the tensors of mf whose file offset is not a multiple of
+ * align (0 and 1: none), and how many (count_p may be NULL): what a host
+ * placement with that alignment copies. */
+uint64_t mc_unaligned_bytes(const devcache_model_file_t *mf, uint32_t align, uint64_t *count_p);
+/* Where host tensor i of m is: its aligned copy, or its file's mapping. */
+void *mc_host_tensor(const struct devcache_model *m, size_t i);
+/* Give back the aligned copies. */
+void mc_aligned_free(struct devcache_model *m);
 /* m's tensors uploaded to its device through the staging ring. */
 int mc_place_on_device(struct devcache_model *m, const devcache_load_args_t *args);
 /* The stage_file of each of mf's files, to free; NULL without memory. */

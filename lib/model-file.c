@@ -97,7 +97,8 @@ int mf_add_meta(struct devcache_model_file *mf, char *key, char *value_json)
 		mf->meta = m;
 		mf->meta_cap = cap;
 	}
-	mf->meta[mf->n_meta++] = (struct mf_meta){key, value_json};
+	mf->meta[mf->n_meta++] = (struct mf_meta){.key = key, .value = value_json,
+						  .type = DEVCACHE_META_STRING, .src = mf};
 	return 0;
 }
 
@@ -152,10 +153,12 @@ void devcache_model_file_close(devcache_model_file_t *mf)
 	for (size_t i = 0; i < mf->n_meta; i++) {
 		free(mf->meta[i].key);
 		free(mf->meta[i].value);
+		free(mf->meta[i].str);
 	}
 	free(mf->tensors);
 	free(mf->meta);
 	free(mf->by_name);
+	free(mf->meta_by_key);
 	if (mf->fd >= 0)
 		close(mf->fd);
 	free(mf->path);
@@ -214,6 +217,8 @@ void mf_tensor_info(const struct mf_tensor *t, devcache_tensor_info_t *info)
 	info->offset = t->offset;
 	info->size = t->size;
 	info->shard = t->part;
+	info->dtype_id = t->dtype_id;
+	info->align = mf_align_of(t->offset);
 }
 
 int devcache_model_file_tensor(const devcache_model_file_t *mf, size_t index,

@@ -22,6 +22,7 @@
 struct mf_tensor {
 	char *name;          /* owned */
 	const char *dtype;   /* a static string: "F32", "Q4_K" */
+	int32_t dtype_id;    /* enum devcache_dtype (lib/dtype.c) */
 	uint32_t type;       /* the format's own type number (GGUF), or 0 */
 	uint32_t n_dims;
 	uint64_t shape[DEVCACHE_MAX_DIMS];
@@ -30,9 +31,25 @@ struct mf_tensor {
 	uint32_t part;       /* a set's: the index of the file that holds it */
 };
 
+/* A value that has only its JSON text: an object, an array or null in a
+ * safetensors index's metadata. */
+#define MF_META_JSON 255u
+
 struct mf_meta {
 	char *key;   /* owned */
 	char *value; /* owned: JSON text */
+	/* Typed (model-meta.c): */
+	uint32_t type;       /* enum devcache_meta_type, or MF_META_JSON */
+	uint32_t elem;       /* an array's element type */
+	uint64_t count;      /* an array's elements, a string's bytes, 1 otherwise */
+	union {
+		int64_t i;   /* the signed integer types */
+		uint64_t u;  /* the unsigned ones, a bool */
+		double f;    /* the floating-point ones */
+	} v;
+	char *str;           /* owned: a string's bytes, NUL-terminated */
+	uint64_t at;         /* GGUF: an array's first element, in the file src */
+	const struct devcache_model_file *src; /* the file that holds it (a set's part) */
 };
 
 struct devcache_model_file {
@@ -51,6 +68,7 @@ struct devcache_model_file {
 	struct mf_meta *meta;
 	size_t n_meta, meta_cap;
 	struct mf_tensor **by_name; /* sorted, for lookups; built after parsing */
+	size_t *meta_by_key;        /* indexes into meta sorted by key, likewise */
 	/* A set (model-set.c): its files, each parsed alone, in shard order;
 	 * the tensors above are theirs, merged (names owned by the parts).
 	 * NULL for a single file, which is its own only part. */
@@ -139,14 +157,29 @@ int mf_read(const struct devcache_model_file *mf, void *buf, size_t len, uint64_
 /* Append a tensor (name is taken over, even on failure); the parser fills
  * in the rest of the returned entry.  NULL with the error set. */
 struct mf_tensor *mf_add_tensor(struct devcache_model_file *mf, char *name);
-/* Append a metadata pair (both are taken over, even on failure). */
+/* Append a metadata pair (both are taken over, even on failure); the
+ * caller fills in its type (model-meta.c's fields) in mf->meta[n_meta - 1],
+ * which is a STRING of no bytes until then. */
 int mf_add_meta(struct devcache_model_file *mf, char *key, char *value_json);
+/* model-meta.c: index the metadata by key, after parsing (a single file's
+ * or a set's). */
+int mf_index_meta(struct devcache_model_file *mf);
 /* Index the tensors by name (sorted, for mf_index()), a single file's or
  * a set's merged ones; two tensors of one name make the file bad, and a
  * set's error names the two shards that hold it. */
 int mf_index_tensors(struct devcache_model_file *mf);
 
 void mf_tensor_info(const struct mf_tensor *t, devcache_tensor_info_t *info);
+
+/* The largest power of two, at most 4096 (a page: a mapping's base is
+ * page-aligned, so a file offset's alignment is its mapped address's), that
+ * divides an offset or an address: devcache_tensor_info_t.align. */
+#define MF_ALIGN_MAX 4096u
+static inline uint32_t mf_align_of(uint64_t x)
+{
+	x |= MF_ALIGN_MAX;
+	return (uint32_t)(x & -x);
+}
 /* json-c's parser returned no object for text[0..len) with error jerr
  * (its enum json_tokener_error): whether it ran out of memory, rather than
  * found the text malformed or JSON's null (safetensors.c). */

@@ -70,12 +70,17 @@ int devcache_model_tensor_at(const devcache_model_t *m, size_t index, devcache_t
 	if (m->partial) {
 		*data_p = partial_tensor(m, index, &info->place);
 	} else if (m->maps) {
-		*data_p = (char *)m->maps[info->shard].p + info->offset;
+		*data_p = mc_host_tensor(m, index);
 		info->place = DEVCACHE_PLACE_HOST;
 	} else {
 		*data_p = chunks_tensor(m, index);
 		info->place = DEVCACHE_PLACE_DEVICE;
 	}
+	info->align = mf_align_of((uintptr_t)*data_p);
+	if (info->place == DEVCACHE_PLACE_HOST && m->maps)
+		info->flags = m->aligned && m->aligned[index] ? DEVCACHE_TENSOR_ALIGNED_COPY
+			      : tun_get(&m->dev->ctx->tun, mmap) ? DEVCACHE_TENSOR_MAPPED
+								 : 0;
 	pthread_mutex_unlock(&m->cache->lock);
 	/* A host tensor is the file's mapping: no pointer into a file that
 	 * changed under it. */

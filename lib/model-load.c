@@ -136,10 +136,11 @@ static bool same_files(const devcache_model_file_t *a, const devcache_model_file
 }
 
 static struct devcache_model *find(struct model_cache *c, const devcache_model_file_t *mf,
-				   devcache_device_t *dev, bool writable)
+				   devcache_device_t *dev, bool writable, uint32_t align)
 {
 	for (struct devcache_model *m = c->head; m; m = m->next)
-		if (m->dev == dev && m->writable == writable && same_files(m->mf, mf) &&
+		if (m->dev == dev && m->writable == writable && m->align == align &&
+		    same_files(m->mf, mf) &&
 		    !guard_changed(m))
 			return m;
 	return NULL;
@@ -162,10 +163,11 @@ static bool is_file(const devcache_model_file_t *x, const struct stat *st)
  * should take a thousand times over.  NULL: not found this way (the
  * caller opens the file and compares). */
 static struct devcache_model *find_by_path(struct model_cache *c, const struct stat *st,
-					   devcache_device_t *dev, bool writable)
+					   devcache_device_t *dev, bool writable, uint32_t align)
 {
 	for (struct devcache_model *m = c->head; m; m = m->next) {
-		bool same = m->dev == dev && m->writable == writable && is_file(m->mf, st);
+		bool same = m->dev == dev && m->writable == writable && m->align == align &&
+			    is_file(m->mf, st);
 
 		for (size_t i = 0; same && i < mf_part_count(m->mf); i++) {
 			const devcache_model_file_t *x = mf_part(m->mf, i);
@@ -183,9 +185,11 @@ static struct devcache_model *find_by_path(struct model_cache *c, const struct s
 }
 
 /* What a model takes where it is placed. */
-static uint64_t footprint(const devcache_model_file_t *mf, const devcache_device_t *dev)
+static uint64_t footprint(const devcache_model_file_t *mf, const devcache_device_t *dev,
+			  uint32_t align)
 {
-	return mc_is_host(dev) ? mf->size : device_layout(mf, NULL);
+	return mc_is_host(dev) ? mf->size + mc_unaligned_bytes(mf, align, NULL)
+			       : device_layout(mf, NULL);
 }
 
 /* Find mf on dev (mf NULL: the model path names, by identity alone,
@@ -193,7 +197,7 @@ static uint64_t footprint(const devcache_model_file_t *mf, const devcache_device
  * for the caller (a RAM copy is first copied back); a miss returns 0 with
  * *m_p NULL.  Called and returns with the cache locked. */
 static int lookup(struct model_cache *c, const devcache_model_file_t *mf, const char *path,
-		  const struct stat *st, devcache_device_t *dev, bool writable,
+		  const struct stat *st, devcache_device_t *dev, bool writable, uint32_t align,
 		  const devcache_load_args_t *args, struct devcache_model **m_p,
 		  devcache_load_result_t *res)
 {
@@ -202,7 +206,7 @@ static int lookup(struct model_cache *c, const devcache_model_file_t *mf, const 
 
 	*m_p = NULL;
 	for (;;) {
-		m = mf ? find(c, mf, dev, writable) : find_by_path(c, st, dev, writable);
+		m = mf ? find(c, mf, dev, writable, align) : find_by_path(c, st, dev, writable, align);
 		if (!m || m->state == ENTRY_READY)
 			break;
 		/* Waiting for ourselves would never end: a progress callback
@@ -258,9 +262,9 @@ static uint64_t largest_tensor(const devcache_model_file_t *mf)
  * the loading state, so that concurrent loads of the file wait for it.
  * Takes mf over on success.  Called with the cache locked. */
 static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_device_t *dev,
-		  bool writable, uint64_t cap, struct devcache_model **m_p)
+		  bool writable, uint32_t align, uint64_t cap, struct devcache_model **m_p)
 {
-	uint64_t need = footprint(mf, dev);
+	uint64_t need = footprint(mf, dev, align);
 	struct devcache_model *m;
 	int rc;
 
@@ -283,7 +287,8 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 		c->stats.failed_loads++;
 		return err_oom();
 	}
-	*m = (struct devcache_model){.cache = c, .dev = dev, .writable = writable, .mf = mf,
+	*m = (struct devcache_model){.cache = c, .dev = dev, .writable = writable, .align = align,
+				     .mf = mf,
 				     .bytes = need, .locks = 1, .state = ENTRY_LOADING,
 				     .loader = pthread_self(), .last_use = mc_now()};
 	if (partial) {
@@ -293,6 +298,9 @@ static int insert(struct model_cache *c, devcache_model_file_t *mf, devcache_dev
 		/* Its host part counts against RAM's budget (partial_plan). */
 		rc = partial_plan(c, m, capped && cap < avail ? cap : avail, capped);
 		c->stats.failed_loads += rc != 0;
+		/* and the aligned copies it makes of every unaligned tensor */
+		if (!rc)
+			m->host_charge += mc_unaligned_bytes(mf, align, NULL);
 		if (rc || (rc = make_room(c, host_device(c), m->host_charge, mf->path))) {
 			free(m->dev_ptr);
 			free(m->stamp);
@@ -387,7 +395,27 @@ static int load_args(const devcache_load_args_t *in, devcache_load_args_t *a)
 	memcpy(a, in, in->struct_size);
 	if (a->flags & ~DEVCACHE_LOAD_WRITABLE)
 		return err_set(DEVCACHE_EINVAL, _("devcache_model_load: unknown flags 0x%x"), a->flags);
+	if (a->align & (a->align - 1) || a->align > MF_ALIGN_MAX)
+		return err_set(DEVCACHE_EINVAL,
+			       _("devcache_model_load: align %zu is not a power of two up to %u"),
+			       a->align, MF_ALIGN_MAX);
 	return 0;
+}
+
+/* Where the host bytes are: the files' mappings (zero copy), or copies. */
+static void load_placement(const struct devcache_model *m, devcache_load_result_t *res)
+{
+	uint64_t count = 0, bytes = 0;
+
+	for (size_t i = 0; m->aligned && i < m->mf->n_tensors; i++)
+		if (m->aligned[i]) {
+			count++;
+			bytes += m->mf->tensors[i].size;
+		}
+	res->aligned_copies = count;
+	res->aligned_bytes = bytes;
+	if (m->maps && tun_get(&m->dev->ctx->tun, mmap) && res->host_bytes >= bytes)
+		res->mapped_bytes = res->host_bytes - bytes;
 }
 
 /* A load; cap: at most so many bytes on the device (UINT64_MAX: none),
@@ -414,6 +442,17 @@ static int load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev, u
 	if ((rc = mc_get_cache(ctx, &c)))
 		return mf_name_oom(path, rc);
 	bool writable = mc_is_host(dev) && (args.flags & DEVCACHE_LOAD_WRITABLE);
+	uint32_t align = (uint32_t)args.align > 1 ? (uint32_t)args.align : 0;
+
+	/* A device's tensors are laid out at TENSOR_ALIGN: only a partial
+	 * load's host side can need copies, and only then is align a key. */
+	if (!mc_is_host(dev) && align > TENSOR_ALIGN)
+		return err_set(DEVCACHE_EINVAL,
+			       _("devcache_model_load: align %u is more than the %u bytes %s's "
+				 "tensors are aligned to"),
+			       align, (unsigned)TENSOR_ALIGN, dev->id);
+	if (!mc_is_host(dev) && !tun_get(&ctx->tun, partial_loading))
+		align = 0;
 	char *resolved = NULL;
 	const char *named = path;
 	struct stat st;
@@ -427,7 +466,7 @@ static int load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev, u
 	}
 	if (found && S_ISREG(st.st_mode)) {
 		pthread_mutex_lock(&c->lock);
-		rc = lookup(c, NULL, named, &st, dev, writable, &args, &m, &res);
+		rc = lookup(c, NULL, named, &st, dev, writable, align, &args, &m, &res);
 		pthread_mutex_unlock(&c->lock);
 		if (rc || m) {
 			free(resolved);
@@ -442,12 +481,12 @@ static int load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev, u
 		return rc;
 	}
 	pthread_mutex_lock(&c->lock);
-	rc = lookup(c, mf, path, NULL, dev, writable, &args, &m, &res);
+	rc = lookup(c, mf, path, NULL, dev, writable, align, &args, &m, &res);
 	if (rc || m) {
 		pthread_mutex_unlock(&c->lock);
 		devcache_model_file_close(mf);
 	} else {
-		rc = insert(c, mf, dev, writable, cap, &m);
+		rc = insert(c, mf, dev, writable, align, cap, &m);
 		pthread_mutex_unlock(&c->lock);
 		if (rc)
 			devcache_model_file_close(mf);
@@ -466,6 +505,7 @@ done:
 		res.seconds = now_seconds() - t0;
 		res.device_bytes = info.device_bytes;
 		res.host_bytes = info.host_bytes;
+		load_placement(m, &res);
 		*args.result = res;
 	}
 	*model_p = m;

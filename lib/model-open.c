@@ -94,6 +94,10 @@ int devcache_model_file_open(const char *path, devcache_model_file_t **mf_p)
 		rc = mf_open_index(path, mf_p);
 	else if ((rc = mf_open_file(path, &mf)) == 0)
 		rc = mf_maybe_split(mf, mf_p);
+	if (rc == 0 && (rc = mf_index_meta(*mf_p))) {
+		devcache_model_file_close(*mf_p);
+		*mf_p = NULL;
+	}
 	free(resolved);
 	return mf_name_oom(given, rc);
 }

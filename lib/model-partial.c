@@ -182,14 +182,12 @@ void partial_free(struct devcache_model *m)
 
 void *partial_tensor(const struct devcache_model *m, size_t i, uint32_t *place_p)
 {
-	const struct mf_tensor *t = &m->mf->tensors[i];
-
 	if (m->dev_ptr[i]) {
 		*place_p = DEVCACHE_PLACE_DEVICE;
 		return m->dev_ptr[i];
 	}
 	*place_p = DEVCACHE_PLACE_HOST;
-	return (char *)m->maps[t->part].p + t->offset;
+	return mc_host_tensor(m, i);
 }
 
 uint64_t partial_device_bytes(const struct devcache_model *m, size_t *count_p)

@@ -70,6 +70,86 @@ static int map_file(struct devcache_model *m, size_t part, bool writable)
 	return 0;
 }
 
+/* ---- host placement: aligned copies ---------------------------------------------- */
+
+/*
+ * A mapping starts on a page, so a tensor's address there is aligned as
+ * its file offset is: a safetensors header of 62 bytes leaves every tensor
+ * 2-byte aligned.  With devcache_load_args_t.align, the tensors whose
+ * offset is not a multiple of it are read (pread, not through the
+ * mapping) into one anonymous block, each at a multiple of it; the others
+ * stay zero-copy.  The block is charged to RAM with the mapping.
+ */
+
+uint64_t mc_unaligned_bytes(const devcache_model_file_t *mf, uint32_t align, uint64_t *count_p)
+{
+	uint64_t bytes = 0, count = 0;
+
+	for (size_t i = 0; align > 1 && i < mf->n_tensors; i++)
+		if (mf->tensors[i].offset % align) {
+			bytes += mf->tensors[i].size;
+			count++;
+		}
+	if (count_p)
+		*count_p = count;
+	return bytes;
+}
+
+void *mc_host_tensor(const struct devcache_model *m, size_t i)
+{
+	const struct mf_tensor *t = &m->mf->tensors[i];
+
+	if (m->aligned && m->aligned[i])
+		return m->aligned[i];
+	return (char *)m->maps[t->part].p + t->offset;
+}
+
+void mc_aligned_free(struct devcache_model *m)
+{
+	if (m->aligned_block)
+		munmap(m->aligned_block, m->aligned_len);
+	free(m->aligned);
+	m->aligned = NULL;
+	m->aligned_block = NULL;
+}
+
+static int copy_unaligned(struct devcache_model *m)
+{
+	const devcache_model_file_t *mf = m->mf;
+	uint64_t len = 0;
+	char *p;
+	int rc;
+
+	for (size_t i = 0; i < mf->n_tensors; i++)
+		if (mf->tensors[i].offset % m->align)
+			len += (mf->tensors[i].size + m->align - 1) / m->align * m->align;
+	if (!len)
+		return 0;
+	if (!(m->aligned = calloc(mf->n_tensors, sizeof *m->aligned)))
+		return err_oom();
+	p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %llu bytes for aligned copies: %s"),
+			       mf->path, (unsigned long long)len, strerror(errno));
+	m->aligned_block = p;
+	m->aligned_len = (size_t)len;
+	for (size_t i = 0; i < mf->n_tensors; i++) {
+		const struct mf_tensor *t = &mf->tensors[i];
+
+		if (t->offset % m->align == 0)
+			continue;
+		if (t->size && (rc = mf_read(mf_part(mf, t->part), p, (size_t)t->size, t->offset,
+					     _("tensor data"))))
+			return rc;
+		m->aligned[i] = p;
+		m->read += t->size;
+		p += (t->size + m->align - 1) / m->align * m->align;
+	}
+	if (!m->writable)
+		mprotect(m->aligned_block, m->aligned_len, PROT_READ);
+	return 0;
+}
+
 /* Every file of the model in host memory, mapped in place or copied. */
 int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
 {
@@ -83,6 +163,8 @@ int mc_place_on_host(struct devcache_model *m, const devcache_load_args_t *args)
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		rc = tun_get(&ctx->tun, mmap) ? map_file(m, i, args->flags & DEVCACHE_LOAD_WRITABLE)
 					      : copy_file(m, i, args, &done, total);
+	if (rc == 0 && m->align > 1)
+		rc = copy_unaligned(m);
 	if (rc == 0 && tun_get(&ctx->tun, mmap) && args->progress &&
 	    args->progress(args->progress_user, total, total))
 		rc = err_set(DEVCACHE_ECANCELED, _("%s: load cancelled"), m->mf->path);

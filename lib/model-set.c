@@ -129,16 +129,33 @@ void mf_sum_parts(struct devcache_model_file *set)
 		set->size += set->parts[p]->size;
 }
 
-static int copy_meta(struct devcache_model_file *set, const char *key, const char *value)
+static int copy_meta(struct devcache_model_file *set, const struct mf_meta *from)
 {
-	char *k = strdup(key), *v = strdup(value);
+	char *k = strdup(from->key), *v = strdup(from->value), *str = NULL;
+	int rc;
 
-	if (!k || !v) {
+	if (from->str && (str = malloc(from->count + 1)))
+		memcpy(str, from->str, from->count + 1);
+	if (!k || !v || (from->str && !str)) {
 		free(k);
 		free(v);
+		free(str);
 		return err_oom();
 	}
-	return mf_add_meta(set, k, v);
+	if ((rc = mf_add_meta(set, k, v))) {
+		free(str);
+		return rc;
+	}
+	/* Typed as in the part, whose file holds an array's elements. */
+	struct mf_meta *m = &set->meta[set->n_meta - 1];
+	m->type = from->type;
+	m->elem = from->elem;
+	m->count = from->count;
+	m->v = from->v;
+	m->str = str;
+	m->at = from->at;
+	m->src = from->src;
+	return 0;
 }
 
 /* The part's keys are distinct (its reader refuses a key given twice);
@@ -159,7 +176,7 @@ int mf_copy_part_meta(struct devcache_model_file *set, const struct devcache_mod
 		const char *key = part->meta[i].key;
 
 		if (!bsearch(&key, have, n, sizeof *have, mf_by_string))
-			rc = copy_meta(set, key, part->meta[i].value);
+			rc = copy_meta(set, &part->meta[i]);
 	}
 	free(have);
 	return rc;
@@ -468,6 +485,45 @@ static int check_index(struct devcache_model_file *set, struct json_object *root
 	return 0;
 }
 
+/* An index's metadata member, typed as JSON types it: a string, an
+ * integer, a number, a boolean; an object, an array or null has only its
+ * JSON text. */
+static int copy_json_meta(struct devcache_model_file *set, const char *key, const char *json,
+			  struct json_object *v)
+{
+	struct mf_meta m = {.key = (char *)key, .value = (char *)json, .type = MF_META_JSON,
+			    .count = 1, .src = set};
+
+	switch (json_object_get_type(v)) {
+	case json_type_string:
+		m.type = DEVCACHE_META_STRING;
+		m.str = (char *)json_object_get_string(v);
+		m.count = (uint64_t)json_object_get_string_len(v);
+		break;
+	case json_type_int:
+		/* json-c holds an integer as int64 or, past INT64_MAX, uint64. */
+		if (json_object_get_int64(v) == INT64_MAX && json_object_get_uint64(v) > INT64_MAX) {
+			m.type = DEVCACHE_META_UINT64;
+			m.v.u = json_object_get_uint64(v);
+		} else {
+			m.type = DEVCACHE_META_INT64;
+			m.v.i = json_object_get_int64(v);
+		}
+		break;
+	case json_type_double:
+		m.type = DEVCACHE_META_FLOAT64;
+		m.v.f = json_object_get_double(v);
+		break;
+	case json_type_boolean:
+		m.type = DEVCACHE_META_BOOL;
+		m.v.u = json_object_get_boolean(v) != 0;
+		break;
+	default:
+		break;
+	}
+	return copy_meta(set, &m);
+}
+
 /* The index's metadata members first, then the first shard's. */
 static int index_meta(struct devcache_model_file *set, struct json_object *root)
 {
@@ -482,7 +538,7 @@ static int index_meta(struct devcache_model_file *set, struct json_object *root)
 				v, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 
 			/* json-c's keys are distinct: nothing to look up. */
-			if (!json || (rc = copy_meta(set, key, json)))
+			if (!json || (rc = copy_json_meta(set, key, json, v)))
 				return json ? rc : err_oom();
 		}
 	}

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* safetensors.c - the safetensors reader: every rule of the reference reader, checked before the header is trusted. */
 #include "safetensors.h"
+#include "dtype.h"
 
 #include <json-c/json.h>
 #include <stdbool.h>
@@ -41,19 +42,8 @@
  */
 
 /* The dtypes of the reference reader (huggingface safetensors 0.6 and
- * later), with their width in bits: F4 and the two F6 are packed, so a
- * tensor of them must fill whole bytes. */
-static const struct st_dtype {
-	const char *name;
-	unsigned bits;
-} st_dtypes[] = {
-	{"BOOL", 8},     {"U8", 8},          {"I8", 8},          {"F8_E5M2", 8},
-	{"F8_E4M3", 8},  {"F8_E8M0", 8},     {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8},
-	{"I16", 16},     {"U16", 16},        {"F16", 16},        {"BF16", 16},
-	{"I32", 32},     {"U32", 32},        {"F32", 32},        {"C64", 64},
-	{"F64", 64},     {"I64", 64},        {"U64", 64},        {"F4", 4},
-	{"F6_E2M3", 6},  {"F6_E3M2", 6},
-};
+ * later) are lib/dtype.c's with DEVCACHE_DTYPE_SAFETENSORS: F4 and the two
+ * F6 are packed, so a tensor of them must fill whole bytes. */
 
 /* For the message that rejects an unknown dtype. */
 static const char st_dtype_list[] =
@@ -61,13 +51,17 @@ static const char st_dtype_list[] =
 	"F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F6_E2M3, F6_E3M2 and F4";
 
 /* json-c keeps strings with their length: a dtype with a NUL in it must
- * not pass for the dtype before the NUL. */
-static const struct st_dtype *find_dtype(const char *s, size_t len)
+ * not pass for the dtype before the NUL (dtype_safetensors compares len
+ * bytes). */
+static const struct dtype_desc *find_dtype(const char *s, size_t len)
 {
-	for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
-		if (strlen(st_dtypes[i].name) == len && memcmp(st_dtypes[i].name, s, len) == 0)
-			return &st_dtypes[i];
-	return NULL;
+	return dtype_safetensors(s, len);
+}
+
+/* A dtype's width in bits, which the reference counts sizes in. */
+static unsigned dtype_bits(const struct dtype_desc *dt)
+{
+	return dt->bytes * 8 / dt->blck;
 }
 
 static uint64_t le64(const unsigned char *p)
@@ -254,7 +248,7 @@ static int get_fields(struct st_walk *w, const char *name, size_t i, struct st_f
 	return 0;
 }
 
-static int get_dtype(struct st_walk *w, const char *name, size_t i, const struct st_dtype **dt)
+static int get_dtype(struct st_walk *w, const char *name, size_t i, const struct dtype_desc **dt)
 {
 	size_t end, len;
 	char *text;
@@ -345,7 +339,7 @@ static int get_offsets(struct st_walk *w, const char *name, size_t i, uint64_t o
 
 /* The bytes that shape and dtype make, as the reference counts them: in
  * bits first, so that a packed dtype must fill whole bytes. */
-static int check_size(struct devcache_model_file *mf, const char *name, const struct st_dtype *dt,
+static int check_size(struct devcache_model_file *mf, const char *name, const struct dtype_desc *dt,
 		      const struct mf_tensor *t, const uint64_t off[2])
 {
 	char shape[DEVCACHE_MAX_DIMS * 22 + 1];
@@ -354,7 +348,7 @@ static int check_size(struct devcache_model_file *mf, const char *name, const st
 
 	for (unsigned i = 0; i < t->n_dims; i++)
 		over = over || __builtin_mul_overflow(elements, t->shape[i], &elements);
-	over = over || __builtin_mul_overflow(elements, (uint64_t)dt->bits, &bits);
+	over = over || __builtin_mul_overflow(elements, (uint64_t)dtype_bits(dt), &bits);
 	if (!over && bits % 8 == 0 && bits / 8 == off[1] - off[0])
 		return 0;
 	/* Only for a message: a million tensors would format a million. */
@@ -364,12 +358,12 @@ static int check_size(struct devcache_model_file *mf, const char *name, const st
 		if (__builtin_mul_overflow(elements, t->shape[i], &elements))
 			return mf_error(mf, _("tensor '%s': shape [%s] has more than 2^64 - 1 elements"),
 					name, shape);
-	if (__builtin_mul_overflow(elements, (uint64_t)dt->bits, &bits))
+	if (__builtin_mul_overflow(elements, (uint64_t)dtype_bits(dt), &bits))
 		return mf_error(mf, _("tensor '%s': shape [%s] of %s is too large: its size in bits does not fit in 64 bits"),
 				name, shape, dt->name);
 	if (bits % 8)
 		return mf_error(mf, _("tensor '%s': shape [%s] has %llu elements of %s (%u bits each), which do not fill whole bytes"),
-				name, shape, (unsigned long long)elements, dt->name, dt->bits);
+				name, shape, (unsigned long long)elements, dt->name, dtype_bits(dt));
 	if (bits / 8 != off[1] - off[0])
 		return mf_error(mf, _("tensor '%s': shape [%s] has %llu bytes of %s but data_offsets [%llu, %llu] hold %llu"),
 				name, shape, (unsigned long long)(bits / 8), dt->name,
@@ -384,7 +378,7 @@ static int add_tensor(struct st_walk *w, char *name, size_t i, size_t *next)
 {
 	struct devcache_model_file *mf = w->mf;
 	uint64_t data_size = mf->size - mf->data_offset, off[2];
-	const struct st_dtype *dt = NULL;
+	const struct dtype_desc *dt = NULL;
 	struct mf_tensor tmp, *t;
 	struct st_fields f;
 	int rc;
@@ -416,6 +410,7 @@ static int add_tensor(struct st_walk *w, char *name, size_t i, size_t *next)
 	if (!(t = mf_add_tensor(mf, name)))
 		return mf->n_tensors >= MF_MAX_TENSORS ? DEVCACHE_EFORMAT : DEVCACHE_ENOMEM;
 	t->dtype = dt->name;
+	t->dtype_id = dt->id;
 	t->type = 0;
 	t->n_dims = tmp.n_dims;
 	memcpy(t->shape, tmp.shape, sizeof t->shape);
@@ -424,8 +419,10 @@ static int add_tensor(struct st_walk *w, char *name, size_t i, size_t *next)
 	return 0;
 }
 
-/* One metadata value: the string at s[i] as JSON text, as json-c writes it. */
-static int meta_value(struct st_walk *w, const char *key, size_t i, char **json_p)
+/* One metadata value: the string at s[i] as JSON text, as json-c writes it,
+ * and as it is (*raw_p, *len_p). */
+static int meta_value(struct st_walk *w, const char *key, size_t i, char **json_p, char **raw_p,
+		      size_t *len_p)
 {
 	struct json_object *v;
 	size_t end, len;
@@ -437,7 +434,8 @@ static int meta_value(struct st_walk *w, const char *key, size_t i, char **json_
 	if ((rc = scan_string(&w->sc, i, &end, &text, &len, &nul)))
 		return rc;
 	v = json_object_new_string_len(text, (int)len);
-	free(text);
+	*raw_p = text;
+	*len_p = len;
 	if (!v)
 		return err_oom();
 	const char *json = json_object_to_json_string_length(
@@ -464,8 +462,8 @@ static int add_metadata(struct st_walk *w, size_t i)
 		return mf_error(w->mf, _("__metadata__ is %s, not an object of strings"),
 				json_kind_at(s + i));
 	for (i = skip_ws(s, i + 1); s[i] == '"'; i = skip_ws(s, i + 1)) {
-		size_t end, len, v;
-		char *key, *json;
+		size_t end, len, v, raw_len = 0;
+		char *key, *json, *raw = NULL;
 
 		if ((rc = scan_string(&w->sc, i, &end, &key, &len, &nul)))
 			return rc;
@@ -476,10 +474,16 @@ static int add_metadata(struct st_walk *w, size_t i)
 		else if (s[v] != '"')
 			rc = mf_error(w->mf, _("__metadata__ '%s' is %s, not a string"), key,
 				      json_kind_at(s + v));
-		else if ((rc = meta_value(w, key, v, &json)) == 0) {
+		else if ((rc = meta_value(w, key, v, &json, &raw, &raw_len)) == 0) {
 			rc = mf_add_meta(w->mf, key, json); /* takes both over */
+			if (rc == 0) {
+				w->mf->meta[w->mf->n_meta - 1].str = raw;
+				w->mf->meta[w->mf->n_meta - 1].count = raw_len;
+				raw = NULL;
+			}
 			key = NULL;
 		}
+		free(raw);
 		if (rc) {
 			free(key);
 			return rc;

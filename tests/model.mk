@@ -4,6 +4,8 @@ model_tests = tests/test-safetensors tests/test-gguf tests/test-gguf-meta tests/
 	tests/test-inspect tests/test-model-cache tests/test-model-set tests/test-model-split \
 	tests/test-model-folder tests/test-model-set-load tests/test-model-partial tests/test-model-copy \
 	tests/test-model-guard tests/test-load-tool tests/test-host-faults tests/test-model-manage
+# Issue 33, the engines' API: typed metadata, dtypes and alignment, reading into the caller's memory.
+model_tests += tests/test-engine-meta tests/test-engine-dtype tests/test-engine-align
 # What the GGUF reader's tests share; what the tests of models of several files share.
 gguf_bytes = tests/gguf-bytes.c tests/gguf-bytes.h
 model_set_fixture = tests/model-set-fixture.c tests/model-set-fixture.h
@@ -20,6 +22,15 @@ tests_test_gguf_LDADD = $(test_ldadd)
 tests_test_gguf_meta_SOURCES = tests/test-gguf-meta.c tests/tap.h $(gguf_bytes) $(model_writer)
 tests_test_gguf_meta_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_gguf_meta_LDADD = $(test_ldadd)
+tests_test_engine_meta_SOURCES = tests/test-engine-meta.c tests/tap.h $(gguf_bytes) $(model_writer)
+tests_test_engine_meta_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_engine_meta_LDADD = $(test_ldadd)
+tests_test_engine_dtype_SOURCES = tests/test-engine-dtype.c tests/tap.h $(gguf_bytes) $(model_writer)
+tests_test_engine_dtype_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_engine_dtype_LDADD = $(test_ldadd)
+tests_test_engine_align_SOURCES = tests/test-engine-align.c tests/tap.h $(model_writer)
+tests_test_engine_align_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_engine_align_LDADD = $(test_ldadd)
 tests_test_gguf_tensors_SOURCES = tests/test-gguf-tensors.c tests/tap.h $(gguf_bytes) $(model_writer)
 tests_test_gguf_tensors_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_gguf_tensors_LDADD = $(test_ldadd)

@@ -107,7 +107,8 @@ static void help_lists_the_commands(void **state)
 	RUN(plain, "load", "--help");
 	assert_int_equal(r.status, 0);
 	assert_contains(r.out,
-			"Usage: devcache load [--device D] [--repeat N] [--writable] [--json] MODEL...");
+			"Usage: devcache load [--device D] [--repeat N] [--writable] [--align N]\n"
+			"                     [--json] MODEL...\n");
 	RUN(plain, "dump", "--help");
 	assert_int_equal(r.status, 0);
 	assert_contains(r.out, "Usage: devcache dump [--device D] [--output OUT] FILE TENSOR");
@@ -130,7 +131,7 @@ static void load_on_the_host(void **state)
 	assert_contains(r.out, line);
 	/* Mapped in place: nothing read, so no throughput to speak of. */
 	assert_contains(r.out, "miss in ");
-	assert_contains(r.out, " ms: mapped in place, nothing read\n");
+	assert_contains(r.out, " ms: mapped in place (zero copy), nothing read\n");
 	assert_null(strstr(r.out, "/s"));
 	assert_contains(r.out, "Peak RSS: ");
 	assert_contains(r.out, "Model cache\n");

@@ -23,6 +23,7 @@ struct load_opts {
 	const char *device;
 	unsigned long repeat;
 	bool writable;
+	size_t align;                 /* --align, 0: none */
 	bool json;
 	struct json_object *loads;    /* --json: what each load did */
 	struct json_object *failures; /* --json: each failed load's error */
@@ -37,7 +38,8 @@ struct progress {
 
 static void help(void)
 {
-	printf(_("Usage: devcache load [--device D] [--repeat N] [--writable] [--json] MODEL...\n"));
+	printf(_("Usage: devcache load [--device D] [--repeat N] [--writable] [--align N]\n"
+		 "                     [--json] MODEL...\n"));
 	fputs(_("Load safetensors or GGUF models (a file, a *.safetensors.index.json, any\n"
 		"shard of a GGUF split, or a folder holding one of these) through the model\n"
 		"cache, as a program serving them would, and print for each load whether the\n"
@@ -51,6 +53,8 @@ static void help(void)
 		"                               between (default: 1; every load after the\n"
 		"                               first is a hit)\n"
 		"  -w, --writable               map host placements copy-on-write\n"
+		"  -a, --align=N                copy the tensors whose data is not aligned to N\n"
+		"                               bytes (a power of two up to 4096)\n"
 		"  -j, --json                   print one JSON document instead\n"),
 	      stdout);
 	tool_print_common_options();
@@ -158,6 +162,7 @@ static int parse_args(struct tool *t, struct load_opts *o, int argc, char **argv
 		{"device", required_argument, NULL, 'd'},
 		{"repeat", required_argument, NULL, 'n'},
 		{"writable", no_argument, NULL, 'w'},
+		{"align", required_argument, NULL, 'a'},
 		{"json", no_argument, NULL, 'j'},
 		TOOL_LONGOPTS,
 		{NULL, 0, NULL, 0},
@@ -165,7 +170,7 @@ static int parse_args(struct tool *t, struct load_opts *o, int argc, char **argv
 	char *end;
 	int c, status;
 
-	while ((c = getopt_long(argc, argv, "d:n:wj" TOOL_SHORTOPTS, longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:n:wa:j" TOOL_SHORTOPTS, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd':
 			o->device = optarg;
@@ -185,6 +190,21 @@ static int parse_args(struct tool *t, struct load_opts *o, int argc, char **argv
 		case 'w':
 			o->writable = true;
 			break;
+		case 'a': {
+			unsigned long a;
+
+			errno = 0;
+			a = strtoul(optarg, &end, 10);
+			if (errno || end == optarg || *end || a == 0 || a > 4096 || (a & (a - 1)) ||
+			    strchr(optarg, '-')) {
+				tool_error(_("invalid alignment '%s' (expected a power of two from 1 "
+					     "to 4096)"),
+					   tool_shown(optarg));
+				return tool_try_help();
+			}
+			o->align = a;
+			break;
+		}
 		case 'j':
 			o->json = true;
 			break;
@@ -241,7 +261,8 @@ static void print_load(const char *path, const char *dev_id, bool host,
 		else
 			snprintf(rest + n, sizeof rest - n, _(": uploaded %s (%s/s)"), b, rate);
 	} else if (!r->hit && host) {
-		snprintf(rest + n, sizeof rest - n, "%s", _(": mapped in place, nothing read"));
+		snprintf(rest + n, sizeof rest - n, "%s",
+			 _(": mapped in place (zero copy), nothing read"));
 	}
 	/* TRANSLATORS: a model file and the device it was loaded onto. */
 	if (asprintf(&where, _("%s on %s:"), tool_shown(path), tool_shown(dev_id)) < 0)
@@ -257,6 +278,18 @@ static void print_load(const char *path, const char *dev_id, bool host,
 		format_bytes(r->device_bytes, a, sizeof a);
 		format_bytes(r->device_bytes + r->host_bytes, b, sizeof b);
 		printf(_("  %s of %s on %s, the rest on the host\n"), a, b, dev_id);
+	}
+	/* On the host "0 B on the device" would read as if nothing was
+	 * placed: say where the bytes are. */
+	if (host && r->mapped_bytes) {
+		format_bytes(r->mapped_bytes, a, sizeof a);
+		printf(_("  %s of tensors mapped in place (zero copy)\n"), a);
+	}
+	if (r->aligned_copies) {
+		format_bytes(r->aligned_bytes, a, sizeof a);
+		printf(P_("  %s in %llu tensor copied to be aligned\n",
+			  "  %s in %llu tensors copied to be aligned\n", r->aligned_copies),
+		       a, (unsigned long long)r->aligned_copies);
 	}
 }
 
@@ -274,6 +307,9 @@ static struct json_object *load_json(const char *path, const devcache_load_resul
 	json_object_object_add(o, "seconds", json_object_new_double(r->seconds));
 	json_object_object_add(o, "device_bytes", json_object_new_uint64(r->device_bytes));
 	json_object_object_add(o, "host_bytes", json_object_new_uint64(r->host_bytes));
+	json_object_object_add(o, "mapped_bytes", json_object_new_uint64(r->mapped_bytes));
+	json_object_object_add(o, "aligned_copies", json_object_new_uint64(r->aligned_copies));
+	json_object_object_add(o, "aligned_bytes", json_object_new_uint64(r->aligned_bytes));
 	json_object_object_add(o, "partial",
 			       json_object_new_boolean(r->device_bytes && r->host_bytes));
 	return o;
@@ -288,6 +324,7 @@ static int load_once(devcache_ctx_t *ctx, devcache_device_t *dev, const char *de
 	devcache_load_args_t args = {
 		.struct_size = sizeof args,
 		.flags = o->writable ? DEVCACHE_LOAD_WRITABLE : 0,
+		.align = o->align,
 		.progress = isatty(STDERR_FILENO) ? on_progress : NULL,
 		.progress_user = &p,
 		.result = &r,
