@@ -20,6 +20,7 @@
  *   loadbench-switch.c   two models alternated under a RAM budget that fits one
  *   loadbench-manager.c  a model manager's loop: make_room, working memory, offload
  *   loadbench-sweep.c    -S: one device's figures for each staging_buffer_size
+ *   loadbench-engine.c   the 1G model read into the caller's buffer, against the cache
  */
 #include <config.h>
 
@@ -55,21 +56,24 @@ int n_switches = 50;
 const char *sweep_device; /* -S */
 bool quick;               /* -q */
 static bool want[N_SIZES] = { true, true };
-static bool want_sharded = true, want_partial = true, want_manager = true;
+static bool want_sharded = true, want_partial = true, want_manager = true, want_engine = true;
 
 /* ---- main --------------------------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: loadbench [-d DIR] [-m MODULEDIR] [-o OPTIONS] [-r REPS] [-n SWITCHES]\n"
-		   "                 [-s 1G|4G|sharded|partial|manager]...\n"
+		   "                 [-s 1G|4G|sharded|partial|manager|engine]...\n"
 		   "       loadbench -S DEVICE [-q] [-d DIR] [-o OPTIONS] [-r REPS]\n"
 		   "  Generates Llama-like BF16 safetensors files in DIR (reused when present)\n"
 		   "  and times loading them: cat, a naive read() loader, devcache's zero-copy\n"
 		   "  host load and its staging path onto the bench device; the 4G model as 4\n"
 		   "  shards and an index against the single file; the 4G model loaded\n"
 		   "  partially onto the bench device; a model manager's loop over three\n"
-		   "  models; then alternates two models under a RAM budget that fits one.\n"
+		   "  models; then alternates two models under a RAM budget that fits one;\n"
+		   "  and the 1G model read into the caller's buffer on the bench device\n"
+		   "  (devcache_model_file_read_tensors) against the cache's load and a\n"
+		   "  naive read() + copy per tensor.\n"
 		   "  -d DIR        where the model files are (default .)\n"
 		   "  -m MODULEDIR  where benchdev.so is (default DIR/modules/.libs)\n"
 		   "  -o OPTIONS    tunables (\"key:value,...\") for every context, to compare\n"
@@ -77,8 +81,9 @@ static void usage(FILE *f)
 		   "  -r REPS       runs per figure, the median time reported (default 3)\n"
 		   "  -n SWITCHES   model switches (default 50; 0: no switching figures)\n"
 		   "  -s GROUP      only these figures (repeatable; default all): a file size\n"
-		   "                (1G, 4G), sharded (4G as a set), partial (4G, half fits)\n"
-		   "                or manager (make_room, working memory and offload)\n"
+		   "                (1G, 4G), sharded (4G as a set), partial (4G, half fits),\n"
+		   "                manager (make_room, working memory and offload) or\n"
+		   "                engine (1G read into the caller's buffer)\n"
 		   "  -S DEVICE     instead: the 1G model staged onto DEVICE (reached through\n"
 		   "                -o's options) with staging_buffer_size 1, 4, 16 and 64 MiB,\n"
 		   "                against cat and a pinned host-to-device copy\n"
@@ -105,7 +110,7 @@ static void parse_args(int argc, char **argv)
 
 			if (!sized) {
 				memset(want, 0, sizeof want);
-				want_sharded = want_partial = want_manager = false;
+				want_sharded = want_partial = want_manager = want_engine = false;
 			}
 			sized = true;
 			for (size_t i = 0; i < N_SIZES; i++)
@@ -117,6 +122,8 @@ static void parse_args(int argc, char **argv)
 				want_partial = known = true;
 			if (strcmp(optarg, "manager") == 0)
 				want_manager = known = true;
+			if (strcmp(optarg, "engine") == 0)
+				want_engine = known = true;
 			if (!known) {
 				fprintf(stderr, "loadbench: -s %s: not a group of figures\n", optarg);
 				usage(stderr);
@@ -148,6 +155,7 @@ int main(int argc, char **argv)
 	static struct set set;
 	static struct sharded_result sharded;
 	static struct partial_result partial;
+	static struct engine_result engine;
 	bool need_set_size;
 	uint64_t ring;
 
@@ -169,7 +177,7 @@ int main(int argc, char **argv)
 	ring = ring_bytes();
 	printf("\n");
 	for (size_t i = 0; i < N_SIZES; i++)
-		if (want[i] || (i == SET_SIZE && need_set_size))
+		if (want[i] || (i == SET_SIZE && need_set_size) || (i == 0 && want_engine))
 			prepare(&files[i], &sizes[i]);
 	if (want_sharded && files[SET_SIZE].ready)
 		prepare_set(&set, &files[SET_SIZE]);
@@ -184,6 +192,8 @@ int main(int argc, char **argv)
 		measure_sharded(&files[SET_SIZE], &set, &sharded);
 	if (want_partial)
 		measure_partial(&files[SET_SIZE], &partial);
+	if (want_engine)
+		measure_engine(&files[0], &engine);
 
 	printf("\n");
 	bool zc_ok = want[1] && res[1].measured;
@@ -211,6 +221,8 @@ int main(int argc, char **argv)
 		manager();
 	else
 		print_target("load/manager-vram", "SKIP", "not asked for (-s)");
+	if (want_engine)
+		engine_targets(&files[0], &engine, ring);
 	if (n_switches) {
 		switching(&sw[0], &sw[1]);
 	} else {

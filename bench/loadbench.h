@@ -184,6 +184,16 @@ struct partial_result {
 void measure_partial(const struct model *m, struct partial_result *r);
 void partial_targets(const struct model *m, const struct partial_result *r, uint64_t ring);
 
+/* Reading into the caller's memory (loadbench-engine.c), on the 1G model. */
+struct engine_result {
+	bool measured;
+	char why[300];
+	struct figure cache_cold, cache_warm, read_cold, read_warm, naive;
+};
+
+void measure_engine(const struct model *m, struct engine_result *r);
+void engine_targets(const struct model *m, const struct engine_result *r, uint64_t ring);
+
 /* Model switching (loadbench-switch.c). */
 void switching(const struct model *a, const struct model *b);
 

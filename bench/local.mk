@@ -37,7 +37,8 @@ bench_replay_CFLAGS = $(bench_cflags) $(JSONC_CFLAGS) $(ZLIB_CFLAGS)
 bench_replay_LDADD = $(bench_ldadd) $(JSONC_LIBS) $(ZLIB_LIBS)
 bench_loadbench_SOURCES = bench/loadbench.c bench/loadbench-measure.c bench/loadbench-models.c \
 	bench/loadbench-size.c bench/loadbench-sharded.c bench/loadbench-partial.c \
-	bench/loadbench-switch.c bench/loadbench-manager.c bench/loadbench-sweep.c bench/loadbench.h bench/bench.h \
+	bench/loadbench-switch.c bench/loadbench-manager.c bench/loadbench-sweep.c bench/loadbench-engine.c \
+	bench/loadbench.h bench/bench.h \
 	$(model_writer_core)
 bench_loadbench_CPPFLAGS = $(AM_CPPFLAGS) -iquote $(srcdir)/tests
 bench_loadbench_CFLAGS = $(bench_cflags) $(JSONC_CFLAGS)

@@ -742,6 +742,40 @@ typedef int (*devcache_meta_string_fn)(void *user, uint64_t index, const char *s
 DEVCACHE_API int devcache_model_file_get_strings(const devcache_model_file_t *mf, const char *key,
 						 devcache_meta_string_fn fn, void *user);
 
+/* ---- Loading into memory the caller owns -----------------------------------
+ * The model cache's fast path (the staging ring of pinned buffers, its
+ * reader threads, direct I/O, overlapped copies) into destinations the
+ * caller allocated and keeps: the cache neither owns nor counts them. */
+typedef struct devcache_tensor_dest {
+	const char *name; /* the tensor */
+	void *dst;        /* where its bytes go: memory of the device (host memory
+			   * for the host device) */
+	uint64_t size;    /* bytes at dst: at least the tensor's size */
+	int status;       /* out: 0, or why this one failed (DEVCACHE_ENOENT: no such
+			   * tensor; DEVCACHE_EINVAL: dst NULL, too small, or named twice) */
+	uint32_t reserved32;
+	void *reserved[2];
+} devcache_tensor_dest_t;
+
+typedef struct devcache_read_args {
+	size_t struct_size;       /* sizeof(devcache_read_args_t) */
+	unsigned flags;           /* none yet: 0 */
+	devcache_progress_fn progress; /* a non-zero return cancels */
+	void *progress_user;
+	devcache_stream_t stream; /* copies are queued on it; done when the call returns */
+	devcache_load_result_t *result; /* NULL, or bytes_read, bytes_uploaded and seconds */
+	void *reserved[8];
+} devcache_read_args_t;
+
+/* Copy the tensors dests name from mf's files to their dst on dev, byte
+ * for byte.  Every dest is checked first: one that fails gets its status
+ * and the call fails naming it, before anything is read.  args may be
+ * NULL.  DEVCACHE_ECANCELED when progress cancelled it. */
+DEVCACHE_API int devcache_model_file_read_tensors(const devcache_model_file_t *mf,
+						  devcache_device_t *dev,
+						  devcache_tensor_dest_t *dests, size_t n,
+						  const devcache_read_args_t *args);
+
 #ifdef __cplusplus
 }
 #endif

@@ -149,6 +149,9 @@ void mc_log_mem_use(struct model_cache *c, const char *what, const char *path,
 int mc_find_key(struct model_cache *c, const char *path, devcache_device_t *dev,
 		struct devcache_model **m_p);
 
+/* model-load.c: the monotonic clock in seconds, for the results' times. */
+double mc_now_seconds(void);
+
 /* ---- model-place.c: a new model's bytes on the host or a device ------------------ */
 
 /* Every file of m in host memory: mapped in place, or copied (mmap false). */

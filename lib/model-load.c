@@ -23,7 +23,7 @@
  * wakes the loads waiting for it.
  */
 
-static double now_seconds(void)
+double mc_now_seconds(void)
 {
 	struct timespec ts;
 
@@ -330,7 +330,7 @@ static int place(struct devcache_model *m, const devcache_load_args_t *args)
 		mc_mem_use(c, NULL, &before);
 		pthread_mutex_unlock(&c->lock);
 	}
-	double t0 = now_seconds();
+	double t0 = mc_now_seconds();
 	for (size_t i = 0; tun_get(&ctx->tun, fadvise_sequential) && i < mf_part_count(m->mf); i++)
 		posix_fadvise(mf_part(m->mf, i)->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	rc = mc_is_host(m->dev) ? mc_place_on_host(m, args)
@@ -339,7 +339,7 @@ static int place(struct devcache_model *m, const devcache_load_args_t *args)
 	pthread_mutex_lock(&c->lock);
 	if (log_use && rc == 0)
 		mc_log_mem_use(c, _("loaded"), m->mf->path, NULL, &before);
-	c->stats.load_seconds += now_seconds() - t0;
+	c->stats.load_seconds += mc_now_seconds() - t0;
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -423,7 +423,7 @@ static void load_placement(const struct devcache_model *m, devcache_load_result_
 static int load(devcache_ctx_t *ctx, const char *path, devcache_device_t *dev, uint64_t cap,
 		const devcache_load_args_t *args_in, devcache_model_t **model_p)
 {
-	double t0 = now_seconds();
+	double t0 = mc_now_seconds();
 	devcache_load_result_t res = {0};
 	devcache_load_args_t args;
 	devcache_model_file_t *mf = NULL;
@@ -502,7 +502,7 @@ done:
 		devcache_model_info_t info;
 
 		devcache_model_info(m, &info);
-		res.seconds = now_seconds() - t0;
+		res.seconds = mc_now_seconds() - t0;
 		res.device_bytes = info.device_bytes;
 		res.host_bytes = info.host_bytes;
 		load_placement(m, &res);

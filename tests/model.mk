@@ -5,7 +5,8 @@ model_tests = tests/test-safetensors tests/test-gguf tests/test-gguf-meta tests/
 	tests/test-model-folder tests/test-model-set-load tests/test-model-partial tests/test-model-copy \
 	tests/test-model-guard tests/test-load-tool tests/test-host-faults tests/test-model-manage
 # Issue 33, the engines' API: typed metadata, dtypes and alignment, reading into the caller's memory.
-model_tests += tests/test-engine-meta tests/test-engine-dtype tests/test-engine-align
+model_tests += tests/test-engine-meta tests/test-engine-dtype tests/test-engine-align \
+	tests/test-engine-read
 # What the GGUF reader's tests share; what the tests of models of several files share.
 gguf_bytes = tests/gguf-bytes.c tests/gguf-bytes.h
 model_set_fixture = tests/model-set-fixture.c tests/model-set-fixture.h
@@ -31,6 +32,9 @@ tests_test_engine_dtype_LDADD = $(test_ldadd)
 tests_test_engine_align_SOURCES = tests/test-engine-align.c tests/tap.h $(model_writer)
 tests_test_engine_align_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_engine_align_LDADD = $(test_ldadd)
+tests_test_engine_read_SOURCES = tests/test-engine-read.c tests/tap.h $(model_writer)
+tests_test_engine_read_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
+tests_test_engine_read_LDADD = $(test_ldadd)
 tests_test_gguf_tensors_SOURCES = tests/test-gguf-tensors.c tests/tap.h $(gguf_bytes) $(model_writer)
 tests_test_gguf_tensors_CFLAGS = $(test_cflags) $(JSONC_CFLAGS)
 tests_test_gguf_tensors_LDADD = $(test_ldadd)

@@ -637,6 +637,54 @@ static void a_manager_loop_keeps_the_budget(void **state)
 	devcache_close(ctx);
 }
 
+/* devcache_model_file_read_tensors(): the staging ring into device memory
+ * the caller allocated, byte-exact, with no cache entry. */
+static void tensors_stream_into_caller_memory(void **state)
+{
+	const struct target *t = *state;
+	devcache_device_t *dev;
+	devcache_ctx_t *ctx = open_target(t, "staging_buffer_size:64K,load_workers:3", &dev);
+	devcache_model_file_t *mf;
+	devcache_tensor_dest_t d[8];
+	devcache_cache_stats_t st;
+	char path[512];
+	size_t n;
+
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	write_model(path);
+	assert_int_equal(devcache_model_file_open(path, &mf), 0);
+	n = devcache_model_file_tensor_count(mf);
+	assert_true(n <= sizeof d / sizeof *d);
+	for (size_t i = 0; i < n; i++) {
+		devcache_tensor_info_t info;
+
+		assert_int_equal(devcache_model_file_tensor(mf, i, &info), 0);
+		d[i] = (devcache_tensor_dest_t){.name = info.name, .size = info.size};
+		assert_int_equal(devcache_alloc(dev, info.size, NULL, &d[i].dst), 0);
+	}
+	if (devcache_model_file_read_tensors(mf, dev, d, n, NULL))
+		fail_msg("%s: %s", t->label, devcache_last_error());
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	for (size_t i = 0; i < n; i++) {
+		devcache_tensor_info_t info;
+		unsigned char *want = malloc(1 << 20), *got = malloc(1 << 20);
+
+		assert_int_equal(devcache_model_file_find(mf, d[i].name, &info), 0);
+		assert_int_equal(pread(fd, want, info.size, (off_t)info.offset), (ssize_t)info.size);
+		assert_int_equal(devcache_copy_to_host(dev, got, d[i].dst, info.size, NULL), 0);
+		assert_memory_equal(want, got, info.size);
+		free(want);
+		free(got);
+		devcache_free(dev, d[i].dst);
+	}
+	close(fd);
+	assert_int_equal(devcache_cache_stats(ctx, &st), 0);
+	assert_int_equal(st.models, 0);
+	devcache_model_file_close(mf);
+	devcache_close(ctx);
+}
+
 /* Every injected driver failure: a clean error, nothing left behind, and
  * a context that works after. */
 static void injected_faults_leave_nothing(void **state)
@@ -890,6 +938,7 @@ int main(void)
 		FOR_EACH_TARGET(out_of_memory_is_a_clean_error),
 		FOR_EACH_TARGET(a_model_uploads_byte_exact),
 		FOR_EACH_TARGET(a_model_set_uploads_byte_exact),
+		FOR_EACH_TARGET(tensors_stream_into_caller_memory),
 		FOR_EACH_TARGET(expandable_segments_where_the_device_maps),
 		FOR_EACH_TARGET(stitching_where_the_device_maps),
 		FOR_EACH_TARGET(injected_faults_leave_nothing),
@@ -909,6 +958,7 @@ int main(void)
 		ON_THE_STUB(out_of_memory_is_a_clean_error),
 		ON_THE_STUB(a_model_uploads_byte_exact),
 		ON_THE_STUB(a_model_set_uploads_byte_exact),
+		ON_THE_STUB(tensors_stream_into_caller_memory),
 		ON_THE_STUB(expandable_segments_where_the_device_maps),
 		ON_THE_STUB(stitching_where_the_device_maps),
 		ON_THE_STUB(injected_faults_leave_nothing),
