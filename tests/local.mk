@@ -168,6 +168,9 @@ EXTRA_DIST += tests/test-static.test tests/static-client.c
 # lib/tunables.h's accessors: the right reads compile, wrong ones do not.
 TESTS += tests/test-tunable-accessors.test
 EXTRA_DIST += tests/test-tunable-accessors.test
+# libdevcache(3)'s engine example, compiled from the page and run (issue 33).
+TESTS += tests/test-man-example.test
+EXTRA_DIST += tests/test-man-example.test
 TEST_EXTENSIONS += .test
 TEST_LOG_COMPILER = env CC='$(CC)' CFLAGS='$(CFLAGS)' NM='$(NM)' PKG_CONFIG='$(PKG_CONFIG)' \
 	RELOC_LDFLAGS='$(RELOC_LDFLAGS)' TEST_BUILDDIR='$(abs_top_builddir)' $(SHELL)
