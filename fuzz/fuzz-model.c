@@ -30,6 +30,42 @@ static void check_tensor(const devcache_model_file_t *mf, const devcache_tensor_
 	CHECK(t->offset <= shard_size[t->shard] && t->size <= shard_size[t->shard] - t->offset);
 	CHECK(devcache_model_file_find(mf, t->name, &found) == 0);
 	CHECK(found.offset == t->offset && found.size == t->size && found.shard == t->shard);
+	/* Its dtype number names its dtype. */
+	CHECK(devcache_dtype_name(t->dtype_id) && strcmp(devcache_dtype_name(t->dtype_id), t->dtype) == 0);
+	CHECK(t->align >= 1 && t->align <= 4096 && (t->align & (t->align - 1)) == 0);
+}
+
+static int count_string(void *user, uint64_t index, const char *s, size_t len)
+{
+	(void)index;
+	CHECK(s && s[len] == '\0');
+	++*(uint64_t *)user;
+	return 0;
+}
+
+/* The key leads to its entry, and its typed value reads back: an array
+ * whole, from the file, where the reader said it is. */
+static void check_typed(const devcache_model_file_t *mf, size_t i, const char *key)
+{
+	enum devcache_meta_type type, elem;
+	uint64_t count, n = 0;
+	size_t at;
+	int rc;
+
+	CHECK(devcache_model_file_metadata_find(mf, key, &at) == 0 && at == i);
+	rc = devcache_model_file_metadata_type(mf, key, &type, &elem, &count);
+	CHECK(rc == 0 || rc == DEVCACHE_ETYPE);
+	if (rc || type != DEVCACHE_META_ARRAY)
+		return;
+	if (elem == DEVCACHE_META_STRING) {
+		CHECK(devcache_model_file_get_strings(mf, key, count_string, &n) == 0 && n == count);
+	} else if (elem != DEVCACHE_META_ARRAY && count <= (1u << 20)) {
+		void *buf = malloc(count ? count * 8 : 1);
+
+		if (buf)
+			CHECK(devcache_model_file_get_array(mf, key, elem, 0, count, buf) == 0);
+		free(buf);
+	}
 }
 
 /* GGUF metadata is numbers, strings, booleans and arrays of them: each
@@ -93,6 +129,7 @@ void fuzz_check_model_file(const devcache_model_file_t *mf)
 		CHECK(devcache_model_file_metadata(mf, i, &key, &value) == 0);
 		CHECK(key && value);
 		check_json(value);
+		check_typed(mf, i, key);
 	}
 	free(shard_size);
 }
