@@ -84,7 +84,7 @@ static void into_host_memory(void **state)
 	assert_int_equal(r.bytes_uploaded, want);
 	assert_true(r.bytes_read >= want);
 	assert_int_equal(r.hit, 0);
-	assert_true(p.calls > 1);
+	assert_true(p.calls >= 1); /* several workers may finish between two reports */
 	assert_true(p.rising);
 	assert_int_equal(p.last, p.total);
 	/* The cache neither holds nor counts any of it. */
