@@ -314,7 +314,13 @@ static int next_string(struct str_reader *r, size_t *len_p)
 		return rc;
 	for (int k = 7; k >= 0; k--)
 		len = len << 8 | b[k];
-	/* The reader checked every length when it opened the file. */
+	/* The reader checked every length when it opened the file: another
+	 * is a file written over since. */
+	if (len > MF_MAX_STRING)
+		return mf_error(r->f,
+				_("a string of %llu bytes in a metadata array: the file changed "
+				  "since it was opened"),
+				(unsigned long long)len);
 	if (len + 1 > r->cap) {
 		char *s = realloc(r->s, (size_t)len + 1);
 
@@ -335,7 +341,7 @@ int devcache_model_file_get_strings(const devcache_model_file_t *mf, const char 
 				    devcache_meta_string_fn fn, void *user)
 {
 	const struct mf_meta *m;
-	int rc = lookup(mf, key, (const void *)fn, "devcache_model_file_get_strings", &m);
+	int rc = lookup(mf, key, fn ? key : NULL, "devcache_model_file_get_strings", &m);
 
 	if (rc || (rc = array_of(mf, m)))
 		return rc;

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -269,6 +270,46 @@ static void split_arrays(void **state)
 	devcache_model_file_close(mf);
 }
 
+static int count_all(void *user, uint64_t index, const char *s, size_t len)
+{
+	(void)index, (void)s, (void)len;
+	++*(uint64_t *)user;
+	return 0;
+}
+
+/* A file written over after it was opened: a string's length in an array
+ * that is not what the reader checked is an error naming the file, not a
+ * read past a buffer. */
+static void array_changed_under_us(void **state)
+{
+	devcache_model_file_t *mf;
+	struct buf b = gguf(3, 0, 1);
+	uint64_t n = 0;
+	const char *path;
+	size_t at;
+	FILE *f;
+
+	(void)state;
+	key(&b, "tokens", T_ARRAY), u32_(&b, T_STRING), u64_(&b, 3);
+	str_(&b, "first"), str_(&b, "second"), str_(&b, "third");
+	at = b.len - (8 + 5) - (8 + 6); /* the length of "second" */
+	path = write_buf("changed.gguf", &b);
+	assert_int_equal(devcache_model_file_open(path, &mf), 0);
+	assert_int_equal(devcache_model_file_get_strings(mf, "tokens", count_all, &n), 0);
+	assert_int_equal(n, 3);
+	assert_non_null(f = fopen(path, "r+b"));
+	assert_int_equal(fseek(f, (long)at, SEEK_SET), 0);
+	assert_int_equal(fwrite("\xff\xff\xff\xff\xff\xff\xff\xff", 1, 8, f), 8);
+	assert_int_equal(fclose(f), 0);
+	n = 0;
+	assert_int_equal(devcache_model_file_get_strings(mf, "tokens", count_all, &n),
+			 DEVCACHE_EFORMAT);
+	assert_contains(devcache_last_error(), "changed.gguf: a string of 18446744073709551615 bytes "
+					       "in a metadata array: the file changed since it was opened");
+	assert_int_equal(n, 1);
+	devcache_model_file_close(mf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -277,6 +318,7 @@ int main(void)
 		cmocka_unit_test(safetensors_strings),
 		cmocka_unit_test(index_json),
 		cmocka_unit_test(split_arrays),
+		cmocka_unit_test(array_changed_under_us),
 	};
 
 	return GGUF_RUN_TAP(tests);
