@@ -175,12 +175,47 @@ static void device_align(void **state)
 	devcache_close(ctx);
 }
 
+/* A partial load: the tensors left on the host are the mapping's, so
+ * they are copied to meet align as a host load's are; every one of them,
+ * as any tensor may be moved to the host later. */
+static void partial_align(void **state)
+{
+	devcache_ctx_t *ctx = mw_open_ctx("max_cache_vram:256,partial_loading:true");
+	devcache_device_t *dev = mw_device(ctx, "good:0");
+	devcache_load_result_t r;
+	devcache_load_args_t args = {.struct_size = sizeof args, .result = &r, .align = 16};
+	devcache_tensor_info_t info;
+	devcache_model_t *m;
+	char path[512];
+	void *p;
+
+	(void)state;
+	snprintf(path, sizeof path, "%s/partial.safetensors", dir);
+	write_odd(path, 190); /* data at 198: 2-byte aligned */
+	assert_int_equal(devcache_model_load(ctx, path, dev, &args, &m), 0);
+	assert_int_equal(r.device_bytes, 8);
+	assert_int_equal(r.host_bytes, 16);
+	assert_int_equal(r.aligned_copies, 3);
+	assert_int_equal(r.aligned_bytes, 24);
+	assert_int_equal(devcache_model_tensor(m, "a", &info, &p), 0);
+	assert_int_equal(info.place, DEVCACHE_PLACE_DEVICE);
+	assert_true(info.align >= 16);
+	check_tensor(m, "b", 9, 16, DEVCACHE_TENSOR_ALIGNED_COPY);
+	check_tensor(m, "c", 17, 16, DEVCACHE_TENSOR_ALIGNED_COPY);
+	/* Moved to the host, "a" is its aligned copy too. */
+	assert_int_equal(devcache_model_move_to_host(m, (const char *const[]){"a"}, 1), 0);
+	check_tensor(m, "a", 1, 16, DEVCACHE_TENSOR_ALIGNED_COPY);
+	devcache_model_release(m);
+	devcache_close(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TMPDIR_TEST(host_align),
 		TMPDIR_TEST(copied_file),
 		TMPDIR_TEST(device_align),
+		TMPDIR_TEST(partial_align),
 	};
 
 	return RUN_TAP(tests);
