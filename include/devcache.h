@@ -603,7 +603,7 @@ DEVCACHE_API int devcache_model_set_device_bytes(devcache_model_t *model, uint64
 						devcache_stream_t stream);
 
 /* ==== Engines (0.1.0): typed metadata, dtypes, alignment, loading into the
- * caller's memory.  See ENGINES in libdevcache(3). ==================================== */
+ * caller's memory.  See Engines in libdevcache(3). ==================================== */
 
 /* ---- Data types ----------------------------------------------------------
  * Every dtype a model file may hold, as a stable number: GGUF's keep ggml's
