@@ -135,11 +135,16 @@ static bool same_files(const devcache_model_file_t *a, const devcache_model_file
 	return true;
 }
 
+/* align ANY_ALIGN: a model loaded with any alignment (the model manager's
+ * key is the file and the device). */
+#define ANY_ALIGN UINT32_MAX
+
 static struct devcache_model *find(struct model_cache *c, const devcache_model_file_t *mf,
 				   devcache_device_t *dev, bool writable, uint32_t align)
 {
 	for (struct devcache_model *m = c->head; m; m = m->next)
-		if (m->dev == dev && m->writable == writable && m->align == align &&
+		if (m->dev == dev && m->writable == writable &&
+		    (align == ANY_ALIGN || m->align == align) &&
 		    same_files(m->mf, mf) &&
 		    !guard_changed(m))
 			return m;
@@ -166,8 +171,8 @@ static struct devcache_model *find_by_path(struct model_cache *c, const struct s
 					   devcache_device_t *dev, bool writable, uint32_t align)
 {
 	for (struct devcache_model *m = c->head; m; m = m->next) {
-		bool same = m->dev == dev && m->writable == writable && m->align == align &&
-			    is_file(m->mf, st);
+		bool same = m->dev == dev && m->writable == writable &&
+			    (align == ANY_ALIGN || m->align == align) && is_file(m->mf, st);
 
 		for (size_t i = 0; same && i < mf_part_count(m->mf); i++) {
 			const devcache_model_file_t *x = mf_part(m->mf, i);
@@ -541,7 +546,7 @@ int mc_find_key(struct model_cache *c, const char *path, devcache_device_t *dev,
 	if (found && S_ISDIR(st.st_mode))
 		found = mf_resolve_folder(path, &resolved) == 0 && stat(resolved, &st) == 0;
 	for (int w = 0; found && S_ISREG(st.st_mode) && w < 2 && !*m_p; w++)
-		*m_p = find_by_path(c, &st, dev, w);
+		*m_p = find_by_path(c, &st, dev, w, ANY_ALIGN);
 	free(resolved);
 	if (!*m_p) {
 		pthread_mutex_unlock(&c->lock);
@@ -550,7 +555,7 @@ int mc_find_key(struct model_cache *c, const char *path, devcache_device_t *dev,
 		if (rc)
 			return rc;
 		for (int w = 0; w < 2 && !*m_p; w++)
-			*m_p = find(c, mf, dev, w);
+			*m_p = find(c, mf, dev, w, ANY_ALIGN);
 		devcache_model_file_close(mf);
 	}
 	if (!*m_p)
