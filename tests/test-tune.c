@@ -95,7 +95,8 @@ static void recommends_what_avoids_the_oom(void **state)
 	assert_int_equal(r.status, 0);
 	assert_contains(r.out, "Tuning for a device of 100.0 MiB (the trace's device_memory).\n"
 			       "6 events, 3 settings.\n");
-	assert_contains(r.out, "The trace recorded 1 OOM");
+	assert_contains(r.out, "The trace recorded 1 OOM; a setting avoids it where 'recorded' is "
+			       "0.\n  event 4: 60.0 MiB\n");
 	assert_contains(r.out, "\nRecommended: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40\n"
 			       "  avoids the OOM; needs 90.0 MiB instead of 120.0 MiB.\n");
 	/* The recommended row first, then by OOMs. */
@@ -176,6 +177,10 @@ static void json_and_the_grid(void **state)
 			    "the trace's device_memory");
 	assert_int_equal(json_object_get_int(key(o, "events")), 6);
 	assert_int_equal(json_object_get_int(key(o, "recorded_ooms")), 1);
+	struct json_object *ev = json_object_array_get_idx(key(o, "recorded_oom_events"), 0);
+	assert_non_null(ev);
+	assert_int_equal(json_object_get_int(key(ev, "event")), 4);
+	assert_int_equal(json_object_get_uint64(key(ev, "size")), 60 * MiB);
 	/* The defaults, each of PyTorch's settings, combinations, and ours. */
 	assert_true(json_object_array_length(key(o, "settings")) >= 12);
 	struct json_object *d = row(o, "");

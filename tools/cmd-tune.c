@@ -83,6 +83,11 @@ struct tune {
 	size_t n_tries;
 	/* the trace, read once */
 	size_t events, recorded_ooms;
+	struct {
+		size_t event;   /* its number in the file, from 1, as replay counts */
+		uint64_t size;
+	} recorded[8];      /* the first recorded OOMs */
+	uint32_t most_live; /* the pointer table a replay needs */
 	uint64_t largest;
 	uint64_t *large;          /* sizes of 20 MiB and more, a sample */
 	size_t n_large, cap_large;
@@ -512,6 +517,22 @@ static int run_all(struct tune *tn)
 	return status;
 }
 
+/* MemAvailable, in bytes; 0 where it cannot be read. */
+static uint64_t available_memory(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	unsigned long long kb = 0;
+	char line[256];
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
 /* ---- the trace, once ---------------------------------------------------------------- */
 
 static int read_trace(struct tune *tn)
@@ -528,6 +549,11 @@ static int read_trace(struct tune *tn)
 
 			if (ev->op != TRACE_OP_ALLOC)
 				continue;
+			if (ev->recorded_oom && tn->recorded_ooms < 8) {
+				tn->recorded[tn->recorded_ooms].event = set.first + i + 1;
+				tn->recorded[tn->recorded_ooms].size = ev->size;
+			}
+			tn->recorded_ooms += ev->recorded_oom;
 			tn->largest = ev->size > tn->largest ? ev->size : tn->largest;
 			if (ev->size < 20 * MiB)
 				continue;
@@ -551,7 +577,7 @@ static int read_trace(struct tune *tn)
 				tn->large[tn->seen_large % tn->n_large] = ev->size;
 		}
 	tn->events = set.n_read;
-	tn->recorded_ooms = set.recorded_ooms;
+	tn->most_live = set.n_slots;
 	if (!tn->memory && set.device_memory) {
 		tn->memory = set.device_memory;
 		tn->memory_from = _("the trace's device_memory");
@@ -657,11 +683,19 @@ static void print_text(const struct tune *tn, const size_t *order, const struct 
 	printf(_("Tuning for a device of %s (%s).\n"), dev, tn->memory_from);
 	printf(P_("%zu event, ", "%zu events, ", tn->events), tn->events);
 	printf(P_("%zu setting.\n", "%zu settings.\n", tn->n), tn->n);
-	if (tn->recorded_ooms)
+	if (tn->recorded_ooms) {
 		printf(P_("The trace recorded %zu OOM; a setting avoids it where 'recorded' is 0.\n",
 			  "The trace recorded %zu OOMs; a setting avoids them where 'recorded' is 0.\n",
 			  tn->recorded_ooms),
 		       tn->recorded_ooms);
+		/* Which: the allocations that failed in the traced run. */
+		for (size_t i = 0; i < tn->recorded_ooms && i < 8; i++) {
+			format_bytes(tn->recorded[i].size, a, sizeof a);
+			printf(_("  event %zu: %s\n"), tn->recorded[i].event, a);
+		}
+		if (tn->recorded_ooms > 8)
+			printf(_("  and %zu more\n"), tn->recorded_ooms - 8);
+	}
 	putchar('\n');
 	if (rec) {
 		char reason[256];
@@ -740,6 +774,17 @@ static int print_json(const struct tune *tn, const size_t *order, const struct s
 	json_object_object_add(o, "device_memory_from", json_object_new_string(tn->memory_from));
 	json_object_object_add(o, "events", json_u64(tn->events));
 	json_object_object_add(o, "recorded_ooms", json_u64(tn->recorded_ooms));
+	struct json_object *ev = json_object_new_array();
+	for (size_t i = 0; ev && i < tn->recorded_ooms && i < 8; i++) {
+		struct json_object *e = json_object_new_object();
+
+		if (!e)
+			continue;
+		json_object_object_add(e, "event", json_u64(tn->recorded[i].event));
+		json_object_object_add(e, "size", json_u64(tn->recorded[i].size));
+		json_object_array_add(ev, e);
+	}
+	json_object_object_add(o, "recorded_oom_events", ev);
 	for (size_t k = 0; k < tn->n; k++) {
 		const struct setting *s = &tn->settings[order[k]];
 		struct json_object *r = json_object_new_object();
@@ -923,6 +968,13 @@ int cmd_tune(struct tool *t, int argc, char **argv)
 	if (!tn->jobs) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 		tn->jobs = cpus > 0 ? (int)cpus : 1;
+		/* Bounded by memory: a worker holds its pointer table, the
+		 * reader's table of live blocks (about 200 bytes a block) and
+		 * the allocator's; the device itself is never written. */
+		uint64_t worker = 32 * MiB + (uint64_t)tn->most_live * 512;
+		uint64_t avail = available_memory();
+		if (avail && (uint64_t)tn->jobs * worker > avail)
+			tn->jobs = avail / worker > 0 ? (int)(avail / worker) : 1;
 	}
 	/* The children open contexts of their own: say once, not each time,
 	 * that PyTorch's variable is not read. */
