@@ -368,17 +368,7 @@ static int load_once(devcache_ctx_t *ctx, devcache_device_t *dev, const char *de
 /* VmHWM, the most resident memory the process has had; 0 if unknown. */
 static uint64_t peak_rss(void)
 {
-	FILE *f = fopen("/proc/self/status", "r");
-	unsigned long long kib = 0;
-	char line[256];
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof line, f))
-		if (sscanf(line, "VmHWM: %llu kB", &kib) == 1)
-			break;
-	fclose(f);
-	return (uint64_t)kib * 1024;
+	return tool_proc_kb("/proc/self/status", "VmHWM");
 }
 
 /* What the cache holds at the end, from devcache_cache_models(). */

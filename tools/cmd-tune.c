@@ -517,22 +517,6 @@ static int run_all(struct tune *tn)
 	return status;
 }
 
-/* MemAvailable, in bytes; 0 where it cannot be read. */
-static uint64_t available_memory(void)
-{
-	FILE *f = fopen("/proc/meminfo", "re");
-	unsigned long long kb = 0;
-	char line[256];
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof line, f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return (uint64_t)kb * 1024;
-}
-
 /* ---- the trace, once ---------------------------------------------------------------- */
 
 static int read_trace(struct tune *tn)
@@ -972,7 +956,7 @@ int cmd_tune(struct tool *t, int argc, char **argv)
 		 * reader's table of live blocks (about 200 bytes a block) and
 		 * the allocator's; the device itself is never written. */
 		uint64_t worker = 32 * MiB + (uint64_t)tn->most_live * 512;
-		uint64_t avail = available_memory();
+		uint64_t avail = tool_proc_kb("/proc/meminfo", "MemAvailable");
 		if (avail && (uint64_t)tn->jobs * worker > avail)
 			tn->jobs = avail / worker > 0 ? (int)(avail / worker) : 1;
 	}

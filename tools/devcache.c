@@ -91,6 +91,23 @@ bool tool_parse_size(const char *text, uint64_t *bytes_p)
 	return true;
 }
 
+uint64_t tool_proc_kb(const char *path, const char *key)
+{
+	FILE *f = fopen(path, "re");
+	size_t len = strlen(key);
+	unsigned long long kb = 0;
+	char line[256];
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, key, len) == 0 && line[len] == ':' &&
+		    sscanf(line + len + 1, "%llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
 bool tool_option_given(const struct tool *t, const char *name)
 {
 	size_t len = strlen(name);

@@ -66,6 +66,9 @@ int tool_device(devcache_ctx_t *ctx, const char *name, devcache_device_t **dev_p
  * MiB ...: powers of 1024; "24G", "80GiB", "1.5T").  false where text is
  * not one, or is 0. */
 bool tool_parse_size(const char *text, uint64_t *bytes_p);
+/* A "KEY: N kB" line of a /proc file (VmHWM of /proc/self/status,
+ * MemAvailable of /proc/meminfo), in bytes; 0 where it cannot be read. */
+uint64_t tool_proc_kb(const char *path, const char *key);
 /* Whether -o gave tunable name. */
 bool tool_option_given(const struct tool *t, const char *name);
 /* A tunable's origin as the user knows it: -o is the command line. */
