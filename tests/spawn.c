@@ -106,3 +106,17 @@ void spawn_tool_on_tty(struct result *r, const char *const *env, const char *con
 {
 	run(r, env, args, true);
 }
+
+const char *spawn_file(const char *dir, const char *name, const char *text)
+{
+	static char path[8][256];
+	static int next;
+	char *p = path[next++ % 8];
+	FILE *f;
+
+	snprintf(p, sizeof path[0], "%s/%s", dir, name);
+	assert_non_null(f = fopen(p, "w"));
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+	return p;
+}

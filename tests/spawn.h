@@ -26,6 +26,10 @@ void spawn_tool_on_tty(struct result *r, const char *const *env, const char *con
 		spawn_tool(&r, env, args_);                                                        \
 	} while (0)
 
+/* text written to the file name in folder dir, for the tool to read; its
+ * path, in one of eight buffers that later calls reuse in turn. */
+const char *spawn_file(const char *dir, const char *name, const char *text);
+
 #define RUN_TOOL_ON_TTY(env, ...)                                                                  \
 	do {                                                                                       \
 		const char *args_[] = {__VA_ARGS__, NULL};                                         \

@@ -25,16 +25,7 @@ static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 
 static const char *trace_file(const char *name, const char *text)
 {
-	static char path[8][256];
-	static int next;
-	char *p = path[next++ % 8];
-	FILE *f;
-
-	snprintf(p, sizeof path[0], "%s/%s", dir, name);
-	assert_non_null(f = fopen(p, "w"));
-	fputs(text, f);
-	assert_int_equal(fclose(f), 0);
-	return p;
+	return spawn_file(dir, name, text);
 }
 
 /* The number after "label:" on a line of the text report. */

@@ -18,16 +18,7 @@ static const char *const plain[] = {"LANGUAGE=C", "LC_ALL=C", NULL};
 
 static const char *trace_file(const char *name, const char *text)
 {
-	static char path[8][256];
-	static int next;
-	char *p = path[next++ % 8];
-	FILE *f;
-
-	snprintf(p, sizeof path[0], "%s/%s", dir, name);
-	assert_non_null(f = fopen(p, "w"));
-	fputs(text, f);
-	assert_int_equal(fclose(f), 0);
-	return p;
+	return spawn_file(dir, name, text);
 }
 
 /* A cached 60 MiB block that a 30 MiB request splits: the 60 MiB asked
