@@ -70,7 +70,9 @@ static int discard_pages(devcache_model_t *model, const devcache_model_file_t *m
 
 			if (rc)
 				return rc;
-			if (!data || ti.size == 0)
+			/* An aligned copy is anonymous memory: discarding
+			 * it would give zeros, not the file's bytes. */
+			if (!data || ti.size == 0 || (ti.flags & DEVCACHE_TENSOR_ALIGNED_COPY))
 				continue;
 			a = (uintptr_t)data & ~(page - 1);
 			b = ((uintptr_t)data + ti.size + page - 1) & ~(page - 1);
