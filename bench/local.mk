@@ -61,6 +61,19 @@ bench_soak_LDADD = $(bench_ldadd) $(JSONC_LIBS) -ldl
 bench_soak_deps = bench/soak $(backendmod_LTLIBRARIES) $(fake_runtimes)
 bench_soak_env = SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_FLAGS='$(SOAK_FLAGS)'
 
+# bench/torchtrace.so: the LD_PRELOAD shim that records the tensor
+# allocations of a PyTorch CPU program (libc10's posix_memalign and their
+# frees) as a trace; bench/torchwork.py's workloads made the committed
+# bench/torch-*.trace.gz with it (bench/README, section 2.1).  Built for
+# `make bench` and for tests/test-torchtrace, never installed.
+check_LTLIBRARIES += bench/torchtrace.la
+bench_torchtrace_la_SOURCES = bench/torchtrace.c
+bench_torchtrace_la_CFLAGS = $(AM_CFLAGS) -pthread
+bench_torchtrace_la_LIBADD = -ldl -lpthread
+bench_torchtrace_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+bench_torch_traces = bench/torch-resnet.trace.gz bench/torch-decode.trace.gz \
+	bench/torch-unet.trace.gz bench/torch-switch.trace.gz
+
 # The emulated device that bench/loadbench stages models onto and
 # bench/replay finds each trace's minimum memory on: a backend module like
 # tests/modules/, built only for `make bench`, loaded from the build tree
