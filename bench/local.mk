@@ -85,7 +85,7 @@ bench_modules_benchdev_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhe
 
 EXTRA_DIST += bench/README bench/HISTORY bench/run.sh bench/soak.sh bench/pybench.py \
 	bench/tunebench.sh \
-	bench/torchbench.py
+	bench/torchbench.py bench/torchwork.py $(bench_torch_traces)
 CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/tune.json bench/report.txt bench/report.tmp* \
 	bench/*.safetensors bench/*.safetensors.tmp \
 	bench/*.safetensors.index.json bench/*.safetensors.index.json.tmp bench/headerbench-* \
