@@ -22,8 +22,8 @@ bench_headerbench_LDADD = $(bench_ldadd)
 bench_gentrace_SOURCES = bench/gentrace.c bench/bench.h
 bench_gentrace_CFLAGS = $(bench_cflags)
 bench_gentrace_LDADD = $(bench_ldadd)
-bench_replay_SOURCES = bench/replay.c bench/replay.h bench/minmem.c bench/bench.h \
-	bench/mallocs.c bench/mallocs.h
+bench_replay_SOURCES = bench/replay.c bench/replay.h bench/replay-warm.c bench/minmem.c \
+	bench/bench.h bench/mallocs.c bench/mallocs.h
 # The traces are read by the tool's reader, compiled in as tests/test-trace
 # does: one reader of devcache-trace(5), with the marks bench/replay needs.
 bench_replay_SOURCES += tools/trace-read.c tools/trace-read.h
@@ -85,7 +85,7 @@ bench_modules_benchdev_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhe
 
 EXTRA_DIST += bench/README bench/HISTORY bench/run.sh bench/soak.sh bench/pybench.py \
 	bench/tunebench.sh \
-	bench/torchbench.py bench/torchwork.py $(bench_torch_traces)
+	bench/torchbench.py bench/torchwork.py bench/callgrind.sh $(bench_torch_traces)
 CLEANFILES += $(bench_programs) $(bench_modules) bench/*.trace bench/tune.json bench/report.txt bench/report.tmp* \
 	bench/*.safetensors bench/*.safetensors.tmp \
 	bench/*.safetensors.index.json bench/*.safetensors.index.json.tmp bench/headerbench-* \
@@ -117,7 +117,8 @@ endif
 # as safetensors and as torch.save files); `make clean` removes them.  The
 # Python benchmark runs last (also alone: `make bench-python`) and leaves its
 # report in bench/report-python.txt; the exit status is the worse of the two.
-bench: $(bench_programs) $(bench_modules) $(bench_soak_deps) $(bench_python_deps) tools/devcache
+bench: $(bench_programs) $(bench_modules) bench/torchtrace.la $(bench_soak_deps) $(bench_python_deps) \
+	tools/devcache
 	@CC='$(CC)' CFLAGS='$(CFLAGS)' BENCH_FLAGS='$(BENCH_FLAGS)' $(bench_soak_env) \
 	BENCH_STRICT='$(BENCH_STRICT)' $(SHELL) $(srcdir)/bench/run.sh .; rc=$$?; \
 	echo; ( $(bench_python_recipe) ); prc=$$?; \

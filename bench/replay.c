@@ -20,6 +20,8 @@
 
 /* ---- reading ------------------------------------------------------------- */
 
+static bool warm_only; /* -W: the warm in-process replays alone (replay-warm.c) */
+
 static int push(struct trace *t, struct event e)
 {
 	if (t->n == t->cap) {
@@ -38,7 +40,8 @@ static int push(struct trace *t, struct event e)
 /* One batch of the reader's events onto the trace.  ord maps each of the
  * reader's slots to the ordinal of the allocation it holds.  The frees the
  * reader adds at the end of the file are left out: the replay leaves what
- * the trace did not free allocated until its summary is taken. */
+ * the trace did not free allocated until its summary is taken.  The warm
+ * replays (-W) keep them: each of their passes frees what it allocated. */
 static int add_batch(struct trace *t, const struct trace_set *set, size_t **ord, size_t *n_ord)
 {
 	if (set->n_slots > *n_ord) {
@@ -61,7 +64,7 @@ static int add_batch(struct trace *t, const struct trace_set *set, size_t **ord,
 			e.stream = ev->stream;
 			break;
 		case TRACE_OP_FREE:
-			if (ev->implicit)
+			if (ev->implicit && !warm_only)
 				continue;
 			e.kind = EV_FREE;
 			e.size = (*ord)[ev->slot];
@@ -356,6 +359,8 @@ static size_t n_configs = 5;
 #define MAX_REPS 15
 static int reps = 5;           /* -r: replays per ns/op figure, the median is shown */
 static bool no_minmem;         /* -M: no minimum-memory runs */
+static const char *only_alloc; /* -a: -W measures this allocator alone */
+static double warm_seconds = 0.05; /* -s: -W's least time of a run's passes */
 
 /* The trace's name in the target lines: its file name less ".trace". */
 static void trace_kind(const char *path, char *buf, size_t n)
@@ -512,6 +517,20 @@ static int print_targets(const struct figures *fg, const double med[MAX_CONFIGS]
 	return rc;
 }
 
+static int report_warm(const char *path)
+{
+	struct trace t = { 0 };
+	int rc;
+
+	t.name = path;
+	if (load_trace(&t, path) != 0)
+		return -1;
+	rc = warm_report(&t, mallocs, only_alloc, reps, warm_seconds);
+	fflush(stdout);
+	free(t.ev);
+	return rc;
+}
+
 static int report_trace(const char *path, double ratio_target)
 {
 	struct trace t = { 0 };
@@ -520,6 +539,10 @@ static int report_trace(const char *path, double ratio_target)
 	char b1[32], b2[32], b3[32], b4[32], kind[64];
 	int rc = 0, w = 24;
 
+	if (warm_only) {
+		free(fg);
+		return report_warm(path);
+	}
 	t.name = path;
 	if (!fg || load_trace(&t, path) != 0) {
 		free(fg);
@@ -597,6 +620,7 @@ static int report_trace(const char *path, double ratio_target)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: replay [-o OPTIONS]... [-r REPS] [-m MODULEDIR] [-M] [-v] [-E] [-S FILE] TRACE...\n"
+		   "       replay -W [-r RUNS] [-s SECONDS] [-a ALLOCATOR] TRACE...\n"
 		   "  Replays each trace on the host device with default tunables,\n"
 		   "  max_split_size_mb:128, max_split_size_mb:512, expandable_segments:True\n"
 		   "  and caching:false, and through glibc's malloc, jemalloc, mimalloc and\n"
@@ -609,8 +633,15 @@ static void usage(FILE *f)
 		   "  -M            no minimum-memory runs\n"
 		   "  -v            print the memory summary after each replay\n"
 		   "  -E            call devcache_empty_cache() at each step (for comparison)\n"
-		   "  -S FILE       append a JSON snapshot after each replay to FILE\n",
-		MAX_REPS);
+		   "  -S FILE       append a JSON snapshot after each replay to FILE\n"
+		   "  -W            only replay each trace warm, in this process, through devcache\n"
+		   "                (host device, default tunables) and each malloc: ns/event,\n"
+		   "                median of -r runs (at most %d), and the ratio to the fastest\n"
+		   "                malloc\n"
+		   "  -s SECONDS    -W: least time of a run's whole passes (default 0.05; 0: one\n"
+		   "                pass a run)\n"
+		   "  -a ALLOCATOR  -W: only devcache, glibc, jemalloc, mimalloc or tcmalloc\n",
+		MAX_REPS, MAX_REPS);
 }
 
 int main(int argc, char **argv)
@@ -620,7 +651,7 @@ int main(int argc, char **argv)
 	size_t n_opts = 0;
 
 	ref_mallocs_load(mallocs, argv);
-	while ((opt = getopt(argc, argv, "o:r:m:MvES:h")) != -1) {
+	while ((opt = getopt(argc, argv, "o:r:m:MvES:Ws:a:h")) != -1) {
 		switch (opt) {
 		case 'o':
 			if (n_opts == MAX_CONFIGS) {
@@ -655,6 +686,15 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'W':
+			warm_only = true;
+			break;
+		case 's':
+			warm_seconds = atof(optarg);
+			break;
+		case 'a':
+			only_alloc = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -667,12 +707,21 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	printf("== Trace replay: host device, one context per run, each trace parsed once%s\n",
-	       empty_each_step ? "; empty_cache at each step" : "");
-	printf("ns/op: median of %d replays (caching:false: 1), devcache and the mallocs "
-	       "interleaved\n", reps);
+	if (warm_only) {
+		printf("== Recorded traces replayed warm, in one process: ns per event (allocation "
+		       "or free)\n");
+		printf("median (min, max) of %d run%s of whole passes (at least %g s a run) after "
+		       "one warm-up pass;\ndevcache (host device, default tunables, one context) "
+		       "and the mallocs take turns, the same loop\n", reps, reps == 1 ? "" : "s",
+		       warm_seconds);
+	} else {
+		printf("== Trace replay: host device, one context per run, each trace parsed once%s\n",
+		       empty_each_step ? "; empty_cache at each step" : "");
+		printf("ns/op: median of %d replays (caching:false: 1), devcache and the mallocs "
+		       "interleaved\n", reps);
+	}
 	fflush(stdout);
-	if (!no_minmem)
+	if (!no_minmem && !warm_only)
 		minmem_init(module_dir, 0.0025);
 	for (int i = optind; i < argc; i++) {
 		int r = report_trace(argv[i], 1.10);

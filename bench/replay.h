@@ -53,6 +53,20 @@ struct outcome {
 int replay(const struct trace *t, const char *device, const char *options, unsigned flags,
 	   struct outcome *o);
 
+/* ---- warm, in one process (replay-warm.c) --------------------------------- */
+
+struct ref_malloc;
+
+/* -W: replays t warm in this process through devcache's host device and
+ * each available malloc of mallocs[] (N_REF_MALLOCS of them; only: those
+ * whose name starts so, NULL for all), runs times each, alternating, each
+ * run whole passes for at least run_seconds (0: one pass), and prints
+ * ns/event with the ratio to the fastest malloc.  The trace must keep the
+ * frees of the blocks it leaves live.  0, or -1 when an allocation failed
+ * or devcache's statistics disagree with the trace. */
+int warm_report(const struct trace *t, const struct ref_malloc *mallocs, const char *only,
+		int runs, double run_seconds);
+
 /* ---- minimum memory to run (minmem.c) ------------------------------------ */
 
 /* Finds, for one trace, the least memory in which it runs, per mode and

@@ -3,6 +3,7 @@
 # run.sh - `make bench`: generates the traces, runs the benchmarks, and prints the report and its targets.
 #
 # Usage: run.sh BUILDDIR   (the programs are BUILDDIR/bench/{gentrace,hotpath,replay,loadbench,soak};
+# callgrind.sh, beside this script, counts instructions with valgrind;
 # loadbench generates its model files in BUILDDIR/bench; it and replay find
 # their backend module in BUILDDIR/bench/modules/.libs; soak.sh, beside this
 # script, runs bench/soak on the host and the fakes)
@@ -58,6 +59,12 @@ rm -f "$log.fail" "$log.out" "$log.rc"
 	run "$b/hotpath" ${BENCH_FLAGS:-}
 	echo
 	run "$b/replay" -m "$b/modules/.libs" "$b/train-fixed.trace" "$b/train-var.trace" "$b/decode.trace"
+	echo
+	# The traces recorded from PyTorch (bench/torch-*.trace.gz), warm in
+	# one process; then their instructions per event under callgrind.
+	run "$b/replay" -W -r 7 "`dirname "$0"`"/torch-*.trace.gz
+	echo
+	run sh "`dirname "$0"`/callgrind.sh" "$1"
 	echo
 	run "$b/loadbench" -d "$b"
 	echo

@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* replay-warm.c - bench/replay -W: each trace replayed warm in one process through devcache's host device and each malloc with the same loop, alternating; ns/event and the ratio to the fastest malloc. */
+#include <config.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "mallocs.h"
+#include "replay.h"
+
+/*
+ * What bench/replay's first part measures is a replay from a fresh start:
+ * a new context, a malloc in a forked child that never allocated.  A
+ * program's allocator is warm: this part opens one context and keeps it,
+ * replays the trace once through each allocator untimed (its caches then
+ * hold what the trace needs), and times whole passes after that.  A pass
+ * is every event of the trace, the frees of the blocks it leaves live
+ * included (so each pass leaves the allocator as it found it): events =
+ * allocations + frees.  The same loop runs for every allocator, written
+ * once below and instantiated twice (devcache's calls, a malloc's calls
+ * through its pointers), and the allocators take turns, in an order
+ * shuffled each round (bench/hotpath says why), so a slow moment of the
+ * machine does not land on one of them.
+ */
+
+enum { W_DEVCACHE, W_MALLOCS, N_WARM = W_MALLOCS + N_REF_MALLOCS };
+
+#define WARM_RUNS_MAX 15
+
+struct warm {
+	const struct trace *t;
+	devcache_ctx_t *ctx;
+	devcache_device_t *dev;
+	devcache_stream_t *streams;
+	void **ptrs;
+	malloc_fn m;
+	free_fn f;
+};
+
+/* One pass of the trace; -1 when an allocation failed.  The loop of both
+ * kinds: ALLOC(size, stream, ptr_p) is 0 on success. */
+#define WARM_PASS(ALLOC, RELEASE)                                                               \
+	do {                                                                                    \
+		const struct event *e = w->t->ev, *end = e + w->t->n;                           \
+		void **ptrs = w->ptrs;                                                          \
+		size_t a = 0;                                                                   \
+                                                                                                \
+		for (; e < end; e++) {                                                          \
+			if (e->kind == EV_ALLOC) {                                              \
+				if (ALLOC(e->size, e->stream, &ptrs[a]) != 0)                   \
+					return -1;                                              \
+				a++;                                                            \
+			} else if (e->kind == EV_FREE) {                                        \
+				RELEASE(ptrs[e->size]);                                         \
+			}                                                                       \
+		}                                                                               \
+		return 0;                                                                       \
+	} while (0)
+
+#define DC_ALLOC(size, stream, p) devcache_alloc(w->dev, (size), w->streams[stream], (p))
+#define DC_FREE(p) devcache_free(w->dev, (p))
+#define M_ALLOC(size, stream, p) ((*(p) = w->m(size)) ? 0 : -1)
+#define M_FREE(p) w->f(p)
+
+static __attribute__((noinline)) int pass_devcache(struct warm *w)
+{
+	WARM_PASS(DC_ALLOC, DC_FREE);
+}
+
+static __attribute__((noinline)) int pass_malloc(struct warm *w)
+{
+	WARM_PASS(M_ALLOC, M_FREE);
+}
+
+static int pass(struct warm *w, int impl)
+{
+	return impl == W_DEVCACHE ? pass_devcache(w) : pass_malloc(w);
+}
+
+/* The timed passes of one run: callgrind's --toggle-collect=warm_timed_run
+ * counts the instructions of these and of nothing else (bench/callgrind.sh). */
+__attribute__((noinline)) double warm_timed_run(struct warm *w, int impl, size_t passes);
+
+__attribute__((noinline)) double warm_timed_run(struct warm *w, int impl, size_t passes)
+{
+	double t0 = now_seconds();
+
+	for (size_t p = 0; p < passes; p++)
+		if (pass(w, impl) != 0)
+			return -1;
+	return now_seconds() - t0;
+}
+
+static void open_devcache(struct warm *w)
+{
+	int err = bench_open(&w->ctx, NULL);
+
+	if (err)
+		bench_fail("devcache_open", err);
+	if ((err = devcache_device_get(w->ctx, "host", &w->dev)) != 0)
+		bench_fail("host", err);
+	w->streams = calloc(w->t->max_stream + 1, sizeof *w->streams);
+	if (!w->streams) {
+		fprintf(stderr, "replay: out of memory\n");
+		exit(2);
+	}
+	for (unsigned i = 1; i <= w->t->max_stream; i++)
+		if ((err = devcache_stream_create(w->dev, &w->streams[i])) != 0)
+			bench_fail("devcache_stream_create", err);
+}
+
+static void close_devcache(struct warm *w)
+{
+	for (unsigned i = 1; i <= w->t->max_stream; i++)
+		devcache_stream_destroy(w->dev, w->streams[i]);
+	devcache_close(w->ctx);
+	free(w->streams);
+}
+
+static void select_impl(struct warm *w, const struct ref_malloc *mallocs, int impl)
+{
+	if (impl != W_DEVCACHE) {
+		w->m = ref_malloc_fn(&mallocs[impl - W_MALLOCS]);
+		w->f = ref_free_fn(&mallocs[impl - W_MALLOCS]);
+	}
+}
+
+static const char *fmt_ns(char *buf, size_t n, double ns)
+{
+	snprintf(buf, n, ns < 100 ? "%.1f" : "%.0f", ns);
+	return buf;
+}
+
+/* The figures of one allocator. */
+struct warm_fig {
+	const char *name;
+	char label[96];
+	bool on, failed;
+	bool not_asked; /* left out by -a: no row */
+	size_t passes;
+	double ns[WARM_RUNS_MAX];
+	int n;
+	double med, min, max;
+};
+
+static void print_rows(struct warm_fig fig[N_WARM], const struct ref_malloc *mallocs)
+{
+	int best = -1;
+	char b1[32], b2[32], b3[32];
+
+	for (int i = W_MALLOCS; i < N_WARM; i++)
+		if (fig[i].on && !fig[i].failed && (best < 0 || fig[i].med < fig[best].med))
+			best = i;
+	printf("%-22s %9s %8s %8s %7s  %s\n", "allocator", "ns/event", "min", "max", "passes",
+	       "ratio to the fastest malloc");
+	for (int i = 0; i < N_WARM; i++) {
+		if (fig[i].not_asked)
+			continue;
+		if (!fig[i].on) {
+			printf("%-22s %9s  (not measured: %s)\n", fig[i].name, "-",
+			       mallocs[i - W_MALLOCS].why);
+			continue;
+		}
+		if (fig[i].failed) {
+			printf("%-22s %9s  (an allocation failed)\n", fig[i].label, "-");
+			continue;
+		}
+		printf("%-22s %9s %8s %8s %7zu  ", fig[i].label, fmt_ns(b1, sizeof b1, fig[i].med),
+		       fmt_ns(b2, sizeof b2, fig[i].min), fmt_ns(b3, sizeof b3, fig[i].max),
+		       fig[i].passes);
+		if (best < 0)
+			printf("(no malloc measured)\n");
+		else if (i == best)
+			printf("1.00x (the fastest)\n");
+		else
+			printf("%.2fx %s\n", fig[i].med / fig[best].med, mallocs[best - W_MALLOCS].name);
+	}
+}
+
+int warm_report(const struct trace *t, const struct ref_malloc *mallocs, const char *only,
+		int runs, double run_seconds)
+{
+	struct warm w = { .t = t };
+	struct warm_fig fig[N_WARM];
+	size_t events = t->allocs + t->frees;
+	struct rng order_rng;
+	int rc = 0;
+
+	if (runs < 1 || runs > WARM_RUNS_MAX || events == 0)
+		return -1;
+	w.ptrs = calloc(t->allocs ? t->allocs : 1, sizeof *w.ptrs);
+	if (!w.ptrs) {
+		fprintf(stderr, "replay: out of memory\n");
+		exit(2);
+	}
+	memset(fig, 0, sizeof fig);
+	fig[W_DEVCACHE].name = "devcache";
+	snprintf(fig[W_DEVCACHE].label, sizeof fig[W_DEVCACHE].label, "devcache %s",
+		 devcache_version_string());
+	fig[W_DEVCACHE].on = true;
+	for (int m = 0; m < N_REF_MALLOCS; m++) {
+		fig[W_MALLOCS + m].name = mallocs[m].name;
+		snprintf(fig[W_MALLOCS + m].label, sizeof fig[0].label, "%s %s", mallocs[m].name,
+			 mallocs[m].version);
+		fig[W_MALLOCS + m].on = mallocs[m].available;
+	}
+	for (int i = 0; only && i < N_WARM; i++)
+		if (strncmp(fig[i].name, only, strlen(only)) != 0) {
+			fig[i].not_asked = true;
+			fig[i].on = false;
+		}
+	open_devcache(&w);
+	printf("\n-- %s: %zu allocations, %zu frees (%zu events a pass)\n", t->name, t->allocs,
+	       t->frees, events);
+	/* The warm-up pass, which also says how many passes make a run. */
+	for (int i = 0; i < N_WARM; i++) {
+		double t0, sec;
+
+		if (!fig[i].on)
+			continue;
+		select_impl(&w, mallocs, i);
+		t0 = now_seconds();
+		fig[i].failed = pass(&w, i) != 0;
+		sec = now_seconds() - t0;
+		fig[i].passes = run_seconds <= 0 ? 1
+			      : sec <= 0	       ? 1000
+						       : (size_t)(run_seconds / sec) + 1;
+		if (fig[i].passes > 1000)
+			fig[i].passes = 1000;
+	}
+	rng_seed(&order_rng, 11);
+	for (int r = 0; r < runs; r++) {
+		int order[N_WARM];
+
+		for (int k = 0; k < N_WARM; k++)
+			order[k] = k;
+		for (int k = N_WARM - 1; k > 0; k--) {
+			int j = (int)(rng_next(&order_rng) % (uint64_t)(k + 1)), x = order[k];
+
+			order[k] = order[j];
+			order[j] = x;
+		}
+		for (int k = 0; k < N_WARM; k++) {
+			int i = order[k];
+			double sec;
+
+			if (!fig[i].on || fig[i].failed)
+				continue;
+			select_impl(&w, mallocs, i);
+			sec = warm_timed_run(&w, i, fig[i].passes);
+			if (sec < 0)
+				fig[i].failed = true;
+			else
+				fig[i].ns[fig[i].n++] =
+					sec * 1e9 / ((double)fig[i].passes * (double)events);
+		}
+	}
+	for (int i = 0; i < N_WARM; i++) {
+		if (!fig[i].on || fig[i].failed)
+			continue;
+		fig[i].med = bench_median(fig[i].ns, fig[i].n); /* sorts them */
+		fig[i].min = fig[i].ns[0];
+		fig[i].max = fig[i].ns[fig[i].n - 1];
+	}
+	print_rows(fig, mallocs);
+	if (fig[W_DEVCACHE].on && !fig[W_DEVCACHE].failed) {
+		devcache_stats_t s;
+
+		/* Every pass frees what it allocated: the books must say so. */
+		devcache_stats(w.dev, &s);
+		if (s.allocation[DEVCACHE_POOL_ALL].current != 0) {
+			printf("FAILED: devcache's statistics say %lld blocks allocated after the "
+			       "passes, none should be\n",
+			       (long long)s.allocation[DEVCACHE_POOL_ALL].current);
+			rc = -1;
+		}
+	}
+	for (int i = 0; i < N_WARM; i++)
+		if (fig[i].on && fig[i].failed)
+			rc = -1;
+	close_devcache(&w);
+	free(w.ptrs);
+	return rc;
+}
