@@ -57,6 +57,13 @@ static void record(const char *trace)
 	pid_t pid;
 	int status;
 
+	/* A sanitizer's runtime intercepts posix_memalign and free itself, and
+	 * must come first among the libraries: the shim cannot be preloaded
+	 * before it (AddressSanitizer refuses to start; ThreadSanitizer's
+	 * child dies). */
+	if (TEST_SANITIZED)
+		skip_because("a sanitizer build: its runtime owns posix_memalign and free, and the "
+			     "shim cannot be preloaded before it");
 	snprintf(preload, sizeof preload, "LD_PRELOAD=%s", need_env("TEST_TORCHTRACE"));
 	snprintf(file, sizeof file, "TORCHTRACE_FILE=%s", trace);
 	need_env("TEST_TORCHTRACE_CALLER");
