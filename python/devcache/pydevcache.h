@@ -101,6 +101,9 @@ PyObject *pdc_tensor_new(ModelObject *model, const char *name);
 /* Hold the model's handle: a view while it lives, or a call while the GIL
  * is out, so that another thread's release() cannot give it back under
  * either.  The last unpin after release() gives the handle back. */
+/* 0 where the model may be used; -1 with ValueError set where it was
+ * released or its context is closing. */
+int pdc_model_usable(ModelObject *model);
 void pdc_model_pin(ModelObject *model);
 void pdc_model_unpin(ModelObject *model);
 

@@ -157,19 +157,6 @@ PyObject *pdc_ctx_device_stats(ContextObject *self, PyObject *device_obj)
 
 /* ---- Model ------------------------------------------------------------------------ */
 
-static int held(ModelObject *self)
-{
-	if (self->released || !self->model) {
-		PyErr_SetString(PyExc_ValueError, "devcache: the model is released");
-		return -1;
-	}
-	if (self->owner->closing) {
-		PyErr_SetString(PyExc_ValueError, "devcache: the context is closed");
-		return -1;
-	}
-	return 0;
-}
-
 PyObject *pdc_model_lock(ModelObject *self, PyObject *args, PyObject *kw)
 {
 	static char *names[] = {"working_mem", NULL};
@@ -177,7 +164,8 @@ PyObject *pdc_model_lock(ModelObject *self, PyObject *args, PyObject *kw)
 	ModelObject *m;
 	int rc;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|K:lock", names, &working) || held(self) < 0)
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|K:lock", names, &working) ||
+	    pdc_model_usable(self) < 0)
 		return NULL;
 	/* The new handle holds the context busy, as a load's does. */
 	if (pdc_enter(self->owner) < 0)
@@ -216,7 +204,7 @@ PyObject *pdc_model_evict(ModelObject *self, PyObject *Py_UNUSED(ignored))
 {
 	int rc;
 
-	if (held(self) < 0)
+	if (pdc_model_usable(self) < 0)
 		return NULL;
 	pdc_model_pin(self);
 	Py_BEGIN_ALLOW_THREADS
@@ -233,7 +221,7 @@ PyObject *pdc_model_set_device_bytes(ModelObject *self, PyObject *arg)
 	unsigned long long bytes = PyLong_AsUnsignedLongLong(arg);
 	int rc;
 
-	if (PyErr_Occurred() || held(self) < 0)
+	if (PyErr_Occurred() || pdc_model_usable(self) < 0)
 		return NULL;
 	if (self->moving)
 		return pdc_raise_msg(DEVCACHE_EBUSY, "%U: another thread is moving its tensors",

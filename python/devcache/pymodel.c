@@ -301,7 +301,7 @@ void pdc_model_unpin(ModelObject *self)
 	model_finish(self);
 }
 
-static int model_usable(ModelObject *self)
+int pdc_model_usable(ModelObject *self)
 {
 	if (self->released || !self->model) {
 		PyErr_SetString(PyExc_ValueError, "devcache: the model is released");
@@ -335,7 +335,7 @@ static PyObject *model_release(ModelObject *self, PyObject *Py_UNUSED(ignored))
 
 static PyObject *model_enter(ModelObject *self, PyObject *Py_UNUSED(ignored))
 {
-	if (model_usable(self) < 0)
+	if (pdc_model_usable(self) < 0)
 		return NULL;
 	return Py_NewRef(self);
 }
@@ -350,7 +350,7 @@ static PyObject *model_keys(ModelObject *self, PyObject *Py_UNUSED(ignored))
 	size_t n;
 	PyObject *list;
 
-	if (model_usable(self) < 0)
+	if (pdc_model_usable(self) < 0)
 		return NULL;
 	n = devcache_model_file_tensor_count(self->file);
 	if (!(list = PyList_New((Py_ssize_t)n)))
@@ -382,7 +382,7 @@ static PyObject *model_iter(ModelObject *self)
 
 static Py_ssize_t model_len(ModelObject *self)
 {
-	if (model_usable(self) < 0)
+	if (pdc_model_usable(self) < 0)
 		return -1;
 	return (Py_ssize_t)devcache_model_file_tensor_count(self->file);
 }
@@ -392,7 +392,7 @@ static int model_contains(ModelObject *self, PyObject *key)
 	devcache_tensor_info_t ti;
 	const char *name;
 
-	if (model_usable(self) < 0)
+	if (pdc_model_usable(self) < 0)
 		return -1;
 	if (!PyUnicode_Check(key))
 		return 0;
@@ -409,7 +409,7 @@ static PyObject *model_getitem(ModelObject *self, PyObject *key)
 {
 	const char *name;
 
-	if (model_usable(self) < 0)
+	if (pdc_model_usable(self) < 0)
 		return NULL;
 	if (!(name = pdc_name(key, "a tensor name"))) {
 		if (PyErr_ExceptionMatches(PyExc_ValueError)) {
@@ -429,7 +429,7 @@ static PyObject *model_getitem(ModelObject *self, PyObject *key)
 static PyObject *model_get_metadata(ModelObject *self, void *Py_UNUSED(closure))
 {
 	if (!self->metadata) {
-		if (model_usable(self) < 0)
+		if (pdc_model_usable(self) < 0)
 			return NULL;
 		self->metadata = metadata_dict(self->file);
 	}
@@ -441,7 +441,7 @@ static PyObject *model_get_info(ModelObject *self, void *Py_UNUSED(closure))
 	devcache_model_info_t i;
 	int rc;
 
-	if (model_usable(self) < 0)
+	if (pdc_model_usable(self) < 0)
 		return NULL;
 	pdc_model_pin(self);
 	Py_BEGIN_ALLOW_THREADS
@@ -459,14 +459,14 @@ static PyObject *model_get_info(ModelObject *self, void *Py_UNUSED(closure))
 
 static PyObject *model_get_format(ModelObject *self, void *Py_UNUSED(closure))
 {
-	if (model_usable(self) < 0)
+	if (pdc_model_usable(self) < 0)
 		return NULL;
 	return format_name(self->file);
 }
 
 static PyObject *model_get_shards(ModelObject *self, void *Py_UNUSED(closure))
 {
-	if (model_usable(self) < 0)
+	if (pdc_model_usable(self) < 0)
 		return NULL;
 	return shards_list(self->file);
 }
@@ -554,7 +554,7 @@ static PyObject *model_move(ModelObject *self, PyObject *args, PyObject *kw, int
 	 * view or release the model; the checks below must come after it. */
 	if (names_arg(names_obj, &seq, &names, &n) < 0)
 		return NULL;
-	if (model_usable(self) < 0)
+	if (pdc_model_usable(self) < 0)
 		goto out;
 	if (self->moving) {
 		pdc_raise_msg(DEVCACHE_EBUSY, "%U: another thread is moving its tensors", self->path);
