@@ -42,23 +42,21 @@ static int apply_pair(struct tunable_set *set, const char *key, const char *valu
 
 		if (c >= 0) {
 			/* Its PyTorch default changes nothing there either. */
-			size_t len = strlen(value);
+			char *given = trim_dup(value, strlen(value));
 
-			while (*value == ' ' || *value == '\t')
-				value++, len--;
-			while (len && (value[len - 1] == ' ' || value[len - 1] == '\t'))
-				len--;
-			if (len == strlen(compat_defs[c].pytorch_default) &&
-			    strncasecmp(value, compat_defs[c].pytorch_default, len) == 0)
+			if (!given)
+				return err_oom();
+			if (strcasecmp(given, compat_defs[c].pytorch_default) == 0)
 				log_msg(log, DEVCACHE_LOG_INFO,
 					_("%s: %s is a PyTorch option that libdevcache accepts and "
 					  "ignores (here %s, PyTorch's default)"),
 					origin, key, compat_defs[c].pytorch_default);
 			else
 				log_msg(log, DEVCACHE_LOG_WARNING,
-					_("%s: %s:%.*s is a PyTorch option that libdevcache accepts "
+					_("%s: %s:%s is a PyTorch option that libdevcache accepts "
 					  "but does not act on: with it %s"),
-					origin, key, (int)len, value, compat_defs[c].note);
+					origin, key, given, compat_defs[c].note);
+			free(given);
 			return 0;
 		}
 		const char *hint = tunable_suggest(key);
