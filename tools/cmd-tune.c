@@ -303,6 +303,21 @@ static uint64_t round_up(uint64_t n, uint64_t step)
 	return n > UINT64_MAX - step ? n : (n + step - 1) / step * step;
 }
 
+/* One replay of run_setting's, counted in r and told to the parent with a
+ * byte on progress: 0, the replay's exit status where it failed (said
+ * already), or -1 where the parent is gone. */
+static int replay_step(const struct tune *tn, const struct setting *s, uint64_t memory,
+		       bool sample, struct result *out, struct result *r, int progress)
+{
+	static const char tick = 'p';
+	int status = replay_once(tn, s, memory, sample, out);
+
+	r->replays++;
+	if (status)
+		return status;
+	return write(progress, &tick, 1) == 1 ? 0 : -1;
+}
+
 /* The setting's figures on the device tuned for, and the smallest device
  * that runs the trace with no OOM: a binary search, SEARCH_STEP apart,
  * between the peak allocated and the peak reserved of a run with no limit
@@ -310,52 +325,48 @@ static uint64_t round_up(uint64_t n, uint64_t step)
 static void run_setting(const struct tune *tn, const struct setting *s, struct result *r, int progress)
 {
 	struct result free_run = {0}, probe;
-	char tick = 'p';
+	int status;
 
 	memset(r, 0, sizeof *r);
-	r->status = replay_once(tn, s, tn->memory, true, r);
-	r->replays++;
-	if (r->status || write(progress, &tick, 1) < 0)
+	/* The device tuned for, then no limit: a failure there is the setting's. */
+	if ((status = replay_step(tn, s, tn->memory, true, r, r, progress)) != 0) {
+		r->status = status > 0 ? status : EXIT_OK;
 		return;
-	if (tn->memory) {
-		r->status = replay_once(tn, s, UINT64_MAX, false, &free_run);
-		r->replays++;
-		if (r->status || write(progress, &tick, 1) < 0)
-			return;
-	} else {
+	}
+	if (!tn->memory)
 		free_run = *r;
+	else if ((status = replay_step(tn, s, UINT64_MAX, false, &free_run, r, progress)) != 0) {
+		r->status = status > 0 ? status : EXIT_OK;
+		return;
 	}
 	if (free_run.ooms)
 		return; /* even with no limit: no device runs it */
 	uint64_t lo = (uint64_t)free_run.peak_allocated / SEARCH_STEP * SEARCH_STEP;
 	uint64_t hi = round_up((uint64_t)free_run.peak_reserved, SEARCH_STEP);
+	/* The device tuned for ran it already: no need to try that size again. */
+	bool runs = false;
 
 	if (lo < SEARCH_STEP)
 		lo = SEARCH_STEP;
-	if (tn->memory && r->ooms == 0 && tn->memory < hi)
+	if (tn->memory && r->ooms == 0 && tn->memory < hi) {
 		hi = round_up(tn->memory, SEARCH_STEP);
+		runs = hi == tn->memory;
+	}
 	/* The peak reserved with no limit runs it, nearly always; where a
 	 * limit changes the policy's path, a little more is tried. */
-	for (int k = 0; k < 4; k++) {
-		if (replay_once(tn, s, hi, false, &probe) != 0)
+	for (int k = 0; !runs; k++) {
+		if (k == 4 || replay_step(tn, s, hi, false, &probe, r, progress) != 0)
 			return;
-		r->replays++;
-		if (write(progress, &tick, 1) < 0)
-			return;
-		if (probe.ooms == 0)
-			break;
-		lo = hi;
-		hi = round_up(hi + hi / 8, SEARCH_STEP);
-		if (k == 3)
-			return;
+		runs = probe.ooms == 0;
+		if (!runs) {
+			lo = hi;
+			hi = round_up(hi + hi / 8, SEARCH_STEP);
+		}
 	}
 	while (hi - lo > SEARCH_STEP) {
 		uint64_t mid = lo + (hi - lo) / 2 / SEARCH_STEP * SEARCH_STEP;
 
-		if (replay_once(tn, s, mid, false, &probe) != 0)
-			return;
-		r->replays++;
-		if (write(progress, &tick, 1) < 0)
+		if (replay_step(tn, s, mid, false, &probe, r, progress) != 0)
 			return;
 		if (probe.ooms == 0)
 			hi = mid;
