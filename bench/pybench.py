@@ -516,12 +516,10 @@ def probe(code):
     return False, (p.stderr.strip().splitlines() or ["exit status %d" % p.returncode])[-1]
 
 
-def main(argv):
-    global have_torch_why
-    if argv[:1] == ["--child"]:
-        return child(argv[1], argv[2])
-    if argv[:1] == ["--make-torch"]:
-        return make_torch_child(argv[1], argv[2])
+def arguments(argv, usage):
+    """-d DIR, -r RUNS, -s SIZE..., -m METHOD... as (dir, runs, sizes,
+    methods), runs from BENCH_RUNS where -r is not given; None, after
+    printing usage, for anything else.  torchbench.py takes the same."""
     d, runs, sizes, methods = ".", None, [], []
     args = list(argv)
     while args:
@@ -537,13 +535,26 @@ def main(argv):
             else:
                 methods.append(v)
         else:
-            print(__doc__.split("\n\n")[2], file=sys.stderr)
-            return 2
+            print(usage, file=sys.stderr)
+            return None
+    if runs is None and os.environ.get("BENCH_RUNS"):
+        runs = int(os.environ["BENCH_RUNS"])
+    return d, runs, sizes, methods
+
+
+def main(argv):
+    global have_torch_why
+    if argv[:1] == ["--child"]:
+        return child(argv[1], argv[2])
+    if argv[:1] == ["--make-torch"]:
+        return make_torch_child(argv[1], argv[2])
+    parsed = arguments(argv, __doc__.split("\n\n")[2])
+    if parsed is None:
+        return 2
+    d, runs, sizes, methods = parsed
     if any(s not in SIZES for s in sizes):
         print("pybench: -s takes 1G or 4G", file=sys.stderr)
         return 2
-    if runs is None and os.environ.get("BENCH_RUNS"):
-        runs = int(os.environ["BENCH_RUNS"])
     methods = methods or DEFAULT_METHODS
     print("== Python package: every tensor into numpy arrays (bench/pybench.py)")
     print("python:     %s" % sys.version.split()[0])

@@ -312,29 +312,14 @@ def report(key, size, methods, runs, res):
 def main(argv):
     if argv[:1] == ["--child"]:
         return child(argv[1], argv[2], argv[3])
-    d, runs, sizes, methods = ".", None, [], []
-    args = list(argv)
-    while args:
-        a = args.pop(0)
-        if a in ("-d", "-r", "-s", "-m") and args:
-            v = args.pop(0)
-            if a == "-d":
-                d = v
-            elif a == "-r":
-                runs = int(v)
-            elif a == "-s":
-                sizes.append(v.upper())
-            else:
-                methods.append(v)
-        else:
-            print(__doc__.split("\n\n")[-2], file=sys.stderr)
-            return 2
+    parsed = pybench.arguments(argv, __doc__.split("\n\n")[-2])
+    if parsed is None:
+        return 2
+    d, runs, sizes, methods = parsed
     if any(s not in pybench.SIZES for s in sizes) or any(m not in METHODS for m in methods):
         print("torchbench: -s takes 1G or 4G, -m one of %s" % ", ".join(METHODS),
               file=sys.stderr)
         return 2
-    if runs is None and os.environ.get("BENCH_RUNS"):
-        runs = int(os.environ["BENCH_RUNS"])
     print("== Python package: checkpoints into a meta-device torch module (bench/torchbench.py)")
     ok, what = pybench.probe("import numpy, torch, devcache.torch; print(torch.__version__, "
                              "'mmap' in torch.load.__code__.co_varnames)")
