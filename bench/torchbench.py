@@ -312,7 +312,7 @@ def report(key, size, methods, runs, res):
 def main(argv):
     if argv[:1] == ["--child"]:
         return child(argv[1], argv[2], argv[3])
-    parsed = pybench.arguments(argv, __doc__.split("\n\n")[-2])
+    parsed = pybench.arguments(argv, __doc__.split("\n\n")[-1].strip())
     if parsed is None:
         return 2
     d, runs, sizes, methods = parsed
