@@ -174,5 +174,5 @@ EXTRA_DIST += tests/test-tunable-accessors.test
 TESTS += tests/test-man-example.test
 EXTRA_DIST += tests/test-man-example.test
 TEST_EXTENSIONS += .test
-TEST_LOG_COMPILER = env CC='$(CC)' CFLAGS='$(CFLAGS)' NM='$(NM)' PKG_CONFIG='$(PKG_CONFIG)' \
+TEST_LOG_COMPILER = env CC='$(CC)' CFLAGS='$(CFLAGS)' LDFLAGS='$(LDFLAGS)' NM='$(NM)' PKG_CONFIG='$(PKG_CONFIG)' \
 	RELOC_LDFLAGS='$(RELOC_LDFLAGS)' TEST_BUILDDIR='$(abs_top_builddir)' $(SHELL)
