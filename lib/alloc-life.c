@@ -65,7 +65,7 @@ int allocator_create(struct devcache_device *dev, enum alloc_kind kind, struct a
 
 	if (!a)
 		return err_oom();
-	pool_lock_init(&a->lock);
+	dc_lock_init(&a->lock);
 	a->dev = dev;
 	a->kind = kind;
 	a->caching = tun_get(t, caching);
@@ -169,11 +169,8 @@ void allocator_destroy(struct allocator *a)
 			free(p->spares.slabs[k]);
 		free(p->spares.slabs);
 		free(p->table);
-		if (a->tkey_ok)
-			pthread_mutex_destroy(&p->lock);
 		free(p);
 	}
 	free(a->pools);
-	pthread_mutex_destroy(&a->lock);
 	free(a);
 }

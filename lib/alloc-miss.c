@@ -88,10 +88,8 @@ static struct stream_pool *pool_find(struct allocator *a, devcache_stream_t stre
 		return NULL;
 	memset(pool, 0, sizeof *pool);
 	/* Made under world_lock, which holds every pool's lock: so is it. */
-	if (a->tkey_ok) {
-		pool_lock_init(&pool->lock);
-		pthread_mutex_lock(&pool->lock);
-	}
+	if (a->tkey_ok)
+		dc_lock(&pool->lock);
 	pool->stream = stream;
 	/* In traces the default stream is 0 and the others count from 1 in the
 	 * order they are first used. */

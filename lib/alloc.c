@@ -150,24 +150,12 @@ void block_delete(struct stream_pool *pool, struct block *b)
 
 /* ---- the locks --------------------------------------------------------------- */
 
-void pool_lock_init(pthread_mutex_t *m)
-{
-	/* Spin briefly before sleeping: critical sections are short, and a
-	 * sleeping waiter costs two system calls per hand-over. */
-	pthread_mutexattr_t attr;
-
-	pthread_mutexattr_init(&attr);
-	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-	pthread_mutex_init(m, &attr);
-	pthread_mutexattr_destroy(&attr);
-}
-
 void world_lock(struct allocator *a)
 {
-	pthread_mutex_lock(&a->lock);
+	dc_lock(&a->lock);
 	if (a->tkey_ok)
 		for (size_t i = 0; i < a->n_pools; i++)
-			pthread_mutex_lock(&a->pools[i]->lock);
+			dc_lock(&a->pools[i]->lock);
 	a->world_locks++;
 }
 
@@ -175,8 +163,8 @@ void world_unlock(struct allocator *a)
 {
 	if (a->tkey_ok)
 		for (size_t i = a->n_pools; i-- > 0;)
-			pthread_mutex_unlock(&a->pools[i]->lock);
-	pthread_mutex_unlock(&a->lock);
+			dc_unlock(&a->pools[i]->lock);
+	dc_unlock(&a->lock);
 }
 
 /* ---- policy: sizes and pools ---------------------------------------------- */
@@ -473,31 +461,48 @@ int alloc_check_dev(devcache_device_t *dev, const char *fn)
 	return 0;
 }
 
+static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t size,
+						  devcache_stream_t stream, void **ptr_p,
+						  bool tried);
+
 /* A hit on the thread's own stream under that stream's lock alone, its
- * statistics kept in the thread's cache: ALLOC_MISSED, having changed
- * nothing but made the thread's cached free real, where the rest of the
- * allocation path must decide. */
-static int alloc_in_pool(struct allocator *a, struct tcache *tc, size_t size, void **ptr_p)
+ * statistics kept in the thread's cache; where the rest of the allocation
+ * path must decide (having changed nothing but made the thread's cached
+ * free real), alloc_locked(), with tried.  A call of its own, and
+ * do_alloc's last: the hit saves no register it does not use. */
+static __attribute__((noinline)) int alloc_in_pool(struct allocator *a, struct tcache *tc,
+						   size_t size, devcache_stream_t stream,
+						   void **ptr_p)
 {
 	struct stream_pool *pool = tc->home;
 	struct hit hit = { 0 };
 	int rc = ALLOC_MISSED;
 
-	pthread_mutex_lock(&pool->lock);
+	dc_lock(&pool->lock);
 	tcache_flush(a, tc);
 	if (!events_pending(a)) {
 		rc = allocate_hit(a, &tc->st, pool, size, &hit, ptr_p);
 		if (rc == 0 && tc->freed_req == size)
 			tcache_record(a, tc, &hit, pool->stream);
 	}
-	pthread_mutex_unlock(&pool->lock);
+	dc_unlock(&pool->lock);
+	if (__builtin_expect(rc == ALLOC_MISSED, 0))
+		return alloc_locked(a, size, stream, ptr_p, true);
 	return rc;
 }
 
+/* A request alloc_in_pool() may take: neither 0 bytes nor absurd. */
+ALLOC_INLINE bool plain_request(size_t size)
+{
+	return size - 1 < SIZE_MAX / 2;
+}
+
 /* The allocation path with the allocator-wide lock: everything but a
- * redo or a hit on the thread's own stream. */
+ * redo or a hit on the thread's own stream; tried: do_alloc() has tried
+ * that hit. */
 static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t size,
-						  devcache_stream_t stream, void **ptr_p)
+						  devcache_stream_t stream, void **ptr_p,
+						  bool tried)
 {
 	struct tcache *tc = tcache_own(a);
 	struct hit hit = { 0 };
@@ -509,9 +514,8 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t si
 	}
 	if (size > SIZE_MAX / 2)
 		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes"), a->dev->id, size);
-	if (tc && tc->home && tc->home->stream == stream &&
-	    (rc = alloc_in_pool(a, tc, size, ptr_p)) != ALLOC_MISSED)
-		return rc;
+	if (!tried && tc && tc->home && tc->home->stream == stream)
+		return alloc_in_pool(a, tc, size, stream, ptr_p);
 	world_lock(a);
 	if (tc || (tc = tcache_new(a))) {
 		tcache_flush(a, tc);
@@ -535,23 +539,29 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t si
 
 /* The thread's block, freed by it and asked for again, with its pool as
  * it was: redone without the lock (alloc-thread.c).  A request of 0 bytes
- * never matches, the block's request being at least 1. */
+ * never matches, the block's request being at least 1.  Else a hit on
+ * the thread's own stream, and only then the rest: each path a call of
+ * its own, so that the common ones save no registers they do not use. */
 ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t stream, void **ptr_p)
 {
 	struct tcache *tc = tcache_last;
 
 	/* Only tcache_last on the hit path: with no call on it, the compiler
 	 * saves no register there (tcache_own() may call). */
-	if (tc && tc->a == a && tc->req == size && tc->stream == stream &&
-	    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED &&
-	    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
-		__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
-		__atomic_store_n(&tc->pairs, __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) + 1,
-				 __ATOMIC_RELAXED);
-		*ptr_p = (void *)tc->ptr;
-		return 0;
+	if (tc && tc->a == a) {
+		if (tc->req == size && tc->stream == stream &&
+		    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED &&
+		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
+			__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
+			__atomic_store_n(&tc->pairs, __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) + 1,
+					 __ATOMIC_RELAXED);
+			*ptr_p = (void *)tc->ptr;
+			return 0;
+		}
+		if (tc->home && tc->home->stream == stream && plain_request(size))
+			return alloc_in_pool(a, tc, size, stream, ptr_p);
 	}
-	return alloc_locked(a, size, stream, ptr_p);
+	return alloc_locked(a, size, stream, ptr_p, false);
 }
 
 ALLOC_INLINE int release_block(struct allocator *a, devcache_stats_t *st, struct block *b)
@@ -576,16 +586,22 @@ int alloc_release(struct allocator *a, devcache_stats_t *st, struct block *b)
 	return release_block(a, st, b);
 }
 
+static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr, const char *what,
+						 bool tried);
+
 /* A free of a block of the thread's own stream, under that stream's lock
- * alone: ALLOC_MISSED, having changed nothing but made the thread's
- * cached free real, where the allocator-wide lock is needed (a block of
- * another stream, used on other streams, or not allocated). */
-static int free_in_pool(struct allocator *a, struct tcache *tc, uintptr_t addr)
+ * alone; where the allocator-wide lock is needed (a block of another
+ * stream, used on other streams, or not allocated), having changed
+ * nothing but made the thread's cached free real, free_locked(), with
+ * tried. */
+static __attribute__((noinline)) int free_in_pool(struct allocator *a, struct tcache *tc,
+						  void *ptr, const char *what)
 {
+	uintptr_t addr = (uintptr_t)ptr;
 	struct stream_pool *pool = tc->home;
 	int rc = ALLOC_MISSED;
 
-	pthread_mutex_lock(&pool->lock);
+	dc_lock(&pool->lock);
 	tcache_flush(a, tc);
 	struct block *b = table_take(pool, addr);
 	if (b && b->uses) {
@@ -594,19 +610,24 @@ static int free_in_pool(struct allocator *a, struct tcache *tc, uintptr_t addr)
 		tc->freed_req = b->requested;
 		rc = release_block(a, &tc->st, b);
 	}
-	pthread_mutex_unlock(&pool->lock);
+	dc_unlock(&pool->lock);
+	if (__builtin_expect(rc == ALLOC_MISSED, 0))
+		return free_locked(a, ptr, what, true);
 	return rc;
 }
 
-static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr, const char *what)
+/* The free path with the allocator-wide lock; tried: do_free() has tried
+ * free_in_pool(). */
+static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr, const char *what,
+						 bool tried)
 {
 	struct tcache *tc = tcache_own(a);
 	int rc;
 
 	if (!ptr)
 		return 0;
-	if (tc && tc->home && (rc = free_in_pool(a, tc, (uintptr_t)ptr)) != ALLOC_MISSED)
-		return rc;
+	if (!tried && tc && tc->home)
+		return free_in_pool(a, tc, ptr, what);
 	world_lock(a);
 	if (tc) {
 		tcache_flush(a, tc);
@@ -626,18 +647,23 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr,
 	return rc;
 }
 
-/* The thread's own last block, its pool as it was: undone. */
+/* The thread's own last block, its pool as it was: undone; else a free
+ * on the thread's own stream, else the rest. */
 ALLOC_INLINE int do_free(struct allocator *a, void *ptr, const char *what)
 {
 	struct tcache *tc = tcache_last;
 
-	if (tc && tc->a == a && __atomic_load_n(&tc->ptr, __ATOMIC_RELAXED) == (uintptr_t)ptr &&
-	    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_LIVE &&
-	    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
-		__atomic_store_n(&tc->state, TC_CACHED, __ATOMIC_RELAXED);
-		return 0;
+	if (tc && tc->a == a) {
+		if (__atomic_load_n(&tc->ptr, __ATOMIC_RELAXED) == (uintptr_t)ptr &&
+		    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_LIVE &&
+		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
+			__atomic_store_n(&tc->state, TC_CACHED, __ATOMIC_RELAXED);
+			return 0;
+		}
+		if (tc->home && ptr)
+			return free_in_pool(a, tc, ptr, what);
 	}
-	return free_locked(a, ptr, what);
+	return free_locked(a, ptr, what, false);
 }
 
 static __attribute__((noinline, cold)) int alloc_bad_args(devcache_device_t *dev)

@@ -5,6 +5,7 @@
 
 #include "internal.h"
 #include "list.h"
+#include "lock.h"
 
 /* PyTorch's constants, so the policy matches its native allocator. */
 #define ALLOC_ROUND ((size_t)512)           /* every request is a multiple of this */
@@ -100,7 +101,7 @@ struct spares {
 struct stream_pool {
 	/* With thread caches: taken by a hit, and with every other pool's
 	 * by the allocator-wide lock (world_lock). */
-	pthread_mutex_t lock;
+	struct dc_lock lock;
 	devcache_stream_t stream;
 	unsigned index; /* 0 for the default stream, then in order of first use */
 	struct free_index small, large;
@@ -174,7 +175,7 @@ struct tcache {
 };
 
 struct allocator {
-	pthread_mutex_t lock; /* with the pools' locks: world_lock() */
+	struct dc_lock lock; /* with the pools' locks: world_lock() */
 	uint64_t world_locks; /* times world_lock() was taken, for the tests */
 	pthread_key_t tkey;   /* this thread's struct tcache */
 	bool tkey_ok;         /* tkey was made: thread caches are on */
@@ -290,8 +291,6 @@ void allocator_destroy(struct allocator *a);
 /* The allocator-wide lock: a->lock, and with thread caches every pool's
  * lock too, so that no hit is under way. */
 void world_lock(struct allocator *a);
-/* An adaptive mutex, as every lock of the allocator is. */
-void pool_lock_init(pthread_mutex_t *m);
 void world_unlock(struct allocator *a);
 /* Blocks wait for events: read by a hit under its pool's lock. */
 static inline bool events_pending(const struct allocator *a)
