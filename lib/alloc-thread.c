@@ -108,6 +108,14 @@ void tcache_init(struct allocator *a)
 	a->tkey_ok = pthread_key_create(&a->tkey, tcache_exit) == 0;
 }
 
+/* A net change's part in the accumulated figures: the inactive-split
+ * figures move by the net change of a free or an allocation, as PyTorch's
+ * (alloc.c), so only a rise adds to them. */
+static int64_t rise(int64_t change)
+{
+	return change > 0 ? change : 0;
+}
+
 /* What the statistics of the small pool move, in the order of TS_*: adj
  * in current when the block is freed (the pool as before its allocation),
  * fcum in the accumulated figures by that free, cum by a free and a redo. */
@@ -119,7 +127,7 @@ static void tcache_figures(const struct tcache *tc, int64_t adj[TS_N], int64_t f
 	/* The free block taken: an inactive split block unless it was a
 	 * whole segment; its rest after the cut, if any, is one. */
 	int64_t was = tc->whole ? 0 : 1, split = rest > 0 ? 1 : 0;
-	int64_t ecum[TS_N] = {1, size, 1, size, req, split, split * rest};
+	int64_t ecum[TS_N] = {1, size, 1, size, req, 0, 0};
 
 	for (int i = 0; i < TS_N; i++)
 		adj[i] = fcum[i] = 0;
@@ -128,8 +136,10 @@ static void tcache_figures(const struct tcache *tc, int64_t adj[TS_N], int64_t f
 	adj[TS_REQUESTED_BYTES] = -req;
 	adj[TS_INACTIVE_SPLIT] = was - split;
 	adj[TS_INACTIVE_SPLIT_BYTES] = was * m - split * rest;
-	fcum[TS_INACTIVE_SPLIT] = was;
-	fcum[TS_INACTIVE_SPLIT_BYTES] = was * m;
+	for (int i = TS_INACTIVE_SPLIT; i <= TS_INACTIVE_SPLIT_BYTES; i++) {
+		fcum[i] = rise(adj[i]);
+		ecum[i] = rise(-adj[i]);
+	}
 	for (int i = 0; i < TS_N; i++)
 		cum[i] = fcum[i] + ecum[i];
 }
@@ -292,8 +302,8 @@ static int64_t cached_free_figures(const struct tcache *tc, struct block *const 
 
 	adj[TS_INACTIVE_SPLIT] = was - (before > 0) - (after > 0);
 	adj[TS_INACTIVE_SPLIT_BYTES] = was * m - before - after;
-	fcum[TS_INACTIVE_SPLIT] = was;
-	fcum[TS_INACTIVE_SPLIT_BYTES] = was * m;
+	fcum[TS_INACTIVE_SPLIT] = rise(adj[TS_INACTIVE_SPLIT]);
+	fcum[TS_INACTIVE_SPLIT_BYTES] = rise(adj[TS_INACTIVE_SPLIT_BYTES]);
 	return m;
 }
 

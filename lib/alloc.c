@@ -258,7 +258,14 @@ void take_free(struct allocator *a, struct block *b)
  * after) absorbs b and the other one, and stays in the index, its key
  * larger, which mostly leaves it where it is; it is returned, and b's
  * struct goes back to the spares.  Without a free neighbour b goes into
- * the index as it is. */
+ * the index as it is.
+ *
+ * The inactive-split figures move by the merge's net change, as
+ * PyTorch's free_block() moves them: each free neighbour absorbed is one
+ * split block and its bytes fewer, and the result, unless it is a whole
+ * segment now, one more with its bytes; so a block freed between free
+ * neighbours adds its own bytes and nothing else to the accumulated
+ * figures.  (The neighbours of a block are never whole segments.) */
 ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_stats_t *st,
 					       struct block *b)
 {
@@ -272,7 +279,9 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 		note_free(a, st, b);
 		return b;
 	}
-	note_taken(st, s);
+	uint64_t size = b->size, absorbed = s->size;
+	unsigned merged = 1;
+
 	if (p) {
 		p->size += b->size;
 	} else {
@@ -282,14 +291,30 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 	DL_REMOVE(b->seg->first, b, prev, next);
 	block_delete(b->seg->pool, b);
 	if (p && n) {
-		note_taken(st, n);
 		index_remove(ix, n);
+		absorbed += n->size;
+		merged = 2;
 		p->size += n->size;
 		DL_REMOVE(n->seg->first, n, prev, next);
 		block_delete(n->seg->pool, n);
 	}
 	index_key_rose(ix, s);
-	note_free(a, st, s);
+	s->gc_base = a->large_lookups;
+	if (s->seg->expandable)
+		return s;
+	bool small = s->seg->small;
+
+	if (whole_segment(s)) {
+		struct stream_pool *pool = s->seg->pool;
+
+		DLQ_PUSH_BACK(pool->idle_head, pool->idle_tail, s, iprev, inext);
+		stats_sub(st->inactive_split, small, merged);
+		stats_sub(st->inactive_split_bytes, small, absorbed);
+	} else {
+		if (merged == 2)
+			stats_sub(st->inactive_split, small, 1);
+		stats_add(st->inactive_split_bytes, small, size);
+	}
 	return s;
 }
 
@@ -373,7 +398,14 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 	if (table_reserve(pool) ||
 	    (should_split(a, b, rsize) && !(front = block_take(pool))))
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
-	note_taken(st, b);
+	bool small = b->seg->small, whole = whole_segment(b);
+
+	/* The inactive-split figures move as PyTorch's alloc_found_block()
+	 * moves them, by the net change: a split block that is cut is its
+	 * rsize bytes less; a whole segment cut makes one; a split block
+	 * taken whole is one fewer. */
+	if (whole)
+		idle_remove(b->seg->pool, b);
 	if (front) {
 		/* The allocation is the front, in a new block struct; the
 		 * free one stays in the index with what is left, its key
@@ -382,13 +414,22 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 		b->addr += rsize;
 		b->size -= rsize;
 		index_key_fell(index_of(b->seg), b);
-		note_free(a, st, b);
+		b->gc_base = a->large_lookups;
+		if (whole && !b->seg->expandable) {
+			stats_add(st->inactive_split, small, 1);
+			stats_add(st->inactive_split_bytes, small, b->size);
+		} else if (!b->seg->expandable) {
+			stats_sub(st->inactive_split_bytes, small, rsize);
+		}
 		*b_p = b = front;
 	} else {
 		index_remove(index_of(b->seg), b);
+		if (!whole && !b->seg->expandable) {
+			stats_sub(st->inactive_split, small, 1);
+			stats_sub(st->inactive_split_bytes, small, b->size);
+		}
 	}
 	table_insert(pool, b);
-	bool small = b->seg->small;
 	b->allocated = true;
 	b->requested = requested;
 	stats_add(st->allocation, small, 1);

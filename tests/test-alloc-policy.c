@@ -66,6 +66,59 @@ static void small_pool_packs_requests_into_2mib_segments(void **state)
 	devcache_close(f.ctx);
 }
 
+/* The inactive-split figures move by each call's net change, as PyTorch's
+ * alloc_found_block() and free_block() move them: their accumulated
+ * figures (allocated, freed) count only the rises and the falls of those
+ * changes, not a block taken out and put back. */
+static void inactive_split_counts_net_changes(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "host", "thread_cache:false");
+	char *p = fx_alloc(&f, 512, NULL); /* a new segment cut: +1, +rest */
+	char *q = fx_alloc(&f, 512, NULL); /* the rest cut again: -512 */
+	devcache_stats_t s = fx_stats(&f);
+	devcache_stat_t *n = &s.inactive_split[DEVCACHE_POOL_SMALL];
+	devcache_stat_t *b = &s.inactive_split_bytes[DEVCACHE_POOL_SMALL];
+	assert_int_equal(n->current, 1);
+	assert_int_equal(n->allocated, 1);
+	assert_int_equal(n->freed, 0);
+	assert_int_equal(b->current, 2 * MiB - 1024);
+	assert_int_equal(b->allocated, 2 * MiB - 512);
+	assert_int_equal(b->freed, 512);
+	assert_int_equal(b->peak, 2 * MiB - 512);
+	fx_free(&f, p); /* no free neighbour: +1, +512 */
+	s = fx_stats(&f);
+	assert_int_equal(n->current, 2);
+	assert_int_equal(n->allocated, 2);
+	assert_int_equal(b->allocated, 2 * MiB);
+	assert_int_equal(b->freed, 512);
+	fx_free(&f, q); /* both neighbours absorbed, a whole segment: -2 */
+	s = fx_stats(&f);
+	assert_int_equal(n->current, 0);
+	assert_int_equal(n->allocated, 2);
+	assert_int_equal(n->freed, 2);
+	assert_int_equal(b->current, 0);
+	assert_int_equal(b->allocated, 2 * MiB);
+	assert_int_equal(b->freed, 2 * MiB);
+	/* A free between a free block and an allocated one: the block
+	 * before grows, nothing else. */
+	p = fx_alloc(&f, 512, NULL);
+	q = fx_alloc(&f, 512, NULL);
+	char *r = fx_alloc(&f, 512, NULL);
+	fx_free(&f, p);
+	s = fx_stats(&f);
+	int64_t count = n->allocated, bytes = b->allocated;
+	fx_free(&f, q);
+	s = fx_stats(&f);
+	assert_int_equal(n->allocated, count);
+	assert_int_equal(b->allocated, bytes + 512);
+	assert_int_equal(n->current, 2);
+	fx_free(&f, r);
+	devcache_close(f.ctx);
+}
+
 static void large_pool_segment_sizes_and_split_threshold(void **state)
 {
 	struct fx f;
@@ -564,6 +617,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(rounding_table),
 		cmocka_unit_test(small_pool_packs_requests_into_2mib_segments),
+		cmocka_unit_test(inactive_split_counts_net_changes),
 		cmocka_unit_test(large_pool_segment_sizes_and_split_threshold),
 		cmocka_unit_test(free_coalesces_neighbours),
 		cmocka_unit_test(oversize_blocks_are_never_split),
