@@ -362,7 +362,13 @@ static bool no_minmem;         /* -M: no minimum-memory runs */
 static const char *only_alloc; /* -a: -W measures this allocator alone */
 static double warm_seconds = 0.05; /* -s: -W's least time of a run's passes */
 
-/* The trace's name in the target lines: its file name less ".trace". */
+/* The least memory with expandable segments, over the peak allocated
+ * bytes: the generated traces' target, and the recorded traces' (-W). */
+#define MINMEM_TARGET 1.03
+#define MINMEM_TARGET_RECORDED 1.01
+
+/* The trace's name in the target lines: its file name less ".gz" and
+ * ".trace". */
 static void trace_kind(const char *path, char *buf, size_t n)
 {
 	const char *base = strrchr(path, '/');
@@ -370,7 +376,9 @@ static void trace_kind(const char *path, char *buf, size_t n)
 
 	base = base ? base + 1 : path;
 	len = strlen(base);
-	if (len > 6 && strcmp(base + len - 6, ".trace") == 0)
+	if (len > 3 && strcmp(base + len - 3, ".gz") == 0)
+		len -= 3;
+	if (len > 6 && strncmp(base + len - 6, ".trace", 6) == 0)
 		len -= 6;
 	snprintf(buf, n, "%.*s", (int)len, base);
 }
@@ -517,15 +525,22 @@ static int print_targets(const struct figures *fg, const double med[MAX_CONFIGS]
 	return rc;
 }
 
+/* -W: the warm replays of one trace, then (unless -M) its least memory. */
 static int report_warm(const char *path)
 {
 	struct trace t = { 0 };
-	int rc;
+	char kind[64];
+	int rc, r;
 
 	t.name = path;
 	if (load_trace(&t, path) != 0)
 		return -1;
+	trace_kind(path, kind, sizeof kind);
 	rc = warm_report(&t, mallocs, only_alloc, reps, warm_seconds);
+	if (rc >= 0 && !no_minmem) {
+		r = minmem_report(&t, kind, MINMEM_TARGET_RECORDED);
+		rc = r < 0 ? r : rc | r;
+	}
 	fflush(stdout);
 	free(t.ev);
 	return rc;
@@ -609,7 +624,7 @@ static int report_trace(const char *path, double ratio_target)
 
 	rc = rc < 0 ? rc : r;
 	if (rc >= 0 && !no_minmem) {
-		r = minmem_report(&t, kind);
+		r = minmem_report(&t, kind, MINMEM_TARGET);
 		rc = r < 0 ? r : rc | r;
 	}
 	free(t.ev);
@@ -620,7 +635,7 @@ static int report_trace(const char *path, double ratio_target)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: replay [-o OPTIONS]... [-r REPS] [-m MODULEDIR] [-M] [-v] [-E] [-S FILE] TRACE...\n"
-		   "       replay -W [-r RUNS] [-s SECONDS] [-a ALLOCATOR] TRACE...\n"
+		   "       replay -W [-r RUNS] [-s SECONDS] [-a ALLOCATOR] [-m MODULEDIR] [-M] TRACE...\n"
 		   "  Replays each trace on the host device with default tunables,\n"
 		   "  max_split_size_mb:128, max_split_size_mb:512, expandable_segments:True\n"
 		   "  and caching:false, and through glibc's malloc, jemalloc, mimalloc and\n"
@@ -634,10 +649,10 @@ static void usage(FILE *f)
 		   "  -v            print the memory summary after each replay\n"
 		   "  -E            call devcache_empty_cache() at each step (for comparison)\n"
 		   "  -S FILE       append a JSON snapshot after each replay to FILE\n"
-		   "  -W            only replay each trace warm, in this process, through devcache\n"
+		   "  -W            replay each trace warm, in this process, through devcache\n"
 		   "                (host device, default tunables) and each malloc: ns/event,\n"
 		   "                median of -r runs (at most %d), and the ratio to the fastest\n"
-		   "                malloc\n"
+		   "                malloc; then the least memory it runs in (not with -M)\n"
 		   "  -s SECONDS    -W: least time of a run's whole passes (default 0.05; 0: one\n"
 		   "                pass a run)\n"
 		   "  -a ALLOCATOR  -W: only devcache, glibc, jemalloc, mimalloc or tcmalloc\n",
@@ -721,7 +736,7 @@ int main(int argc, char **argv)
 		       "interleaved\n", reps);
 	}
 	fflush(stdout);
-	if (!no_minmem && !warm_only)
+	if (!no_minmem)
 		minmem_init(module_dir, 0.0025);
 	for (int i = optind; i < argc; i++) {
 		int r = report_trace(argv[i], 1.10);

@@ -71,9 +71,11 @@ int warm_report(const struct trace *t, const struct ref_malloc *mallocs, const c
 
 /* Finds, for one trace, the least memory in which it runs, per mode and
  * per allocator, and prints that part of the report.  kind names the
- * trace in the target lines.  Returns 1 when a target was missed, 0 otherwise, -1 when a replay failed
- * for a reason other than memory. */
-int minmem_report(const struct trace *t, const char *kind);
+ * trace in the target lines; target is the most libdevcache's least
+ * memory with expandable segments may be, as a multiple of its peak
+ * allocated bytes.  Returns 1 when a target was missed, 0 otherwise, -1
+ * when a replay failed for a reason other than memory. */
+int minmem_report(const struct trace *t, const char *kind, double target);
 
 /* Where benchdev.so is (every context of the minimum-memory runs gets
  * "backend_path:DIR"), and the bisection's resolution as a fraction of the
