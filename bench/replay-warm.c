@@ -95,6 +95,37 @@ __attribute__((noinline)) double warm_timed_run(struct warm *w, int impl, size_t
 	return now_seconds() - t0;
 }
 
+static void *warm_calloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size);
+
+	if (!p) {
+		fprintf(stderr, "replay: out of memory\n");
+		exit(2);
+	}
+	return p;
+}
+
+/* The streams of w's trace, from `first` on (0: the trace's stream 0 too,
+ * which is otherwise the device's default stream). */
+static void create_streams(struct warm *w, unsigned first)
+{
+	int err;
+
+	w->streams = warm_calloc(w->t->max_stream + 1, sizeof *w->streams);
+	for (unsigned i = first; i <= w->t->max_stream; i++)
+		if ((err = devcache_stream_create(w->dev, &w->streams[i])) != 0)
+			bench_fail("devcache_stream_create", err);
+}
+
+static void destroy_streams(struct warm *w)
+{
+	for (unsigned i = 0; i <= w->t->max_stream; i++)
+		if (w->streams[i])
+			devcache_stream_destroy(w->dev, w->streams[i]);
+	free(w->streams);
+}
+
 static void open_devcache(struct warm *w)
 {
 	int err = bench_open(&w->ctx, NULL);
@@ -103,22 +134,13 @@ static void open_devcache(struct warm *w)
 		bench_fail("devcache_open", err);
 	if ((err = devcache_device_get(w->ctx, "host", &w->dev)) != 0)
 		bench_fail("host", err);
-	w->streams = calloc(w->t->max_stream + 1, sizeof *w->streams);
-	if (!w->streams) {
-		fprintf(stderr, "replay: out of memory\n");
-		exit(2);
-	}
-	for (unsigned i = 1; i <= w->t->max_stream; i++)
-		if ((err = devcache_stream_create(w->dev, &w->streams[i])) != 0)
-			bench_fail("devcache_stream_create", err);
+	create_streams(w, 1);
 }
 
 static void close_devcache(struct warm *w)
 {
-	for (unsigned i = 1; i <= w->t->max_stream; i++)
-		devcache_stream_destroy(w->dev, w->streams[i]);
+	destroy_streams(w);
 	devcache_close(w->ctx);
-	free(w->streams);
 }
 
 static void select_impl(struct warm *w, const struct ref_malloc *mallocs, int impl)
@@ -181,23 +203,34 @@ static void print_rows(struct warm_fig fig[N_WARM], const struct ref_malloc *mal
 	}
 }
 
-int warm_report(const struct trace *t, const struct ref_malloc *mallocs, const char *only,
-		int runs, double run_seconds)
+/* The target line: devcache's median at most the fastest malloc's.  None
+ * when devcache was not asked for (-a). */
+static int print_target(const struct warm_fig fig[N_WARM], const struct ref_malloc *mallocs,
+			const char *kind)
 {
-	struct warm w = { .t = t };
-	struct warm_fig fig[N_WARM];
-	size_t events = t->allocs + t->frees;
-	struct rng order_rng;
-	int rc = 0;
+	int best = -1, n = 0;
+	char id[96];
 
-	if (runs < 1 || runs > WARM_RUNS_MAX || events == 0)
-		return -1;
-	w.ptrs = calloc(t->allocs ? t->allocs : 1, sizeof *w.ptrs);
-	if (!w.ptrs) {
-		fprintf(stderr, "replay: out of memory\n");
-		exit(2);
-	}
-	memset(fig, 0, sizeof fig);
+	if (!fig[W_DEVCACHE].on || fig[W_DEVCACHE].failed)
+		return 0;
+	for (int i = W_MALLOCS; i < N_WARM; i++)
+		if (fig[i].on && !fig[i].failed) {
+			n++;
+			if (best < 0 || fig[i].med < fig[best].med)
+				best = i;
+		}
+	snprintf(id, sizeof id, "replay-warm/%s/vs-malloc", kind);
+	return print_vs_malloc(id, "ns/event", fig[W_DEVCACHE].med,
+			       best < 0 ? NULL : mallocs[best - W_MALLOCS].name,
+			       best < 0 ? 0 : fig[best].med, n);
+}
+
+/* ---- the report ------------------------------------------------------------ */
+
+static void init_figs(struct warm_fig fig[N_WARM], const struct ref_malloc *mallocs,
+		      const char *only)
+{
+	memset(fig, 0, N_WARM * sizeof *fig);
 	fig[W_DEVCACHE].name = "devcache";
 	snprintf(fig[W_DEVCACHE].label, sizeof fig[W_DEVCACHE].label, "devcache %s",
 		 devcache_version_string());
@@ -213,18 +246,20 @@ int warm_report(const struct trace *t, const struct ref_malloc *mallocs, const c
 			fig[i].not_asked = true;
 			fig[i].on = false;
 		}
-	open_devcache(&w);
-	printf("\n-- %s: %zu allocations, %zu frees (%zu events a pass)\n", t->name, t->allocs,
-	       t->frees, events);
-	/* The warm-up pass, which also says how many passes make a run. */
+}
+
+/* The warm-up pass, which also says how many passes make a run. */
+static void warm_up(struct warm *w, struct warm_fig fig[N_WARM], const struct ref_malloc *mallocs,
+		    double run_seconds)
+{
 	for (int i = 0; i < N_WARM; i++) {
 		double t0, sec;
 
 		if (!fig[i].on)
 			continue;
-		select_impl(&w, mallocs, i);
+		select_impl(w, mallocs, i);
 		t0 = now_seconds();
-		fig[i].failed = pass(&w, i) != 0;
+		fig[i].failed = pass(w, i) != 0;
 		sec = now_seconds() - t0;
 		fig[i].passes = run_seconds <= 0 ? 1
 			      : sec <= 0	       ? 1000
@@ -232,6 +267,15 @@ int warm_report(const struct trace *t, const struct ref_malloc *mallocs, const c
 		if (fig[i].passes > 1000)
 			fig[i].passes = 1000;
 	}
+}
+
+/* The timed runs, the allocators in turn, in an order shuffled each round. */
+static void timed_runs(struct warm *w, struct warm_fig fig[N_WARM],
+		       const struct ref_malloc *mallocs, int runs)
+{
+	double events = (double)(w->t->allocs + w->t->frees);
+	struct rng order_rng;
+
 	rng_seed(&order_rng, 11);
 	for (int r = 0; r < runs; r++) {
 		int order[N_WARM];
@@ -250,13 +294,12 @@ int warm_report(const struct trace *t, const struct ref_malloc *mallocs, const c
 
 			if (!fig[i].on || fig[i].failed)
 				continue;
-			select_impl(&w, mallocs, i);
-			sec = warm_timed_run(&w, i, fig[i].passes);
+			select_impl(w, mallocs, i);
+			sec = warm_timed_run(w, i, fig[i].passes);
 			if (sec < 0)
 				fig[i].failed = true;
 			else
-				fig[i].ns[fig[i].n++] =
-					sec * 1e9 / ((double)fig[i].passes * (double)events);
+				fig[i].ns[fig[i].n++] = sec * 1e9 / ((double)fig[i].passes * events);
 		}
 	}
 	for (int i = 0; i < N_WARM; i++) {
@@ -266,8 +309,30 @@ int warm_report(const struct trace *t, const struct ref_malloc *mallocs, const c
 		fig[i].min = fig[i].ns[0];
 		fig[i].max = fig[i].ns[fig[i].n - 1];
 	}
+}
+
+int warm_report(const struct trace *t, const char *kind, const struct ref_malloc *mallocs,
+		const struct warm_options *opt)
+{
+	struct warm w = { .t = t };
+	struct warm_fig fig[N_WARM];
+	size_t events = t->allocs + t->frees;
+	bool dc = false;
+	int rc = 0;
+
+	if (opt->runs < 1 || opt->runs > WARM_RUNS_MAX || events == 0)
+		return -1;
+	w.ptrs = warm_calloc(t->allocs, sizeof *w.ptrs);
+	init_figs(fig, mallocs, opt->only);
+	open_devcache(&w);
+	printf("\n-- %s: %zu allocations, %zu frees (%zu events a pass)\n", t->name, t->allocs,
+	       t->frees, events);
+	warm_up(&w, fig, mallocs, opt->run_seconds);
+	timed_runs(&w, fig, mallocs, opt->runs);
 	print_rows(fig, mallocs);
-	if (fig[W_DEVCACHE].on && !fig[W_DEVCACHE].failed) {
+	rc = print_target(fig, mallocs, kind);
+	dc = fig[W_DEVCACHE].on && !fig[W_DEVCACHE].failed;
+	if (dc) {
 		devcache_stats_t s;
 
 		/* Every pass frees what it allocated: the books must say so. */

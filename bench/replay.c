@@ -359,8 +359,7 @@ static size_t n_configs = 5;
 #define MAX_REPS 15
 static int reps = 5;           /* -r: replays per ns/op figure, the median is shown */
 static bool no_minmem;         /* -M: no minimum-memory runs */
-static const char *only_alloc; /* -a: -W measures this allocator alone */
-static double warm_seconds = 0.05; /* -s: -W's least time of a run's passes */
+static struct warm_options warm_opt = { .run_seconds = 0.05 }; /* -W, -a, -s */
 
 /* The least memory with expandable segments, over the peak allocated
  * bytes: the generated traces' target, and the recorded traces' (-W). */
@@ -470,6 +469,25 @@ static int fastest_malloc(const double mmed[N_REF_MALLOCS], int *n_p)
 	return best;
 }
 
+int print_vs_malloc(const char *id, const char *unit, double ns, const char *best, double best_ns,
+		    int n_mallocs)
+{
+	char b1[32], b2[32];
+	bool pass = best && ns <= best_ns;
+
+	if (!best) {
+		printf("TARGET %-44s SKIP  no malloc measured (target: at most the %s of the fastest "
+		       "malloc)\n", id, unit);
+		return 0;
+	}
+	printf("TARGET %-44s %s  devcache %s %s %s %s %s %s, the fastest of %d malloc%s (%.2fx; "
+	       "target: at most the %s of the fastest malloc)\n", id, pass ? "PASS" : "MISS",
+	       fmt_ns(b1, sizeof b1, ns), unit, pass ? "<=" : ">", best,
+	       fmt_ns(b2, sizeof b2, best_ns), unit, n_mallocs, n_mallocs > 1 ? "s" : "",
+	       ns / best_ns, unit);
+	return !pass;
+}
+
 static int print_targets(const struct figures *fg, const double med[MAX_CONFIGS],
 			 const double mmed[N_REF_MALLOCS], const char *kind, double ratio_target)
 {
@@ -484,19 +502,8 @@ static int print_targets(const struct figures *fg, const double med[MAX_CONFIGS]
 		if (fg->o[c].failed || !configs[c].caching)
 			continue;
 		snprintf(id, sizeof id, "replay/%s/vs-malloc [%s]", kind, configs[c].label);
-		if (best < 0) {
-			printf("TARGET %-44s SKIP  no malloc measured (target: at most the ns/op of "
-			       "the fastest malloc)\n", id);
-		} else {
-			bool pass = med[c] <= mmed[best];
-
-			printf("TARGET %-44s %s  devcache %s ns/op %s %s %s ns/op, the fastest of %d "
-			       "malloc%s (%.2fx; target: at most the ns/op of the fastest malloc)\n",
-			       id, pass ? "PASS" : "MISS", fmt_ns(b1, sizeof b1, med[c]),
-			       pass ? "<=" : ">", mallocs[best].name, fmt_ns(b2, sizeof b2, mmed[best]),
-			       n_mallocs, n_mallocs > 1 ? "s" : "", med[c] / mmed[best]);
-			rc |= !pass;
-		}
+		rc |= print_vs_malloc(id, "ns/op", med[c], best < 0 ? NULL : mallocs[best].name,
+				      best < 0 ? 0 : mmed[best], n_mallocs);
 		if (fixed) {
 			bool pass = fg->o[c].dev_allocs_after_warmup == 0;
 
@@ -536,7 +543,8 @@ static int report_warm(const char *path)
 	if (load_trace(&t, path) != 0)
 		return -1;
 	trace_kind(path, kind, sizeof kind);
-	rc = warm_report(&t, mallocs, only_alloc, reps, warm_seconds);
+	warm_opt.runs = reps;
+	rc = warm_report(&t, kind, mallocs, &warm_opt);
 	if (rc >= 0 && !no_minmem) {
 		r = minmem_report(&t, kind, MINMEM_TARGET_RECORDED);
 		rc = r < 0 ? r : rc | r;
@@ -667,6 +675,8 @@ int main(int argc, char **argv)
 
 	ref_mallocs_load(mallocs, argv);
 	while ((opt = getopt(argc, argv, "o:r:m:MvES:Ws:a:h")) != -1) {
+		char *end;
+
 		switch (opt) {
 		case 'o':
 			if (n_opts == MAX_CONFIGS) {
@@ -705,10 +715,16 @@ int main(int argc, char **argv)
 			warm_only = true;
 			break;
 		case 's':
-			warm_seconds = atof(optarg);
+			warm_opt.run_seconds = strtod(optarg, &end);
+			if (end == optarg || *end || !(warm_opt.run_seconds >= 0 &&
+						       warm_opt.run_seconds <= 60)) {
+				fprintf(stderr, "replay: -s %s: not a number of seconds from 0 to 60\n",
+					optarg);
+				return 2;
+			}
 			break;
 		case 'a':
-			only_alloc = optarg;
+			warm_opt.only = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -728,7 +744,7 @@ int main(int argc, char **argv)
 		printf("median (min, max) of %d run%s of whole passes (at least %g s a run) after "
 		       "one warm-up pass;\ndevcache (host device, default tunables, one context) "
 		       "and the mallocs take turns, the same loop\n", reps, reps == 1 ? "" : "s",
-		       warm_seconds);
+		       warm_opt.run_seconds);
 	} else {
 		printf("== Trace replay: host device, one context per run, each trace parsed once%s\n",
 		       empty_each_step ? "; empty_cache at each step" : "");

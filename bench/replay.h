@@ -57,15 +57,29 @@ int replay(const struct trace *t, const char *device, const char *options, unsig
 
 struct ref_malloc;
 
+/* What -W measures, from bench/replay's options. */
+struct warm_options {
+	const char *only;   /* -a: those allocators whose name starts so; NULL: all */
+	int runs;           /* -r */
+	double run_seconds; /* -s: a run's least time of whole passes (0: one pass) */
+};
+
 /* -W: replays t warm in this process through devcache's host device and
- * each available malloc of mallocs[] (N_REF_MALLOCS of them; only: those
- * whose name starts so, NULL for all), runs times each, alternating, each
- * run whole passes for at least run_seconds (0: one pass), and prints
- * ns/event with the ratio to the fastest malloc.  The trace must keep the
- * frees of the blocks it leaves live.  0, or -1 when an allocation failed
- * or devcache's statistics disagree with the trace. */
-int warm_report(const struct trace *t, const struct ref_malloc *mallocs, const char *only,
-		int runs, double run_seconds);
+ * each available malloc of mallocs[] (N_REF_MALLOCS of them), opt->runs
+ * times each, alternating, and prints ns/event with the ratio to the
+ * fastest malloc and its target line (kind names the trace there).  The
+ * trace must keep the frees of the blocks it leaves live.  0, 1 when a
+ * target was missed, or -1 when an allocation failed or devcache's
+ * statistics disagree with the trace. */
+int warm_report(const struct trace *t, const char *kind, const struct ref_malloc *mallocs,
+		const struct warm_options *opt);
+
+/* Prints the target line "devcache's time at most the fastest malloc's"
+ * (replay.c): id names it, unit is "ns/op" or "ns/event", best the
+ * fastest malloc's name (NULL: none measured, SKIP) and n_mallocs how many
+ * were measured.  1 when missed, 0 otherwise. */
+int print_vs_malloc(const char *id, const char *unit, double ns, const char *best, double best_ns,
+		    int n_mallocs);
 
 /* ---- minimum memory to run (minmem.c) ------------------------------------ */
 
