@@ -2,11 +2,14 @@
 /* replay-warm.c - bench/replay -W: each trace replayed warm in one process through devcache's host device and each malloc with the same loop, alternating; ns/event and the ratio to the fastest malloc. */
 #include <config.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "mallocs.h"
@@ -225,6 +228,193 @@ static int print_target(const struct warm_fig fig[N_WARM], const struct ref_mall
 			       best < 0 ? 0 : fig[best].med, n);
 }
 
+/* ---- two threads (-T) ---------------------------------------------------- */
+
+/*
+ * Two threads each replay the whole trace on streams of their own (the
+ * trace's stream 0 included), created on the same host device as the
+ * one-thread figures', each with its own array of blocks: what one thread
+ * costs the other is what they share, the device's pools, its address
+ * table and its statistics.  Both are workers kept from run to run, so
+ * their per-thread state stays warm, and they start together at a
+ * barrier; a time is from the first start to the last end.  A round
+ * times the same passes in thread 0 alone and in both at once, in turn
+ * first, and its figure is the events per second of both over those of
+ * one: 2 x t(one) / t(two).  The median of the rounds is the target's,
+ * their min and max say how noisy it is (other programs on the CPUs
+ * lower it).
+ */
+
+#define PAIR_TARGET 1.8
+
+struct pair {
+	struct warm w[2];
+	pthread_t th[2];
+	pthread_barrier_t start, done;
+	size_t passes;
+	int active; /* the threads that run this go: 1 or 2; 0: they return */
+	double t0[2], t1[2];
+	bool failed[2];
+};
+
+struct pair_slot {
+	struct pair *p;
+	int k;
+};
+
+static void *pair_thread(void *arg)
+{
+	const struct pair_slot *slot = arg;
+	struct pair *p = slot->p;
+	int k = slot->k;
+
+	for (;;) {
+		pthread_barrier_wait(&p->start);
+		if (p->active == 0)
+			return NULL;
+		if (k < p->active) {
+			p->t0[k] = now_seconds();
+			p->failed[k] = warm_timed_run(&p->w[k], W_DEVCACHE, p->passes) < 0;
+			p->t1[k] = now_seconds();
+		}
+		pthread_barrier_wait(&p->done);
+	}
+}
+
+/* The seconds of `passes` passes in each of `threads` threads at once;
+ * -1 when an allocation failed. */
+static double pair_go(struct pair *p, int threads, size_t passes)
+{
+	double t0, t1;
+
+	p->active = threads;
+	p->passes = passes;
+	pthread_barrier_wait(&p->start);
+	pthread_barrier_wait(&p->done);
+	t0 = p->t0[0];
+	t1 = p->t1[0];
+	for (int k = 0; k < threads; k++) {
+		if (p->failed[k])
+			return -1;
+		t0 = p->t0[k] < t0 ? p->t0[k] : t0;
+		t1 = p->t1[k] > t1 ? p->t1[k] : t1;
+	}
+	return t1 - t0;
+}
+
+static void pair_start(struct pair *p, const struct warm *base, struct pair_slot slot[2])
+{
+	memset(p, 0, sizeof *p);
+	if (pthread_barrier_init(&p->start, NULL, 3) != 0 ||
+	    pthread_barrier_init(&p->done, NULL, 3) != 0) {
+		fprintf(stderr, "replay: pthread_barrier_init failed\n");
+		exit(2);
+	}
+	for (int k = 0; k < 2; k++) {
+		p->w[k].t = base->t;
+		p->w[k].ctx = base->ctx;
+		p->w[k].dev = base->dev;
+		create_streams(&p->w[k], 0);
+		p->w[k].ptrs = warm_calloc(base->t->allocs, sizeof *p->w[k].ptrs);
+		slot[k].p = p;
+		slot[k].k = k;
+		if (pthread_create(&p->th[k], NULL, pair_thread, &slot[k]) != 0) {
+			fprintf(stderr, "replay: pthread_create failed\n");
+			exit(2);
+		}
+	}
+}
+
+static void pair_stop(struct pair *p)
+{
+	p->active = 0;
+	pthread_barrier_wait(&p->start);
+	for (int k = 0; k < 2; k++) {
+		pthread_join(p->th[k], NULL);
+		destroy_streams(&p->w[k]);
+		free(p->w[k].ptrs);
+	}
+	pthread_barrier_destroy(&p->start);
+	pthread_barrier_destroy(&p->done);
+}
+
+/* The CPUs this process may run on, as nproc counts them. */
+static int cpus_online(void)
+{
+	cpu_set_t set;
+	long n;
+
+	if (sched_getaffinity(0, sizeof set, &set) == 0)
+		return CPU_COUNT(&set);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}
+
+/* Runs the rounds; ratio[] gets their figures.  false when an allocation
+ * failed. */
+static bool pair_rounds(const struct warm *base, size_t passes, int runs, double *ratio,
+			double *one_ns, double *two_ns)
+{
+	double events = (double)passes * (double)(base->t->allocs + base->t->frees);
+	struct pair_slot slot[2];
+	struct pair p;
+	bool ok;
+
+	pair_start(&p, base, slot);
+	ok = pair_go(&p, 2, 1) >= 0; /* the warm-up pass of each thread's streams */
+	for (int r = 0; r < runs && ok; r++) {
+		double one, two;
+
+		if (r % 2) {
+			two = pair_go(&p, 2, passes);
+			one = pair_go(&p, 1, passes);
+		} else {
+			one = pair_go(&p, 1, passes);
+			two = pair_go(&p, 2, passes);
+		}
+		ok = one > 0 && two > 0;
+		ratio[r] = 2 * one / two;
+		one_ns[r] = one * 1e9 / events;
+		two_ns[r] = two * 1e9 / (2 * events);
+	}
+	pair_stop(&p);
+	return ok;
+}
+
+static int pair_report(const struct warm *base, const char *kind, size_t passes, int runs)
+{
+	double ratio[WARM_RUNS_MAX], one_ns[WARM_RUNS_MAX], two_ns[WARM_RUNS_MAX], load = -1;
+	int cpus = cpus_online();
+	char id[96], b1[32], b2[32];
+	bool pass;
+
+	snprintf(id, sizeof id, "replay-warm/%s/two-threads", kind);
+	printf("devcache in two threads at once, each on streams of its own, against one thread:\n");
+	if (cpus < 2) {
+		printf("  not measured: %d CPU online (nproc < 2)\n", cpus);
+		printf("TARGET %-44s SKIP  %d CPU online, two threads need 2 (target: at least "
+		       "%.2fx one thread's events per second)\n", id, cpus, PAIR_TARGET);
+		return 0;
+	}
+	if (!pair_rounds(base, passes, runs, ratio, one_ns, two_ns)) {
+		printf("  FAILED: an allocation failed\n");
+		return -1;
+	}
+	getloadavg(&load, 1);
+	printf("  %s ns/event in one thread, %s in two (medians; two: their time over both "
+	       "threads' events);\n  %d run%s of %zu pass%s a thread, load %.2f on %d CPUs\n",
+	       fmt_ns(b1, sizeof b1, bench_median(one_ns, runs)),
+	       fmt_ns(b2, sizeof b2, bench_median(two_ns, runs)), runs, runs == 1 ? "" : "s",
+	       passes, passes == 1 ? "" : "es", load, cpus);
+	double med = bench_median(ratio, runs); /* sorts them */
+
+	pass = med >= PAIR_TARGET;
+	printf("TARGET %-44s %s  two threads %.2fx one thread's events per second, median of %d "
+	       "(min %.2fx, max %.2fx; target: at least %.2fx)\n", id, pass ? "PASS" : "MISS", med,
+	       runs, ratio[0], ratio[runs - 1], PAIR_TARGET);
+	return !pass;
+}
+
 /* ---- the report ------------------------------------------------------------ */
 
 static void init_figs(struct warm_fig fig[N_WARM], const struct ref_malloc *mallocs,
@@ -318,7 +508,7 @@ int warm_report(const struct trace *t, const char *kind, const struct ref_malloc
 	struct warm_fig fig[N_WARM];
 	size_t events = t->allocs + t->frees;
 	bool dc = false;
-	int rc = 0;
+	int rc = 0, r;
 
 	if (opt->runs < 1 || opt->runs > WARM_RUNS_MAX || events == 0)
 		return -1;
@@ -332,6 +522,11 @@ int warm_report(const struct trace *t, const char *kind, const struct ref_malloc
 	print_rows(fig, mallocs);
 	rc = print_target(fig, mallocs, kind);
 	dc = fig[W_DEVCACHE].on && !fig[W_DEVCACHE].failed;
+	if (dc && opt->two_threads) {
+		fflush(stdout);
+		r = pair_report(&w, kind, fig[W_DEVCACHE].passes, opt->runs);
+		rc = r < 0 ? r : rc | r;
+	}
 	if (dc) {
 		devcache_stats_t s;
 

@@ -359,7 +359,7 @@ static size_t n_configs = 5;
 #define MAX_REPS 15
 static int reps = 5;           /* -r: replays per ns/op figure, the median is shown */
 static bool no_minmem;         /* -M: no minimum-memory runs */
-static struct warm_options warm_opt = { .run_seconds = 0.05 }; /* -W, -a, -s */
+static struct warm_options warm_opt = { .run_seconds = 0.05 }; /* -W, -a, -s, -T */
 
 /* The least memory with expandable segments, over the peak allocated
  * bytes: the generated traces' target, and the recorded traces' (-W). */
@@ -643,7 +643,7 @@ static int report_trace(const char *path, double ratio_target)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: replay [-o OPTIONS]... [-r REPS] [-m MODULEDIR] [-M] [-v] [-E] [-S FILE] TRACE...\n"
-		   "       replay -W [-r RUNS] [-s SECONDS] [-a ALLOCATOR] [-m MODULEDIR] [-M] TRACE...\n"
+		   "       replay -W [-r RUNS] [-s SECONDS] [-a ALLOCATOR] [-T] [-m MODULEDIR] [-M] TRACE...\n"
 		   "  Replays each trace on the host device with default tunables,\n"
 		   "  max_split_size_mb:128, max_split_size_mb:512, expandable_segments:True\n"
 		   "  and caching:false, and through glibc's malloc, jemalloc, mimalloc and\n"
@@ -663,7 +663,9 @@ static void usage(FILE *f)
 		   "                malloc; then the least memory it runs in (not with -M)\n"
 		   "  -s SECONDS    -W: least time of a run's whole passes (default 0.05; 0: one\n"
 		   "                pass a run)\n"
-		   "  -a ALLOCATOR  -W: only devcache, glibc, jemalloc, mimalloc or tcmalloc\n",
+		   "  -a ALLOCATOR  -W: only devcache, glibc, jemalloc, mimalloc or tcmalloc\n"
+		   "  -T            -W: also devcache in two threads at once, each on streams of\n"
+		   "                its own: their events per second over one thread's\n",
 		MAX_REPS, MAX_REPS);
 }
 
@@ -674,7 +676,7 @@ int main(int argc, char **argv)
 	size_t n_opts = 0;
 
 	ref_mallocs_load(mallocs, argv);
-	while ((opt = getopt(argc, argv, "o:r:m:MvES:Ws:a:h")) != -1) {
+	while ((opt = getopt(argc, argv, "o:r:m:MvES:Ws:a:Th")) != -1) {
 		char *end;
 
 		switch (opt) {
@@ -726,6 +728,9 @@ int main(int argc, char **argv)
 		case 'a':
 			warm_opt.only = optarg;
 			break;
+		case 'T':
+			warm_opt.two_threads = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -736,6 +741,10 @@ int main(int argc, char **argv)
 	}
 	if (optind == argc || reps < 1 || reps > MAX_REPS) {
 		usage(stderr);
+		return 2;
+	}
+	if (warm_opt.two_threads && !warm_only) {
+		fprintf(stderr, "replay: -T is an option of -W\n");
 		return 2;
 	}
 	if (warm_only) {

@@ -62,12 +62,14 @@ struct warm_options {
 	const char *only;   /* -a: those allocators whose name starts so; NULL: all */
 	int runs;           /* -r */
 	double run_seconds; /* -s: a run's least time of whole passes (0: one pass) */
+	bool two_threads;   /* -T: devcache in two threads against one */
 };
 
 /* -W: replays t warm in this process through devcache's host device and
  * each available malloc of mallocs[] (N_REF_MALLOCS of them), opt->runs
  * times each, alternating, and prints ns/event with the ratio to the
- * fastest malloc and its target line (kind names the trace there).  The
+ * fastest malloc and its target line (kind names the trace there); with
+ * opt->two_threads, then the throughput of two threads against one.  The
  * trace must keep the frees of the blocks it leaves live.  0, 1 when a
  * target was missed, or -1 when an allocation failed or devcache's
  * statistics disagree with the trace. */
