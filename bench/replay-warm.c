@@ -406,6 +406,9 @@ static int pair_report(const struct warm *base, const char *kind, size_t passes,
 	       fmt_ns(b1, sizeof b1, bench_median(one_ns, runs)),
 	       fmt_ns(b2, sizeof b2, bench_median(two_ns, runs)), runs, runs == 1 ? "" : "s",
 	       passes, passes == 1 ? "" : "es", load, cpus);
+	if (load > cpus - 1.5)
+		printf("  (a load above %.1f: other programs share the CPUs with the threads, in "
+		       "either figure;\n  the ratio can be off either way)\n", cpus - 1.5);
 	double med = bench_median(ratio, runs); /* sorts them */
 
 	pass = med >= PAIR_TARGET;
