@@ -61,8 +61,9 @@ rm -f "$log.fail" "$log.out" "$log.rc"
 	run "$b/replay" -m "$b/modules/.libs" "$b/train-fixed.trace" "$b/train-var.trace" "$b/decode.trace"
 	echo
 	# The traces recorded from PyTorch (bench/torch-*.trace.gz), warm in
-	# one process; then their instructions per event under callgrind.
-	run "$b/replay" -W -r 7 "`dirname "$0"`"/torch-*.trace.gz
+	# one process, in one thread and in two, and their least memory; then
+	# their instructions per event under callgrind.
+	run "$b/replay" -W -T -r 7 -m "$b/modules/.libs" "`dirname "$0"`"/torch-*.trace.gz
 	echo
 	run sh "`dirname "$0"`/callgrind.sh" "$1"
 	echo
