@@ -64,6 +64,10 @@ struct mm_runner {
 enum { R_DEVCACHE, R_PYTORCH, N_RUNNERS };
 
 #define MINMEM_DEVICE "benchdev:0"
+/* benchdev's granularity of mapped memory (BENCHDEV_VM_GRANULARITY, as
+ * CUDA's): expandable segments grow by whole pages of it, so no trace runs
+ * with them in less than its peak allocated bytes rounded up to it. */
+#define MINMEM_PAGE ((uint64_t)2 << 20)
 
 static struct mm_runner runners[N_RUNNERS] = {
 	[R_DEVCACHE] = { .name = "libdevcache" },
@@ -325,6 +329,8 @@ int minmem_report(const struct trace *t, const char *kind, double target)
 	       (double)f->peak_allocated / (double)MIB, target);
 	if (p->status > 0)
 		printf("; PyTorch model %.3f", (double)p->memory / (double)p->peak_allocated);
-	putchar('\n');
+	printf("; whole %.0f MiB pages: at least %.3f\n", (double)MINMEM_PAGE / (double)MIB,
+	       (double)((f->peak_allocated + MINMEM_PAGE - 1) / MINMEM_PAGE * MINMEM_PAGE) /
+		       (double)f->peak_allocated);
 	return rc < 0 ? rc : !pass;
 }
