@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* replay-warm.c - bench/replay -W: each trace replayed warm in one process through devcache's host device and each malloc with the same loop, alternating; ns/event and the ratio to the fastest malloc. */
+/* replay-warm.c - bench/replay -W: each trace replayed warm in one process through devcache's host device and each malloc with the same loop, alternating; ns/event and the ratio to the fastest malloc; with -T, devcache in two threads against one. */
 #include <config.h>
 
 #include <pthread.h>
@@ -241,8 +241,8 @@ static int print_target(const struct warm_fig fig[N_WARM], const struct ref_mall
  * times the same passes in thread 0 alone and in both at once, in turn
  * first, and its figure is the events per second of both over those of
  * one: 2 x t(one) / t(two).  The median of the rounds is the target's,
- * their min and max say how noisy it is (other programs on the CPUs
- * lower it).
+ * their min and max say how noisy it is (other programs on the CPUs move
+ * it either way: they take time from one figure or the other).
  */
 
 #define PAIR_TARGET 1.8
