@@ -62,6 +62,10 @@ static void fold_stat(devcache_stat_t *s, const devcache_stat_t *d)
 
 void stats_fold(devcache_stats_t *s, devcache_stats_t *d)
 {
+	/* A thread's differences keep no active figures: they are
+	 * allocation's (alloc.c, keeps_active). */
+	memcpy(d->active, d->allocation, sizeof d->active);
+	memcpy(d->active_bytes, d->allocated_bytes, sizeof d->active_bytes);
 #define FOLD_ARRAY(name)                                                                        \
 	if (stats_current(s->name) + d->name[DEVCACHE_POOL_ALL].peak >                         \
 	    s->name[DEVCACHE_POOL_ALL].peak)                                                   \

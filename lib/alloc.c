@@ -323,6 +323,19 @@ struct block *free_merged(struct allocator *a, struct block *b)
 	return merge_into_neighbour(a, &a->stats, b);
 }
 
+/* Whether st keeps the active figures.  A thread's differences (struct
+ * tcache's st) do not: the calls that move them (its hits, its frees
+ * under its pool's lock, its cached frees made real) move active and
+ * active_bytes exactly as allocation and allocated_bytes, as no block
+ * they free waits for events (free_in_pool leaves those to the locked
+ * path, and a block a thread's cache holds as freed is never named for
+ * another stream); stats_fold() copies them.  Two statistics fewer to
+ * update in every hit and free. */
+ALLOC_INLINE bool keeps_active(const struct allocator *a, const devcache_stats_t *st)
+{
+	return st == &a->stats;
+}
+
 /* Return a freed block to its pool, merging it with free neighbours. */
 ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct block *b)
 {
@@ -330,8 +343,10 @@ ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct b
 
 	/* Requested bytes go with active ones, when the block is free at
 	 * last, as PyTorch counts them. */
-	stats_sub(st->active, small, 1);
-	stats_sub(st->active_bytes, small, b->size);
+	if (keeps_active(a, st)) {
+		stats_sub(st->active, small, 1);
+		stats_sub(st->active_bytes, small, b->size);
+	}
 	stats_sub(st->requested_bytes, small, b->requested);
 	b->requested = 0;
 	b = merge_into_neighbour(a, st, b);
@@ -434,8 +449,10 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 	b->requested = requested;
 	stats_add(st->allocation, small, 1);
 	stats_add(st->allocated_bytes, small, b->size);
-	stats_add(st->active, small, 1);
-	stats_add(st->active_bytes, small, b->size);
+	if (keeps_active(a, st)) {
+		stats_add(st->active, small, 1);
+		stats_add(st->active_bytes, small, b->size);
+	}
 	stats_add(st->requested_bytes, small, requested);
 	if (b->size >= a->max_split_size)
 		stat_add(&st->oversize_allocations, 1);

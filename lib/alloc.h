@@ -168,7 +168,8 @@ struct tcache {
 	 * hits take that pool's lock alone; the block above is in it. */
 	struct stream_pool *home;
 	/* What the thread's hits changed in the statistics since they were
-	 * last folded into the allocator's (stats_fold): current and
+	 * last folded into the allocator's (stats_fold; active and
+	 * active_bytes are not kept, alloc.c's keeps_active): current and
 	 * allocated as differences, peak the highest difference reached.
 	 * Written by the owner under home's lock, folded under world_lock. */
 	devcache_stats_t st;
