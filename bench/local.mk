@@ -72,7 +72,7 @@ bench_torchtrace_la_CFLAGS = $(AM_CFLAGS) -pthread
 bench_torchtrace_la_LIBADD = -ldl -lpthread
 bench_torchtrace_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 bench_torch_traces = bench/torch-resnet.trace.gz bench/torch-decode.trace.gz \
-	bench/torch-unet.trace.gz bench/torch-switch.trace.gz
+	bench/torch-unet.trace.gz bench/torch-switch.trace.gz bench/torch-llm.trace.gz
 
 # The emulated device that bench/loadbench stages models onto and
 # bench/replay finds each trace's minimum memory on: a backend module like

@@ -15,7 +15,11 @@ KIND is one of:
   unet     a UNet-like denoiser (two levels, skip connections, a time
            embedding) run for 25 steps on a 4x32x32 latent, twice;
   switch   two models (a transformer encoder, a convolutional classifier)
-           built, run for a few batches and dropped, in turn.
+           built, run for a few batches and dropped, in turn;
+  llm      decode's loop at the scale of a small LLM (d=1024, 8 layers,
+           a 32,000-token vocabulary: 0.6 GB of weights), three requests
+           with prompts of 64 to 256 tokens: the large, growing key/value
+           caches whose fragmentation expandable segments are for.
 
 Where the shim is loaded, the script marks its steps in the trace ("# step
 N", "# warmup-end": devcache-trace(5)) through the shim's torchtrace_mark();
@@ -115,18 +119,18 @@ class DecoderLayer(nn.Module):
         return x, (k, v)
 
 
-def decode():
-    d, vocab = 128, 1000
+def decode(d=128, heads=4, n_layers=4, vocab=1000, requests=5, prompts=(8, 48),
+           news=(24, 80)):
     emb = nn.Embedding(vocab, d)
     pos = nn.Embedding(512, d)
-    layers = nn.ModuleList(DecoderLayer(d, 4) for _ in range(4))
+    layers = nn.ModuleList(DecoderLayer(d, heads) for _ in range(n_layers))
     head = nn.Linear(d, vocab, bias=False)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        for req in range(5):
+        for req in range(requests):
             batch = int(torch.randint(1, 4, (1,), generator=g))
-            prompt = int(torch.randint(8, 48, (1,), generator=g))
-            new = int(torch.randint(24, 80, (1,), generator=g))
+            prompt = int(torch.randint(*prompts, (1,), generator=g))
+            new = int(torch.randint(*news, (1,), generator=g))
             mark("step %d batch %d prompt %d new %d" % (req, batch, prompt, new))
             tokens = torch.randint(0, vocab, (batch, prompt), generator=g)
             caches = [None] * len(layers)
@@ -143,6 +147,11 @@ def decode():
             del caches, hdn, logits
             if req == 0:
                 mark("warmup-end")
+
+
+def llm():
+    decode(d=1024, heads=16, n_layers=8, vocab=32000, requests=3, prompts=(64, 256),
+           news=(16, 48))
 
 
 # ---- unet --------------------------------------------------------------------
@@ -219,7 +228,7 @@ def switch():
                 mark("warmup-end")
 
 
-WORKLOADS = {"resnet": resnet, "decode": decode, "unet": unet, "switch": switch}
+WORKLOADS = {"resnet": resnet, "decode": decode, "unet": unet, "switch": switch, "llm": llm}
 
 
 def main(argv):
