@@ -25,45 +25,9 @@ int table_grow(struct stream_pool *p)
 	return 0;
 }
 
-static size_t table_slot(const struct stream_pool *p, uintptr_t addr)
-{
-	size_t mask = p->table_cap - 1, s = table_home(p, addr);
-
-	while (p->table[s] && p->table[s]->addr != addr)
-		s = (s + 1) & mask;
-	return s;
-}
-
 struct block *table_find(const struct stream_pool *p, uintptr_t addr)
 {
 	return p->table_cap ? p->table[table_slot(p, addr)] : NULL;
-}
-
-/* Remove and return the block at addr.  Backward-shift deletion keeps probe
- * chains whole without tombstones: each following entry moves into the hole
- * unless its home slot lies cyclically between the hole and itself. */
-struct block *table_take(struct stream_pool *p, uintptr_t addr)
-{
-	if (!p->table_cap)
-		return NULL;
-	size_t mask = p->table_cap - 1, hole = table_slot(p, addr);
-	struct block *found = p->table[hole];
-
-	if (!found)
-		return NULL;
-	p->table[hole] = NULL;
-	for (size_t j = (hole + 1) & mask; p->table[j]; j = (j + 1) & mask) {
-		size_t home = table_home(p, p->table[j]->addr);
-		bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-
-		if (stays)
-			continue;
-		p->table[hole] = p->table[j];
-		p->table[j] = NULL;
-		hole = j;
-	}
-	p->table_used--;
-	return found;
 }
 
 struct block *alloc_find(struct allocator *a, uintptr_t addr, bool take,

@@ -276,9 +276,45 @@ static inline void table_insert(struct stream_pool *p, struct block *b)
 	p->table[s] = b;
 	p->table_used++;
 }
+/* The slot of addr's block, or the empty slot that ends its probe chain. */
+static inline size_t table_slot(const struct stream_pool *p, uintptr_t addr)
+{
+	size_t mask = p->table_cap - 1, s = table_home(p, addr);
+
+	while (p->table[s] && p->table[s]->addr != addr)
+		s = (s + 1) & mask;
+	return s;
+}
+
 struct block *table_find(const struct stream_pool *p, uintptr_t addr);
-/* Remove and return the block at addr, or NULL. */
-struct block *table_take(struct stream_pool *p, uintptr_t addr);
+
+/* Remove and return the block at addr, or NULL: inline, as every free
+ * takes one.  Backward-shift deletion keeps probe chains whole without
+ * tombstones: each following entry moves into the hole unless its home
+ * slot lies cyclically between the hole and itself. */
+static inline struct block *table_take(struct stream_pool *p, uintptr_t addr)
+{
+	if (!p->table_cap)
+		return NULL;
+	size_t mask = p->table_cap - 1, hole = table_slot(p, addr);
+	struct block *found = p->table[hole];
+
+	if (!found)
+		return NULL;
+	p->table[hole] = NULL;
+	for (size_t j = (hole + 1) & mask; p->table[j]; j = (j + 1) & mask) {
+		size_t home = table_home(p, p->table[j]->addr);
+		bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+
+		if (stays)
+			continue;
+		p->table[hole] = p->table[j];
+		p->table[j] = NULL;
+		hole = j;
+	}
+	p->table_used--;
+	return found;
+}
 /* The block at addr in any pool, and its pool in *pool_p; with take, it
  * leaves the pool's table. */
 struct block *alloc_find(struct allocator *a, uintptr_t addr, bool take,
