@@ -58,7 +58,7 @@
  * streams, alloc-oom.c the out-of-memory message and the pressure
  * callbacks, alloc-life.c creating and destroying an allocator,
  * alloc-stats.c the statistics and the snapshot, alloc-thread.c the
- * thread caches.
+ * thread caches; lock.h is the mutex every lock below is.
  *
  * The locks.  Everything a cache hit changes belongs to one stream's pool:
  * its free-block index, its address table, its idle segments, its spare
