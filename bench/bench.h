@@ -76,6 +76,20 @@ static inline uint64_t rng_range(struct rng *r, uint64_t lo, uint64_t hi)
 	return lo + rng_next(r) % (hi - lo + 1);
 }
 
+/* order[0..n) the numbers 0 to n - 1 in a random order (Fisher-Yates):
+ * the turns of the allocators a benchmark compares. */
+static inline void rng_order(struct rng *r, int *order, int n)
+{
+	for (int k = 0; k < n; k++)
+		order[k] = k;
+	for (int k = n - 1; k > 0; k--) {
+		int j = (int)(rng_next(r) % (uint64_t)(k + 1)), x = order[k];
+
+		order[k] = order[j];
+		order[j] = x;
+	}
+}
+
 /* Log-uniform in [lo, hi]: as many tensors near 1 KiB as near 1 MiB. */
 static inline double rng_log_uniform(struct rng *r, double lo, double hi)
 {

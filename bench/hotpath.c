@@ -406,14 +406,7 @@ static int bench_sequence(struct sequence *q, int nthreads_max)
 		for (int r = 0; r < reps; r++) {
 			int order[N_IMPL];
 
-			for (int k = 0; k < N_IMPL; k++)
-				order[k] = k;
-			for (int k = N_IMPL - 1; k > 0; k--) {
-				int j = (int)(rng_next(&order_rng) % (uint64_t)(k + 1)), x = order[k];
-
-				order[k] = order[j];
-				order[j] = x;
-			}
+			rng_order(&order_rng, order, N_IMPL);
 			for (int k = 0; k < N_IMPL; k++) {
 				int i = order[k];
 				struct result res;

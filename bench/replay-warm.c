@@ -473,14 +473,7 @@ static void timed_runs(struct warm *w, struct warm_fig fig[N_WARM],
 	for (int r = 0; r < runs; r++) {
 		int order[N_WARM];
 
-		for (int k = 0; k < N_WARM; k++)
-			order[k] = k;
-		for (int k = N_WARM - 1; k > 0; k--) {
-			int j = (int)(rng_next(&order_rng) % (uint64_t)(k + 1)), x = order[k];
-
-			order[k] = order[j];
-			order[j] = x;
-		}
+		rng_order(&order_rng, order, N_WARM);
 		for (int k = 0; k < N_WARM; k++) {
 			int i = order[k];
 			double sec;
