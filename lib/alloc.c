@@ -212,6 +212,14 @@ ALLOC_INLINE void idle_remove(struct stream_pool *pool, struct block *b)
 	DLQ_REMOVE(pool->idle_head, pool->idle_tail, b, iprev, inext);
 }
 
+/* A whole free segment joins its pool's idle list, the newest last. */
+ALLOC_INLINE void idle_push(struct block *b)
+{
+	struct stream_pool *pool = b->seg->pool;
+
+	DLQ_PUSH_BACK(pool->idle_head, pool->idle_tail, b, iprev, inext);
+}
+
 /* The bookkeeping of a block entering the free set, apart from the index;
  * st: the statistics the call keeps (the allocator's, or its thread's,
  * alloc-thread.c). */
@@ -220,9 +228,7 @@ ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct bl
 	/* Its age for garbage collection counts from here, as PyTorch's. */
 	b->gc_base = a->large_lookups;
 	if (whole_segment(b)) {
-		struct stream_pool *pool = b->seg->pool;
-
-		DLQ_PUSH_BACK(pool->idle_head, pool->idle_tail, b, iprev, inext);
+		idle_push(b);
 	} else if (!b->seg->expandable) {
 		/* As PyTorch, inactive_split leaves expandable segments out:
 		 * their free pages can always be released. */
@@ -305,9 +311,7 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 	bool small = s->seg->small;
 
 	if (whole_segment(s)) {
-		struct stream_pool *pool = s->seg->pool;
-
-		DLQ_PUSH_BACK(pool->idle_head, pool->idle_tail, s, iprev, inext);
+		idle_push(s);
 		stats_sub(st->inactive_split, small, merged);
 		stats_sub(st->inactive_split_bytes, small, absorbed);
 	} else {
@@ -430,7 +434,7 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 		b->size -= rsize;
 		index_key_fell(index_of(b->seg), b);
 		b->gc_base = a->large_lookups;
-		if (whole && !b->seg->expandable) {
+		if (whole) {
 			stats_add(st->inactive_split, small, 1);
 			stats_add(st->inactive_split_bytes, small, b->size);
 		} else if (!b->seg->expandable) {
