@@ -205,6 +205,53 @@ static struct free_index *index_of(struct segment *seg)
 	return seg->small ? &seg->pool->small : &seg->pool->large;
 }
 
+/* ---- the paths a helper is inlined into ------------------------------------ */
+
+/* The helpers below are inlined into the allocator-wide path (PATH_ANY:
+ * anything may hold) and into the pool paths (alloc_in_pool, free_in_pool),
+ * once for each pool of a stream.  A pool path runs only with thread
+ * caches, which tcache_init() turns on only with caching and without
+ * garbage collection, a trace or expandable segments, and its statistics
+ * are a thread's differences, which leave the active figures out
+ * (keeps_active); so there those checks fold away, and so does the
+ * choice of a pool's statistics and free-block index.  No small-pool
+ * block is oversize, max_split_size_mb being above 20 MiB (tunables.def). */
+enum path { PATH_ANY, PATH_SMALL, PATH_LARGE };
+
+ALLOC_INLINE bool pool_path(enum path path)
+{
+	return path != PATH_ANY;
+}
+
+ALLOC_INLINE bool seg_small(enum path path, const struct segment *seg)
+{
+	return path == PATH_ANY ? seg->small : path == PATH_SMALL;
+}
+
+ALLOC_INLINE bool seg_expandable(enum path path, const struct segment *seg)
+{
+	return !pool_path(path) && seg->expandable;
+}
+
+ALLOC_INLINE struct free_index *path_index(enum path path, struct segment *seg)
+{
+	return seg_small(path, seg) ? &seg->pool->small : &seg->pool->large;
+}
+
+/* whole_segment(), on a path. */
+ALLOC_INLINE bool is_whole(enum path path, const struct block *b)
+{
+	return !b->prev && !b->next && !seg_expandable(path, b->seg);
+}
+
+/* A block's age for garbage collection starts now, as PyTorch's; without
+ * garbage collection, as on a pool path, it is never read. */
+ALLOC_INLINE void gc_age_start(struct allocator *a, enum path path, struct block *b)
+{
+	if (!pool_path(path))
+		b->gc_base = a->large_lookups;
+}
+
 /* ---- free blocks and idle segments ---------------------------------------- */
 
 ALLOC_INLINE void idle_remove(struct stream_pool *pool, struct block *b)
@@ -223,17 +270,17 @@ ALLOC_INLINE void idle_push(struct block *b)
 /* The bookkeeping of a block entering the free set, apart from the index;
  * st: the statistics the call keeps (the allocator's, or its thread's,
  * alloc-thread.c). */
-ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct block *b)
+ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct block *b,
+			   enum path path)
 {
-	/* Its age for garbage collection counts from here, as PyTorch's. */
-	b->gc_base = a->large_lookups;
-	if (whole_segment(b)) {
+	gc_age_start(a, path, b);
+	if (is_whole(path, b)) {
 		idle_push(b);
-	} else if (!b->seg->expandable) {
+	} else if (!seg_expandable(path, b->seg)) {
 		/* As PyTorch, inactive_split leaves expandable segments out:
 		 * their free pages can always be released. */
-		stats_add(st->inactive_split, b->seg->small, 1);
-		stats_add(st->inactive_split_bytes, b->seg->small, b->size);
+		stats_add(st->inactive_split, seg_small(path, b->seg), 1);
+		stats_add(st->inactive_split_bytes, seg_small(path, b->seg), b->size);
 	}
 }
 
@@ -251,7 +298,7 @@ ALLOC_INLINE void note_taken(devcache_stats_t *st, struct block *b)
 void make_free(struct allocator *a, struct block *b)
 {
 	index_insert(index_of(b->seg), b);
-	note_free(a, &a->stats, b);
+	note_free(a, &a->stats, b, PATH_ANY);
 }
 
 void take_free(struct allocator *a, struct block *b)
@@ -273,16 +320,16 @@ void take_free(struct allocator *a, struct block *b)
  * neighbours adds its own bytes and nothing else to the accumulated
  * figures.  (The neighbours of a block are never whole segments.) */
 ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_stats_t *st,
-					       struct block *b)
+					       struct block *b, enum path path)
 {
-	struct free_index *ix = index_of(b->seg);
+	struct free_index *ix = path_index(path, b->seg);
 	struct block *p = b->prev && b->prev->is_free ? b->prev : NULL;
 	struct block *n = b->next && b->next->is_free ? b->next : NULL;
 	struct block *s = p ? p : n;
 
 	if (!s) {
 		index_insert(ix, b);
-		note_free(a, st, b);
+		note_free(a, st, b, path);
 		return b;
 	}
 	uint64_t size = b->size, absorbed = s->size;
@@ -305,12 +352,12 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 		block_delete(n->seg->pool, n);
 	}
 	index_key_rose(ix, s);
-	s->gc_base = a->large_lookups;
-	if (s->seg->expandable)
+	gc_age_start(a, path, s);
+	if (seg_expandable(path, s->seg))
 		return s;
-	bool small = s->seg->small;
+	bool small = seg_small(path, s->seg);
 
-	if (whole_segment(s)) {
+	if (is_whole(path, s)) {
 		idle_push(s);
 		stats_sub(st->inactive_split, small, merged);
 		stats_sub(st->inactive_split_bytes, small, absorbed);
@@ -324,7 +371,7 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 
 struct block *free_merged(struct allocator *a, struct block *b)
 {
-	return merge_into_neighbour(a, &a->stats, b);
+	return merge_into_neighbour(a, &a->stats, b, PATH_ANY);
 }
 
 /* Whether st keeps the active figures.  A thread's differences (struct
@@ -341,28 +388,29 @@ ALLOC_INLINE bool keeps_active(const struct allocator *a, const devcache_stats_t
 }
 
 /* Return a freed block to its pool, merging it with free neighbours. */
-ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct block *b)
+ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct block *b,
+			    enum path path)
 {
-	bool small = b->seg->small;
+	bool small = seg_small(path, b->seg);
 
 	/* Requested bytes go with active ones, when the block is free at
 	 * last, as PyTorch counts them. */
-	if (keeps_active(a, st)) {
+	if (!pool_path(path) && keeps_active(a, st)) {
 		stats_sub(st->active, small, 1);
 		stats_sub(st->active_bytes, small, b->size);
 	}
 	stats_sub(st->requested_bytes, small, b->requested);
 	b->requested = 0;
-	b = merge_into_neighbour(a, st, b);
+	b = merge_into_neighbour(a, st, b, path);
 	/* Pass-through (caching off): straight back to the driver. */
-	if (!a->caching && whole_segment(b))
+	if (!pool_path(path) && !a->caching && whole_segment(b))
 		release_segment(a, b);
 }
 
 /* free_block() for the files off the hot path. */
 void pool_return(struct allocator *a, struct block *b)
 {
-	free_block(a, &a->stats, b);
+	free_block(a, &a->stats, b, PATH_ANY);
 }
 
 /* ---- finding a block ------------------------------------------------------- */
@@ -376,33 +424,36 @@ static size_t expandable_size(const struct block *b)
  * for a request that is not, or more than max_non_split_rounding_mb larger
  * than an oversize request. */
 ALLOC_INLINE struct block *find_cached(struct allocator *a, struct stream_pool *pool, bool small,
-				 size_t rsize)
+				       size_t rsize, enum path path)
 {
 	struct free_index *ix = small ? &pool->small : &pool->large;
 	struct block *b;
 
-	if (a->gc_active && !small)
+	if (!pool_path(path) && a->gc_active && !small)
 		a->large_lookups++;
-	if (!a->caching || !(b = index_lower_bound(ix, rsize)))
+	if ((!pool_path(path) && !a->caching) || !(b = index_lower_bound(ix, rsize)))
 		return NULL;
 	/* In an expandable segment a block counts, for the best fit, with the
 	 * unmapped space after it that it could grow into: PyTorch walks on
 	 * to larger blocks while that makes the figure smaller. */
-	if (b->seg->expandable)
+	if (seg_expandable(path, b->seg))
 		for (struct block *n; (n = index_next(b)) && expandable_size(n) < expandable_size(b);)
 			b = n;
+	if (path == PATH_SMALL)
+		return b;
 	if (rsize < a->max_split_size)
 		return b->size < a->max_split_size ? b : NULL;
 	return b->size < rsize + a->max_non_split_rounding ? b : NULL;
 }
 
-ALLOC_INLINE bool should_split(const struct allocator *a, const struct block *b, size_t rsize)
+ALLOC_INLINE bool should_split(const struct allocator *a, const struct block *b, size_t rsize,
+				enum path path)
 {
 	size_t rest = b->size - rsize;
 
-	if (!a->caching)
+	if (!pool_path(path) && !a->caching)
 		return false;
-	if (b->seg->small || b->seg->expandable)
+	if (seg_small(path, b->seg) || seg_expandable(path, b->seg))
 		return rest >= ALLOC_ROUND;
 	return rsize < a->max_split_size && rest > ALLOC_SMALL_SIZE;
 }
@@ -410,14 +461,14 @@ ALLOC_INLINE bool should_split(const struct allocator *a, const struct block *b,
 /* Take the block from its free list and split off what is not needed.
  * Metadata is made ready first, so a failure leaves the cache as it was. */
 ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
-			   struct block **b_p, size_t rsize, size_t requested)
+			   struct block **b_p, size_t rsize, size_t requested, enum path path)
 {
 	struct block *b = *b_p, *front = NULL;
 
 	if (table_reserve(pool) ||
-	    (should_split(a, b, rsize) && !(front = block_take(pool))))
+	    (should_split(a, b, rsize, path) && !(front = block_take(pool))))
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
-	bool small = b->seg->small, whole = whole_segment(b);
+	bool small = seg_small(path, b->seg), whole = is_whole(path, b);
 
 	/* The inactive-split figures move as PyTorch's alloc_found_block()
 	 * moves them, by the net change: a split block that is cut is its
@@ -432,18 +483,18 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 		link_before(front, b, b->addr, rsize);
 		b->addr += rsize;
 		b->size -= rsize;
-		index_key_fell(index_of(b->seg), b);
-		b->gc_base = a->large_lookups;
+		index_key_fell(path_index(path, b->seg), b);
+		gc_age_start(a, path, b);
 		if (whole) {
 			stats_add(st->inactive_split, small, 1);
 			stats_add(st->inactive_split_bytes, small, b->size);
-		} else if (!b->seg->expandable) {
+		} else if (!seg_expandable(path, b->seg)) {
 			stats_sub(st->inactive_split_bytes, small, rsize);
 		}
 		*b_p = b = front;
 	} else {
-		index_remove(index_of(b->seg), b);
-		if (!whole && !b->seg->expandable) {
+		index_remove(path_index(path, b->seg), b);
+		if (!whole && !seg_expandable(path, b->seg)) {
 			stats_sub(st->inactive_split, small, 1);
 			stats_sub(st->inactive_split_bytes, small, b->size);
 		}
@@ -453,12 +504,12 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 	b->requested = requested;
 	stats_add(st->allocation, small, 1);
 	stats_add(st->allocated_bytes, small, b->size);
-	if (keeps_active(a, st)) {
+	if (!pool_path(path) && keeps_active(a, st)) {
 		stats_add(st->active, small, 1);
 		stats_add(st->active_bytes, small, b->size);
 	}
 	stats_add(st->requested_bytes, small, requested);
-	if (b->size >= a->max_split_size)
+	if (path != PATH_SMALL && b->size >= a->max_split_size)
 		stat_add(&st->oversize_allocations, 1);
 	return 0;
 }
@@ -467,13 +518,13 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
  * hand it out. */
 ALLOC_INLINE int hand_out(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
 			  struct block *b, size_t rsize, size_t size, struct hit *hit,
-			  void **ptr_p)
+			  void **ptr_p, enum path path)
 {
-	int rc = use_block(a, st, pool, &b, rsize, size);
+	int rc = use_block(a, st, pool, &b, rsize, size, path);
 
 	if (rc)
 		return rc;
-	if (a->trace) {
+	if (!pool_path(path) && a->trace) {
 		b->trace_id = __atomic_add_fetch(&a->dev->ctx->trace_ids, 1, __ATOMIC_RELAXED);
 		trace_alloc(a->trace, b->trace_id, size, pool->index);
 	}
@@ -486,13 +537,13 @@ ALLOC_INLINE int hand_out(struct allocator *a, devcache_stats_t *st, struct stre
  * (alloc-miss.c). */
 struct block *find_free(struct allocator *a, struct stream_pool *pool, bool small, size_t rsize)
 {
-	return find_cached(a, pool, small, rsize);
+	return find_cached(a, pool, small, rsize, PATH_ANY);
 }
 
 int block_hand_out(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
 		   struct block *b, size_t rsize, size_t size, struct hit *hit, void **ptr_p)
 {
-	return hand_out(a, st, pool, b, rsize, size, hit, ptr_p);
+	return hand_out(a, st, pool, b, rsize, size, hit, ptr_p, PATH_ANY);
 }
 
 /* A cache hit in the common case, taken as allocate() would take it but
@@ -501,17 +552,31 @@ int block_hand_out(struct allocator *a, devcache_stats_t *st, struct stream_pool
  * ALLOC_MISSED, having changed nothing, where allocate() must decide. */
 #define ALLOC_MISSED 1
 
-ALLOC_INLINE int allocate_hit(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
-			      size_t size, struct hit *hit, void **ptr_p)
+ALLOC_INLINE size_t hit_round(const struct allocator *a, size_t size)
 {
-	size_t rsize = !a->plain_rounding ? alloc_round_size(a, size)
-			: size < ALLOC_ROUND ? ALLOC_ROUND : round_up(size, ALLOC_ROUND);
-	struct block *b = find_cached(a, pool, rsize <= ALLOC_SMALL_SIZE, rsize);
+	return !a->plain_rounding ? alloc_round_size(a, size)
+	       : size < ALLOC_ROUND ? ALLOC_ROUND : round_up(size, ALLOC_ROUND);
+}
+
+/* The hit of rsize bytes on a path: of the pool path's own pool, or of
+ * either (PATH_ANY). */
+ALLOC_INLINE int hit_on(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			size_t rsize, size_t size, struct hit *hit, void **ptr_p, enum path path)
+{
+	struct block *b = find_cached(a, pool, rsize <= ALLOC_SMALL_SIZE, rsize, path);
 
 	if (!b)
 		return ALLOC_MISSED;
-	note_hit(hit, b);
-	return hand_out(a, st, pool, b, rsize, size, hit, ptr_p);
+	hit->hit = true;
+	hit->whole = is_whole(path, b);
+	hit->size = b->size;
+	return hand_out(a, st, pool, b, rsize, size, hit, ptr_p, path);
+}
+
+ALLOC_INLINE int allocate_hit(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			      size_t size, struct hit *hit, void **ptr_p)
+{
+	return hit_on(a, st, pool, hit_round(a, size), size, hit, ptr_p, PATH_ANY);
 }
 
 /* ---- the public API ---------------------------------------------------------- */
@@ -543,7 +608,11 @@ static __attribute__((noinline)) int alloc_in_pool(struct allocator *a, struct t
 	dc_lock(&pool->lock);
 	tcache_flush(a, tc);
 	if (!events_pending(a)) {
-		rc = allocate_hit(a, &tc->st, pool, size, &hit, ptr_p);
+		size_t rsize = hit_round(a, size);
+
+		rc = rsize <= ALLOC_SMALL_SIZE
+		   ? hit_on(a, &tc->st, pool, rsize, size, &hit, ptr_p, PATH_SMALL)
+		   : hit_on(a, &tc->st, pool, rsize, size, &hit, ptr_p, PATH_LARGE);
 		if (rc == 0 && tc->freed_req == size)
 			tcache_record(a, tc, &hit, pool->stream);
 	}
@@ -626,26 +695,30 @@ ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t st
 	return alloc_locked(a, size, stream, ptr_p, false);
 }
 
-ALLOC_INLINE int release_block(struct allocator *a, devcache_stats_t *st, struct block *b)
+/* b, allocated, freed; on a pool path it is used on no other stream. */
+ALLOC_INLINE int release_block(struct allocator *a, devcache_stats_t *st, struct block *b,
+			       enum path path)
 {
-	bool small = b->seg->small;
+	bool small = seg_small(path, b->seg);
 
 	b->allocated = false;
 	stats_sub(st->allocation, small, 1);
 	stats_sub(st->allocated_bytes, small, b->size);
-	if (b->size >= a->max_split_size)
+	if (path != PATH_SMALL && b->size >= a->max_split_size)
 		stat_sub(&st->oversize_allocations, 1);
-	if (a->trace)
-		trace_free(a->trace, b->trace_id);
-	if (b->uses)
-		return defer_free(a, b);
-	free_block(a, st, b);
+	if (!pool_path(path)) {
+		if (a->trace)
+			trace_free(a->trace, b->trace_id);
+		if (b->uses)
+			return defer_free(a, b);
+	}
+	free_block(a, st, b, path);
 	return 0;
 }
 
 int alloc_release(struct allocator *a, devcache_stats_t *st, struct block *b)
 {
-	return release_block(a, st, b);
+	return release_block(a, st, b, PATH_ANY);
 }
 
 static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr, const char *what,
@@ -670,7 +743,8 @@ static __attribute__((noinline)) int free_in_pool(struct allocator *a, struct tc
 		table_insert(pool, b);
 	} else if (b && (!b->tc || (b = tcache_claim(b, true)))) {
 		tc->freed_req = b->requested;
-		rc = release_block(a, &tc->st, b);
+		rc = b->seg->small ? release_block(a, &tc->st, b, PATH_SMALL)
+				   : release_block(a, &tc->st, b, PATH_LARGE);
 	}
 	dc_unlock(&pool->lock);
 	if (__builtin_expect(rc == ALLOC_MISSED, 0))
@@ -703,7 +777,7 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr,
 	} else {
 		if (tc || (tc = tcache_new(a)))
 			tc->freed_req = b->requested;
-		rc = release_block(a, &a->stats, b);
+		rc = release_block(a, &a->stats, b, PATH_ANY);
 	}
 	world_unlock(a);
 	return rc;
