@@ -2,11 +2,7 @@
 /* alloc-index.c - the free-block index: a red-black tree of free blocks by size, then address, for PyTorch's best fit. */
 #include "alloc.h"
 
-/* Blocks are ordered as PyTorch orders its free set within a stream. */
-static bool before(const struct block *x, const struct block *y)
-{
-	return x->size < y->size || (x->size == y->size && x->addr < y->addr);
-}
+#define before index_before
 
 /* Put v where u is under u's parent. */
 static void replace_child(struct free_index *ix, struct block *u, struct block *v)
@@ -223,32 +219,6 @@ struct block *index_last(const struct free_index *ix)
 	return b;
 }
 
-struct block *index_next(const struct block *b)
-{
-	if (b->tr) {
-		b = b->tr;
-		while (b->tl)
-			b = b->tl;
-		return (struct block *)b;
-	}
-	while (b->tp && b == b->tp->tr)
-		b = b->tp;
-	return b->tp;
-}
-
-struct block *index_prev(const struct block *b)
-{
-	if (b->tl) {
-		b = b->tl;
-		while (b->tr)
-			b = b->tr;
-		return (struct block *)b;
-	}
-	while (b->tp && b == b->tp->tl)
-		b = b->tp;
-	return b->tp;
-}
-
 /* The size of the largest free block, for the fragmentation figure. */
 size_t index_largest(const struct free_index *ix)
 {
@@ -257,24 +227,8 @@ size_t index_largest(const struct free_index *ix)
 	return b ? b->size : 0;
 }
 
-void index_key_fell(struct free_index *ix, struct block *b)
+void index_move(struct free_index *ix, struct block *b)
 {
-	index_moved(ix);
-	struct block *p = index_prev(b);
-
-	if (p && !before(p, b)) {
-		index_remove(ix, b);
-		index_insert(ix, b);
-	}
-}
-
-void index_key_rose(struct free_index *ix, struct block *b)
-{
-	index_moved(ix);
-	struct block *n = index_next(b);
-
-	if (n && !before(b, n)) {
-		index_remove(ix, b);
-		index_insert(ix, b);
-	}
+	index_remove(ix, b);
+	index_insert(ix, b);
 }

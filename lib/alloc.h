@@ -239,16 +239,67 @@ static inline struct block *index_lower_bound(const struct free_index *ix, size_
 		}
 	return best;
 }
-/* The largest block, and the block before b in the index's order. */
+/* The largest block. */
 struct block *index_last(const struct free_index *ix);
-struct block *index_prev(const struct block *b);
-struct block *index_next(const struct block *b);
 size_t index_largest(const struct free_index *ix);
+
+/* Blocks are ordered as PyTorch orders its free set within a stream. */
+static inline bool index_before(const struct block *x, const struct block *y)
+{
+	return x->size < y->size || (x->size == y->size && x->addr < y->addr);
+}
+
+/* The blocks before and after b in the index's order, or NULL. */
+static inline struct block *index_prev(const struct block *b)
+{
+	if (b->tl) {
+		b = b->tl;
+		while (b->tr)
+			b = b->tr;
+		return (struct block *)b;
+	}
+	while (b->tp && b == b->tp->tl)
+		b = b->tp;
+	return b->tp;
+}
+
+static inline struct block *index_next(const struct block *b)
+{
+	if (b->tr) {
+		b = b->tr;
+		while (b->tl)
+			b = b->tl;
+		return (struct block *)b;
+	}
+	while (b->tp && b == b->tp->tr)
+		b = b->tp;
+	return b->tp;
+}
+
+/* b, whose key has changed, goes where it now belongs. */
+void index_move(struct free_index *ix, struct block *b);
+
 /* b, in the index, has just been given a smaller key (a split left it
- * less): it moves only if it must. */
-void index_key_fell(struct free_index *ix, struct block *b);
+ * less): it moves only if it must, which is seldom; inline, as most
+ * allocations split a block. */
+static inline void index_key_fell(struct free_index *ix, struct block *b)
+{
+	index_moved(ix);
+	struct block *p = index_prev(b);
+
+	if (p && !index_before(p, b))
+		index_move(ix, b);
+}
+
 /* And a larger key (a merge made it more). */
-void index_key_rose(struct free_index *ix, struct block *b);
+static inline void index_key_rose(struct free_index *ix, struct block *b)
+{
+	index_moved(ix);
+	struct block *n = index_next(b);
+
+	if (n && !index_before(b, n))
+		index_move(ix, b);
+}
 
 /* alloc-table.c: allocated blocks by address; the calls of every
  * allocation inline. */
