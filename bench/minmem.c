@@ -267,6 +267,57 @@ static void find_min(const struct mm_runner *rn, const struct trace *t, const st
 
 /* ---- the report ------------------------------------------------------------------ */
 
+/* The least memory in which any allocator that keeps PyTorch's pools
+ * apart can run t with expandable segments, as a count of pages: each
+ * stream's small pool and large pool maps whole pages of its own, so at
+ * every moment the memory mapped is at least the sum, over those pools,
+ * of their live bytes (each request as the policy rounds it, a multiple
+ * of 512; at most 1 MiB: the small pool) rounded up to whole pages.  The
+ * floor is the largest such sum; 0 where memory is short or the trace
+ * frees what it did not allocate. */
+static uint64_t pools_floor_pages(const struct trace *t)
+{
+	size_t n_pools = ((size_t)t->max_stream + 1) * 2, a = 0;
+	uint64_t *live = calloc(n_pools, sizeof *live);
+	uint64_t *bytes = malloc((t->allocs ? t->allocs : 1) * sizeof *bytes);
+	uint32_t *pool = malloc((t->allocs ? t->allocs : 1) * sizeof *pool);
+	uint64_t pages = 0, most = 0;
+
+	for (size_t i = 0; live && bytes && pool && i < t->n; i++) {
+		const struct event *e = &t->ev[i];
+		uint64_t before, r;
+		uint32_t k;
+
+		if (e->kind == EV_ALLOC && a < t->allocs) {
+			r = e->size == 0 ? 0 : e->size < 512 ? 512 : (e->size + 511) / 512 * 512;
+			k = e->stream * 2 + (r <= ((uint64_t)1 << 20));
+			bytes[a] = r;
+			pool[a++] = k;
+			before = (live[k] + MINMEM_PAGE - 1) / MINMEM_PAGE;
+			live[k] += r;
+		} else if (e->kind == EV_FREE && e->size < a && bytes[e->size] != UINT64_MAX) {
+			k = pool[e->size];
+			before = (live[k] + MINMEM_PAGE - 1) / MINMEM_PAGE;
+			live[k] -= bytes[e->size];
+			bytes[e->size] = UINT64_MAX;
+		} else if (e->kind == EV_FREE) {
+			most = 0;
+			break;
+		} else {
+			continue;
+		}
+		pages = pages - before + (live[k] + MINMEM_PAGE - 1) / MINMEM_PAGE;
+		if (pages > most)
+			most = pages;
+	}
+	if (!live || !bytes || !pool)
+		most = 0;
+	free(live);
+	free(bytes);
+	free(pool);
+	return most;
+}
+
 static void print_cell(const struct mm_found *f, bool last)
 {
 	if (f->status < 0)
@@ -329,8 +380,13 @@ int minmem_report(const struct trace *t, const char *kind, double target)
 	       (double)f->peak_allocated / (double)MIB, target);
 	if (p->status > 0)
 		printf("; PyTorch model %.3f", (double)p->memory / (double)p->peak_allocated);
-	printf("; whole %.0f MiB pages: at least %.3f\n", (double)MINMEM_PAGE / (double)MIB,
+	printf("; whole %.0f MiB pages: at least %.3f", (double)MINMEM_PAGE / (double)MIB,
 	       (double)((f->peak_allocated + MINMEM_PAGE - 1) / MINMEM_PAGE * MINMEM_PAGE) /
 		       (double)f->peak_allocated);
+	uint64_t floor_pages = pools_floor_pages(t);
+	if (floor_pages)
+		printf(", %.3f with each pool on pages of its own",
+		       (double)(floor_pages * MINMEM_PAGE) / (double)f->peak_allocated);
+	putchar('\n');
 	return rc < 0 ? rc : !pass;
 }
