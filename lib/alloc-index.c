@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* alloc-index.c - the free-block index: a red-black tree of free blocks by size, then address, for PyTorch's best fit. */
+/* alloc-index.c - the free-block index: free blocks by size, then address, in a list and a red-black tree, for PyTorch's best fit. */
 #include "alloc.h"
 
 #define before index_before
@@ -48,17 +48,67 @@ static bool is_red(const struct block *b)
 	return b && b->red;
 }
 
-void index_insert(struct free_index *ix, struct block *b)
+/* The list's links of b, which goes before n (after the tail if n is
+ * NULL). */
+static void link_before_in_order(struct free_index *ix, struct block *b, struct block *n)
 {
-	index_moved(ix);
-	struct block *p = NULL, **link = &ix->root;
+	struct block *p = n ? n->fprev : ix->tail;
 
-	b->is_free = true;
-	ix->count++;
+	b->fnext = n;
+	b->fprev = p;
+	*(n ? &n->fprev : &ix->tail) = b;
+	*(p ? &p->fnext : &ix->head) = b;
+}
+
+/* The tree over the count blocks of the list from *next on, balanced:
+ * the nodes on the one level that may be incomplete are red, the others
+ * black, so every path has the same number of black nodes. */
+static struct block *build(struct block **next, size_t count, unsigned depth, unsigned red_depth)
+{
+	if (!count)
+		return NULL;
+	struct block *l = build(next, (count - 1) / 2, depth + 1, red_depth), *b = *next;
+
+	*next = b->fnext;
+	b->tl = l;
+	b->tr = build(next, count - 1 - (count - 1) / 2, depth + 1, red_depth);
+	b->red = depth == red_depth;
+	if (l)
+		l->tp = b;
+	if (b->tr)
+		b->tr->tp = b;
+	return b;
+}
+
+/* The list has grown past INDEX_LIST_MAX: it gets its tree. */
+static void build_tree(struct free_index *ix)
+{
+	struct block *next = ix->head;
+	unsigned full = 0; /* complete levels: floor(log2(count + 1)) */
+
+	while (((size_t)2 << full) - 1 <= ix->count)
+		full++;
+	ix->root = build(&next, ix->count, 0, full);
+	ix->root->tp = NULL;
+}
+
+/* In the tree, b goes under the block it descends to; the list's links
+ * follow from the descent: b goes before the last block it went left
+ * of. */
+static void tree_insert(struct free_index *ix, struct block *b)
+{
+	struct block *p = NULL, *succ = NULL, **link = &ix->root;
+
 	while (*link) {
 		p = *link;
-		link = before(b, p) ? &p->tl : &p->tr;
+		if (index_before(b, p)) {
+			succ = p;
+			link = &p->tl;
+		} else {
+			link = &p->tr;
+		}
 	}
+	link_before_in_order(ix, b, succ);
 	b->tp = p;
 	b->tl = b->tr = NULL;
 	b->red = true;
@@ -105,11 +155,22 @@ void index_insert(struct free_index *ix, struct block *b)
 	ix->root->red = false;
 }
 
-static struct block *leftmost(struct block *b)
+void index_insert(struct free_index *ix, struct block *b)
 {
-	while (b->tl)
-		b = b->tl;
-	return b;
+	index_moved(ix);
+	b->is_free = true;
+	if (ix->root) {
+		ix->count++;
+		tree_insert(ix, b);
+		return;
+	}
+	struct block *n = ix->head;
+
+	while (n && !index_before(b, n))
+		n = n->fnext;
+	link_before_in_order(ix, b, n);
+	if (++ix->count > INDEX_LIST_MAX)
+		build_tree(ix);
 }
 
 /* Restore the black height after a black node left the tree above x
@@ -174,21 +235,18 @@ static void remove_fixup(struct free_index *ix, struct block *x, struct block *x
 		x->red = false;
 }
 
-void index_remove(struct free_index *ix, struct block *b)
+static void tree_remove(struct free_index *ix, struct block *b)
 {
-	index_moved(ix);
 	struct block *x, *xp;
 	bool removed_red = b->red;
 
-	ix->count--;
-	b->is_free = false;
 	if (!b->tl || !b->tr) {
 		x = b->tl ? b->tl : b->tr;
 		xp = b->tp;
 		replace_child(ix, b, x);
 	} else {
 		/* Two children: b's successor takes its place and colour. */
-		struct block *y = leftmost(b->tr);
+		struct block *y = b->fnext;
 
 		removed_red = y->red;
 		x = y->tr;
@@ -207,16 +265,25 @@ void index_remove(struct free_index *ix, struct block *b)
 	}
 	if (!removed_red)
 		remove_fixup(ix, x, xp);
-	b->tl = b->tr = b->tp = NULL;
 }
 
-struct block *index_last(const struct free_index *ix)
+void index_remove(struct free_index *ix, struct block *b)
 {
-	struct block *b = ix->root;
+	index_moved(ix);
+	struct block *p = b->fprev, *n = b->fnext;
 
-	while (b && b->tr)
-		b = b->tr;
-	return b;
+	b->is_free = false;
+	ix->count--;
+	if (ix->root) {
+		/* Under INDEX_LIST_MIN the list alone serves: the tree is
+		 * dropped as it is. */
+		if (ix->count < INDEX_LIST_MIN)
+			ix->root = NULL;
+		else
+			tree_remove(ix, b);
+	}
+	*(p ? &p->fnext : &ix->head) = n;
+	*(n ? &n->fprev : &ix->tail) = p;
 }
 
 /* The size of the largest free block, for the fragmentation figure. */

@@ -15,17 +15,26 @@
 #define ALLOC_ROUND_LARGE ((size_t)2 << 20) /* larger requests are rounded to this */
 
 /* The free-block index of a pool: its free blocks ordered by size, then
- * by address, in a red-black tree threaded through the blocks themselves.
- * The first block at or above a size is PyTorch's best fit (the smallest
- * block that fits, the lowest address among equals), found in O(log n) as
- * PyTorch finds it in its std::set; oversize blocks (at or above
- * max_split_size_mb) are at the tree's right end, so the largest come
- * first when they are released. */
+ * by address, as a doubly linked list threaded through the blocks, and
+ * while it holds more than a few blocks also a red-black tree over the
+ * same blocks.  The first block at or above a size is PyTorch's best fit
+ * (the smallest block that fits, the lowest address among equals): a short
+ * walk of the list while it is short, else O(log n) in the tree, as
+ * PyTorch finds it in its std::set.  Most pools hold a handful of free
+ * blocks, where the list alone costs less than a tree's upkeep; the tree
+ * is built when the count passes INDEX_LIST_MAX and dropped when it falls
+ * under INDEX_LIST_MIN, so a count that goes to and fro rebuilds it at
+ * most once every INDEX_LIST_MAX - INDEX_LIST_MIN changes.  Oversize
+ * blocks (at or above max_split_size_mb) are at the order's end, so the
+ * largest come first when they are released. */
 struct block;
 
+enum { INDEX_LIST_MIN = 16, INDEX_LIST_MAX = 32 };
+
 struct free_index {
-	struct block *root;
-	size_t count; /* blocks in the tree */
+	struct block *root;        /* the tree, NULL while the list alone serves */
+	struct block *head, *tail; /* the smallest and the largest block */
+	size_t count;              /* blocks in the index */
 	/* Raised by every change: a thread cache undoes and redoes its
 	 * block without the lock only while its pool's index has not moved
 	 * since the block was allocated (alloc-thread.c). */
@@ -46,7 +55,8 @@ struct block {
 	size_t size;      /* after rounding */
 	size_t requested; /* as asked, while allocated */
 	struct block *prev, *next;   /* address neighbours in the segment */
-	struct block *tl, *tr, *tp;  /* free-block index: children and parent */
+	struct block *fprev, *fnext; /* free-block index: neighbours in its order */
+	struct block *tl, *tr, *tp;  /* free-block index: children and parent in its tree */
 	struct block *iprev, *inext; /* idle list: free whole segments, oldest first */
 	struct block *hnext;         /* unused slab link */
 	struct segment *seg;
@@ -58,7 +68,7 @@ struct block {
 	bool allocated;
 	bool is_free;                /* in a free list */
 	bool unmapped;               /* address space of an expandable segment, no memory */
-	bool red;                    /* free-block index: the node's colour */
+	bool red;                    /* free-block index: the node's colour in its tree */
 };
 
 /* An ordinary segment is one driver allocation.  An expandable segment is
@@ -230,6 +240,15 @@ static inline struct block *index_lower_bound(const struct free_index *ix, size_
 {
 	struct block *best = NULL;
 
+	if (!ix->root) {
+		/* The largest block fits, or none does; then the walk needs no
+		 * other end. */
+		if (!ix->tail || ix->tail->size < size)
+			return NULL;
+		for (best = ix->head; best->size < size;)
+			best = best->fnext;
+		return best;
+	}
 	for (struct block *n = ix->root; n;)
 		if (n->size >= size) {
 			best = n;
@@ -240,7 +259,10 @@ static inline struct block *index_lower_bound(const struct free_index *ix, size_
 	return best;
 }
 /* The largest block. */
-struct block *index_last(const struct free_index *ix);
+static inline struct block *index_last(const struct free_index *ix)
+{
+	return ix->tail;
+}
 size_t index_largest(const struct free_index *ix);
 
 /* Blocks are ordered as PyTorch orders its free set within a stream. */
@@ -252,28 +274,12 @@ static inline bool index_before(const struct block *x, const struct block *y)
 /* The blocks before and after b in the index's order, or NULL. */
 static inline struct block *index_prev(const struct block *b)
 {
-	if (b->tl) {
-		b = b->tl;
-		while (b->tr)
-			b = b->tr;
-		return (struct block *)b;
-	}
-	while (b->tp && b == b->tp->tl)
-		b = b->tp;
-	return b->tp;
+	return b->fprev;
 }
 
 static inline struct block *index_next(const struct block *b)
 {
-	if (b->tr) {
-		b = b->tr;
-		while (b->tl)
-			b = b->tl;
-		return (struct block *)b;
-	}
-	while (b->tp && b == b->tp->tr)
-		b = b->tp;
-	return b->tp;
+	return b->fnext;
 }
 
 /* b, whose key has changed, goes where it now belongs. */
@@ -285,7 +291,7 @@ void index_move(struct free_index *ix, struct block *b);
 static inline void index_key_fell(struct free_index *ix, struct block *b)
 {
 	index_moved(ix);
-	struct block *p = index_prev(b);
+	struct block *p = b->fprev;
 
 	if (p && !index_before(p, b))
 		index_move(ix, b);
@@ -295,7 +301,7 @@ static inline void index_key_fell(struct free_index *ix, struct block *b)
 static inline void index_key_rose(struct free_index *ix, struct block *b)
 {
 	index_moved(ix);
-	struct block *n = index_next(b);
+	struct block *n = b->fnext;
 
 	if (n && !index_before(b, n))
 		index_move(ix, b);

@@ -163,18 +163,44 @@ static inline int check_subtree(const struct stream_pool *pool, bool small, stru
 	return left + !b->red;
 }
 
-/* One free index: a red-black tree of its pool's free blocks, as many as
- * it counts. */
+/* One free index: a list, both ways, of its pool's free blocks, every
+ * one free and of the pool, ordered by size then address, as many as it
+ * counts; and a red-black tree over the same blocks in the same order
+ * when it has one, which it has above INDEX_LIST_MAX blocks and not
+ * under INDEX_LIST_MIN. */
 static inline void check_index(const struct free_index *ix, const struct stream_pool *pool,
 			       bool small, struct check_blocks *out)
 {
 	struct check_blocks in_order = {0};
+	size_t n = 0;
 
-	assert_false(ix->root && ix->root->red);
+	for (const struct block *b = ix->head, *prev = NULL; b; prev = b, b = b->fnext, n++) {
+		assert_ptr_equal(b->fprev, prev);
+		assert_true(b->is_free && !b->allocated && !b->unmapped);
+		assert_true(b->seg->pool == pool && b->seg->small == small);
+		if (prev)
+			assert_true(prev->size < b->size ||
+				    (prev->size == b->size && prev->addr < b->addr));
+		if (!b->fnext)
+			assert_ptr_equal(ix->tail, b);
+		check_push(out, (struct block *)b);
+	}
+	assert_int_equal(n, ix->count);
+	if (!n)
+		assert_null(ix->tail);
+	if (n > INDEX_LIST_MAX)
+		assert_non_null(ix->root);
+	if (n < INDEX_LIST_MIN)
+		assert_null(ix->root);
+	if (!ix->root)
+		return;
+	assert_false(ix->root->red);
 	check_subtree(pool, small, ix->root, NULL, &in_order);
-	assert_int_equal(in_order.n, ix->count);
-	for (size_t i = 0; i < in_order.n; i++)
-		check_push(out, in_order.v[i]);
+	assert_int_equal(in_order.n, n);
+	const struct block *b = ix->head;
+
+	for (size_t i = 0; i < in_order.n; i++, b = b->fnext)
+		assert_ptr_equal(in_order.v[i], b);
 	free(in_order.v);
 }
 

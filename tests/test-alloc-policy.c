@@ -322,13 +322,50 @@ static uint64_t xorshift(uint64_t *s)
 	return *s;
 }
 
+/* The index's list, both ways, against its count; and its tree, while it
+ * has one. */
+static void index_check(const struct free_index *ix, size_t in)
+{
+	size_t n = 0;
+
+	for (const struct block *x = ix->head, *prev = NULL; x; prev = x, x = x->fnext, n++) {
+		assert_ptr_equal(x->fprev, prev);
+		assert_true(x->is_free);
+		if (prev)
+			assert_true(prev->size < x->size || (prev->size == x->size && prev->addr < x->addr));
+		if (!x->fnext)
+			assert_ptr_equal(ix->tail, x);
+	}
+	assert_int_equal(n, in);
+	if (!in)
+		assert_null(ix->tail);
+	/* The tree exists above INDEX_LIST_MAX, not under INDEX_LIST_MIN. */
+	if (in > INDEX_LIST_MAX)
+		assert_non_null(ix->root);
+	if (in < INDEX_LIST_MIN)
+		assert_null(ix->root);
+	if (ix->root) {
+		assert_false(ix->root->red);
+		rb_check(ix->root, NULL);
+	}
+}
+
+/* Random insertions, removals, splits and merges, the count driven to a
+ * target in turn: phases that cross INDEX_LIST_MIN and INDEX_LIST_MAX up
+ * and down, slowly and at once, and one of thousands of blocks; each step
+ * checked against a brute force, the structure in full as the tree comes
+ * and goes. */
 static void free_index_is_an_ordered_set(void **state)
 {
-	enum { N = 2000, OPS = 40000 };
+	enum { N = 2000, OPS = 60000, PHASE = 400 };
+	static const size_t targets[] = {10,  40, 14, 33, 15, 20, 35, 0,  INDEX_LIST_MAX + 1,
+					 INDEX_LIST_MIN - 1, INDEX_LIST_MAX, INDEX_LIST_MIN,
+					 1000, 5,  60, 2,  N / 2, 17, 31};
 	struct block *blocks = calloc(N, sizeof *blocks);
 	struct free_index ix = {0};
 	uint64_t seed = 0x9e3779b97f4a7c15ull;
-	size_t in = 0;
+	size_t in = 0, builds = 0, drops = 0;
+	bool had_tree = false;
 
 	(void)state;
 	assert_non_null(blocks);
@@ -338,8 +375,17 @@ static void free_index_is_an_ordered_set(void **state)
 		blocks[i].addr = (uintptr_t)(i + 1) * 4096;
 	}
 	for (int op = 0; op < OPS; op++) {
-		struct block *b = &blocks[xorshift(&seed) % N];
+		size_t target = targets[op / PHASE % (sizeof targets / sizeof *targets)];
+		struct block *b;
+		uint64_t version = ix.version;
+		/* A free block or not: most steps move the count toward the
+		 * target, the others either way. */
+		bool pick_free = in && (xorshift(&seed) % 4 && in != target ? in > target
+									: xorshift(&seed) % 2);
 
+		do
+			b = &blocks[xorshift(&seed) % N];
+		while (b->is_free != pick_free);
 		if (op % 3 == 1 && b->is_free && b->size > 512 && xorshift(&seed) % 2) {
 			/* A split that leaves b, in the index, smaller. */
 			b->size -= 512 * (1 + xorshift(&seed) % (b->size / 512 - 1 ? b->size / 512 - 1 : 1));
@@ -352,12 +398,18 @@ static void free_index_is_an_ordered_set(void **state)
 			assert_true(b->is_free);
 		} else if (b->is_free) {
 			index_remove(&ix, b);
+			assert_false(b->is_free);
 			in--;
 		} else {
 			index_insert(&ix, b);
+			assert_true(b->is_free);
 			in++;
 		}
+		assert_true(ix.version > version);
 		assert_int_equal(ix.count, in);
+		builds += !had_tree && ix.root;
+		drops += had_tree && !ix.root;
+		had_tree = ix.root;
 		size_t want = (1 + xorshift(&seed) % 66) * 512;
 		const struct block *best = NULL, *last = NULL;
 		for (int i = 0; i < N; i++) {
@@ -373,20 +425,23 @@ static void free_index_is_an_ordered_set(void **state)
 		}
 		assert_ptr_equal(index_lower_bound(&ix, want), best);
 		assert_ptr_equal(index_last(&ix), last);
-		if (op % 1000 == 0) {
-			assert_false(ix.root && ix.root->red);
-			rb_check(ix.root, NULL);
+		assert_int_equal(index_largest(&ix), last ? last->size : 0);
+		if (in < 3 * INDEX_LIST_MAX || op % 500 == 0) {
+			index_check(&ix, in);
 			/* Walking back from the largest visits every block once, in order. */
 			size_t n = 0;
 			for (const struct block *x = index_last(&ix), *prev; x; x = prev, n++) {
 				prev = index_prev(x);
 				if (prev)
-					assert_true(prev->size < x->size ||
-						    (prev->size == x->size && prev->addr < x->addr));
+					assert_ptr_equal(index_next(prev), x);
 			}
 			assert_int_equal(n, in);
 		}
 	}
+	/* The tree came and went many times. */
+	print_message("# the tree built %zu times, dropped %zu\n", builds, drops);
+	assert_true(builds >= 10);
+	assert_true(drops >= 10);
 	free(blocks);
 }
 
