@@ -267,11 +267,18 @@ static void tree_remove(struct free_index *ix, struct block *b)
 		remove_fixup(ix, x, xp);
 }
 
+/* b leaves the list. */
+static void unlink_in_order(struct free_index *ix, struct block *b)
+{
+	struct block *p = b->fprev, *n = b->fnext;
+
+	*(p ? &p->fnext : &ix->head) = n;
+	*(n ? &n->fprev : &ix->tail) = p;
+}
+
 void index_remove(struct free_index *ix, struct block *b)
 {
 	index_moved(ix);
-	struct block *p = b->fprev, *n = b->fnext;
-
 	b->is_free = false;
 	ix->count--;
 	if (ix->root) {
@@ -282,8 +289,7 @@ void index_remove(struct free_index *ix, struct block *b)
 		else
 			tree_remove(ix, b);
 	}
-	*(p ? &p->fnext : &ix->head) = n;
-	*(n ? &n->fprev : &ix->tail) = p;
+	unlink_in_order(ix, b);
 }
 
 /* The size of the largest free block, for the fragmentation figure. */
@@ -294,8 +300,41 @@ size_t index_largest(const struct free_index *ix)
 	return b ? b->size : 0;
 }
 
-void index_move(struct free_index *ix, struct block *b)
+/* In the tree, b leaves and comes back where its key now puts it; the
+ * count and the version stay. */
+static void tree_move(struct free_index *ix, struct block *b)
 {
-	index_remove(ix, b);
-	index_insert(ix, b);
+	tree_remove(ix, b);
+	unlink_in_order(ix, b);
+	tree_insert(ix, b);
+}
+
+void index_move_down(struct free_index *ix, struct block *b)
+{
+	if (ix->root) {
+		tree_move(ix, b);
+		return;
+	}
+	/* b goes after the first block before it, counting down from its
+	 * predecessor, which its caller found is not. */
+	struct block *q = b->fprev->fprev;
+
+	while (q && !index_before(q, b))
+		q = q->fprev;
+	unlink_in_order(ix, b);
+	link_before_in_order(ix, b, q ? q->fnext : ix->head);
+}
+
+void index_move_up(struct free_index *ix, struct block *b)
+{
+	if (ix->root) {
+		tree_move(ix, b);
+		return;
+	}
+	struct block *r = b->fnext->fnext;
+
+	while (r && !index_before(b, r))
+		r = r->fnext;
+	unlink_in_order(ix, b);
+	link_before_in_order(ix, b, r);
 }

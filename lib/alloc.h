@@ -282,8 +282,11 @@ static inline struct block *index_next(const struct block *b)
 	return b->fnext;
 }
 
-/* b, whose key has changed, goes where it now belongs. */
-void index_move(struct free_index *ix, struct block *b);
+/* b, whose key has fallen (risen) below its predecessor (above its
+ * successor), goes where it now belongs; the caller has raised the
+ * version. */
+void index_move_down(struct free_index *ix, struct block *b);
+void index_move_up(struct free_index *ix, struct block *b);
 
 /* b, in the index, has just been given a smaller key (a split left it
  * less): it moves only if it must, which is seldom; inline, as most
@@ -294,7 +297,7 @@ static inline void index_key_fell(struct free_index *ix, struct block *b)
 	struct block *p = b->fprev;
 
 	if (p && !index_before(p, b))
-		index_move(ix, b);
+		index_move_down(ix, b);
 }
 
 /* And a larger key (a merge made it more). */
@@ -304,7 +307,7 @@ static inline void index_key_rose(struct free_index *ix, struct block *b)
 	struct block *n = b->fnext;
 
 	if (n && !index_before(b, n))
-		index_move(ix, b);
+		index_move_up(ix, b);
 }
 
 /* alloc-table.c: allocated blocks by address; the calls of every
