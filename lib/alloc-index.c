@@ -48,16 +48,23 @@ static bool is_red(const struct block *b)
 	return b && b->red;
 }
 
-/* The list's links of b, which goes before n (after the tail if n is
- * NULL). */
-static void link_before_in_order(struct free_index *ix, struct block *b, struct block *n)
+void index_init(struct free_index *ix)
 {
-	struct block *p = n ? n->fprev : ix->tail;
+	memset(ix, 0, sizeof *ix);
+	ix->end.fprev = ix->end.fnext = &ix->end;
+	ix->end.size = SIZE_MAX;
+}
+
+/* The list's links of b, which goes before n (the end: after the largest
+ * block). */
+static void link_before_in_order(struct block *b, struct block *n)
+{
+	struct block *p = n->fprev;
 
 	b->fnext = n;
 	b->fprev = p;
-	*(n ? &n->fprev : &ix->tail) = b;
-	*(p ? &p->fnext : &ix->head) = b;
+	n->fprev = b;
+	p->fnext = b;
 }
 
 /* The tree over the count blocks of the list from *next on, balanced:
@@ -83,7 +90,7 @@ static struct block *build(struct block **next, size_t count, unsigned depth, un
 /* The list has grown past INDEX_LIST_MAX: it gets its tree. */
 static void build_tree(struct free_index *ix)
 {
-	struct block *next = ix->head;
+	struct block *next = ix->end.fnext;
 	unsigned full = 0; /* complete levels: floor(log2(count + 1)) */
 
 	while (((size_t)2 << full) - 1 <= ix->count)
@@ -97,7 +104,7 @@ static void build_tree(struct free_index *ix)
  * of. */
 static void tree_insert(struct free_index *ix, struct block *b)
 {
-	struct block *p = NULL, *succ = NULL, **link = &ix->root;
+	struct block *p = NULL, *succ = &ix->end, **link = &ix->root;
 
 	while (*link) {
 		p = *link;
@@ -108,7 +115,7 @@ static void tree_insert(struct free_index *ix, struct block *b)
 			link = &p->tr;
 		}
 	}
-	link_before_in_order(ix, b, succ);
+	link_before_in_order(b, succ);
 	b->tp = p;
 	b->tl = b->tr = NULL;
 	b->red = true;
@@ -164,11 +171,11 @@ void index_insert(struct free_index *ix, struct block *b)
 		tree_insert(ix, b);
 		return;
 	}
-	struct block *n = ix->head;
+	struct block *n = ix->end.fnext;
 
-	while (n && !index_before(b, n))
+	while (!index_before(b, n))
 		n = n->fnext;
-	link_before_in_order(ix, b, n);
+	link_before_in_order(b, n);
 	if (++ix->count > INDEX_LIST_MAX)
 		build_tree(ix);
 }
@@ -268,12 +275,10 @@ static void tree_remove(struct free_index *ix, struct block *b)
 }
 
 /* b leaves the list. */
-static void unlink_in_order(struct free_index *ix, struct block *b)
+static void unlink_in_order(struct block *b)
 {
-	struct block *p = b->fprev, *n = b->fnext;
-
-	*(p ? &p->fnext : &ix->head) = n;
-	*(n ? &n->fprev : &ix->tail) = p;
+	b->fprev->fnext = b->fnext;
+	b->fnext->fprev = b->fprev;
 }
 
 void index_remove(struct free_index *ix, struct block *b)
@@ -289,7 +294,7 @@ void index_remove(struct free_index *ix, struct block *b)
 		else
 			tree_remove(ix, b);
 	}
-	unlink_in_order(ix, b);
+	unlink_in_order(b);
 }
 
 /* The size of the largest free block, for the fragmentation figure. */
@@ -305,7 +310,7 @@ size_t index_largest(const struct free_index *ix)
 static void tree_move(struct free_index *ix, struct block *b)
 {
 	tree_remove(ix, b);
-	unlink_in_order(ix, b);
+	unlink_in_order(b);
 	tree_insert(ix, b);
 }
 
@@ -319,10 +324,10 @@ void index_move_down(struct free_index *ix, struct block *b)
 	 * predecessor, which its caller found is not. */
 	struct block *q = b->fprev->fprev;
 
-	while (q && !index_before(q, b))
+	while (q != &ix->end && !index_before(q, b))
 		q = q->fprev;
-	unlink_in_order(ix, b);
-	link_before_in_order(ix, b, q ? q->fnext : ix->head);
+	unlink_in_order(b);
+	link_before_in_order(b, q->fnext);
 }
 
 void index_move_up(struct free_index *ix, struct block *b)
@@ -333,8 +338,8 @@ void index_move_up(struct free_index *ix, struct block *b)
 	}
 	struct block *r = b->fnext->fnext;
 
-	while (r && !index_before(b, r))
+	while (!index_before(b, r))
 		r = r->fnext;
-	unlink_in_order(ix, b);
-	link_before_in_order(ix, b, r);
+	unlink_in_order(b);
+	link_before_in_order(b, r);
 }

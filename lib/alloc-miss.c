@@ -87,6 +87,8 @@ static struct stream_pool *pool_find(struct allocator *a, devcache_stream_t stre
 	if (!pool)
 		return NULL;
 	memset(pool, 0, sizeof *pool);
+	index_init(&pool->small);
+	index_init(&pool->large);
 	/* Made under world_lock, which holds every pool's lock: so is it. */
 	if (a->tkey_ok)
 		dc_lock(&pool->lock);

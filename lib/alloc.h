@@ -29,23 +29,6 @@
  * largest come first when they are released. */
 struct block;
 
-enum { INDEX_LIST_MIN = 16, INDEX_LIST_MAX = 32 };
-
-struct free_index {
-	struct block *root;        /* the tree, NULL while the list alone serves */
-	struct block *head, *tail; /* the smallest and the largest block */
-	size_t count;              /* blocks in the index */
-	/* Raised by every change: a thread cache undoes and redoes its
-	 * block without the lock only while its pool's index has not moved
-	 * since the block was allocated (alloc-thread.c). */
-	uint64_t version;
-};
-
-static inline void index_moved(struct free_index *ix)
-{
-	__atomic_store_n(&ix->version, ix->version + 1, __ATOMIC_RELEASE);
-}
-
 struct segment;
 struct stream_pool;
 struct tcache;
@@ -70,6 +53,27 @@ struct block {
 	bool unmapped;               /* address space of an expandable segment, no memory */
 	bool red;                    /* free-block index: the node's colour in its tree */
 };
+
+enum { INDEX_LIST_MIN = 16, INDEX_LIST_MAX = 32 };
+
+struct free_index {
+	struct block *root; /* the tree, NULL while the list alone serves */
+	size_t count;       /* blocks in the index */
+	/* Raised by every change: a thread cache undoes and redoes its
+	 * block without the lock only while its pool's index has not moved
+	 * since the block was allocated (alloc-thread.c). */
+	uint64_t version;
+	/* The list is a ring through end, a block that is never free: its
+	 * fnext is the smallest block, its fprev the largest (itself when
+	 * there is none), and its size, SIZE_MAX, ends every walk up the
+	 * list.  Set by index_init(). */
+	struct block end;
+};
+
+static inline void index_moved(struct free_index *ix)
+{
+	__atomic_store_n(&ix->version, ix->version + 1, __ATOMIC_RELEASE);
+}
 
 /* An ordinary segment is one driver allocation.  An expandable segment is
  * a reservation of address space as large as the device's memory, mapped
@@ -232,6 +236,7 @@ struct allocator {
 };
 
 /* alloc-index.c */
+void index_init(struct free_index *ix);
 void index_insert(struct free_index *ix, struct block *b);
 void index_remove(struct free_index *ix, struct block *b);
 /* The smallest block of at least size, the lowest address among equals:
@@ -241,13 +246,9 @@ static inline struct block *index_lower_bound(const struct free_index *ix, size_
 	struct block *best = NULL;
 
 	if (!ix->root) {
-		/* The largest block fits, or none does; then the walk needs no
-		 * other end. */
-		if (!ix->tail || ix->tail->size < size)
-			return NULL;
-		for (best = ix->head; best->size < size;)
+		for (best = ix->end.fnext; best->size < size;)
 			best = best->fnext;
-		return best;
+		return best == &ix->end ? NULL : best;
 	}
 	for (struct block *n = ix->root; n;)
 		if (n->size >= size) {
@@ -261,7 +262,7 @@ static inline struct block *index_lower_bound(const struct free_index *ix, size_
 /* The largest block. */
 static inline struct block *index_last(const struct free_index *ix)
 {
-	return ix->tail;
+	return ix->end.fprev == &ix->end ? NULL : ix->end.fprev;
 }
 size_t index_largest(const struct free_index *ix);
 
@@ -271,15 +272,16 @@ static inline bool index_before(const struct block *x, const struct block *y)
 	return x->size < y->size || (x->size == y->size && x->addr < y->addr);
 }
 
-/* The blocks before and after b in the index's order, or NULL. */
+/* The blocks before and after b in the index's order, or NULL (the
+ * list's end is never free). */
 static inline struct block *index_prev(const struct block *b)
 {
-	return b->fprev;
+	return b->fprev->is_free ? b->fprev : NULL;
 }
 
 static inline struct block *index_next(const struct block *b)
 {
-	return b->fnext;
+	return b->fnext->is_free ? b->fnext : NULL;
 }
 
 /* b, whose key has fallen (risen) below its predecessor (above its
@@ -296,7 +298,7 @@ static inline void index_key_fell(struct free_index *ix, struct block *b)
 	index_moved(ix);
 	struct block *p = b->fprev;
 
-	if (p && !index_before(p, b))
+	if (!index_before(p, b) && p != &ix->end)
 		index_move_down(ix, b);
 }
 
@@ -304,9 +306,7 @@ static inline void index_key_fell(struct free_index *ix, struct block *b)
 static inline void index_key_rose(struct free_index *ix, struct block *b)
 {
 	index_moved(ix);
-	struct block *n = b->fnext;
-
-	if (n && !index_before(b, n))
+	if (!index_before(b, b->fnext))
 		index_move_up(ix, b);
 }
 

@@ -174,20 +174,20 @@ static inline void check_index(const struct free_index *ix, const struct stream_
 	struct check_blocks in_order = {0};
 	size_t n = 0;
 
-	for (const struct block *b = ix->head, *prev = NULL; b; prev = b, b = b->fnext, n++) {
+	const struct block *prev = &ix->end;
+
+	assert_false(ix->end.is_free);
+	for (const struct block *b = ix->end.fnext; b != &ix->end; prev = b, b = b->fnext, n++) {
 		assert_ptr_equal(b->fprev, prev);
 		assert_true(b->is_free && !b->allocated && !b->unmapped);
 		assert_true(b->seg->pool == pool && b->seg->small == small);
-		if (prev)
+		if (prev != &ix->end)
 			assert_true(prev->size < b->size ||
 				    (prev->size == b->size && prev->addr < b->addr));
-		if (!b->fnext)
-			assert_ptr_equal(ix->tail, b);
 		check_push(out, (struct block *)b);
 	}
+	assert_ptr_equal(ix->end.fprev, prev);
 	assert_int_equal(n, ix->count);
-	if (!n)
-		assert_null(ix->tail);
 	if (n > INDEX_LIST_MAX)
 		assert_non_null(ix->root);
 	if (n < INDEX_LIST_MIN)
@@ -197,7 +197,7 @@ static inline void check_index(const struct free_index *ix, const struct stream_
 	assert_false(ix->root->red);
 	check_subtree(pool, small, ix->root, NULL, &in_order);
 	assert_int_equal(in_order.n, n);
-	const struct block *b = ix->head;
+	const struct block *b = ix->end.fnext;
 
 	for (size_t i = 0; i < in_order.n; i++, b = b->fnext)
 		assert_ptr_equal(in_order.v[i], b);

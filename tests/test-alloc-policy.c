@@ -328,17 +328,17 @@ static void index_check(const struct free_index *ix, size_t in)
 {
 	size_t n = 0;
 
-	for (const struct block *x = ix->head, *prev = NULL; x; prev = x, x = x->fnext, n++) {
+	const struct block *prev = &ix->end;
+
+	assert_false(ix->end.is_free);
+	for (const struct block *x = ix->end.fnext; x != &ix->end; prev = x, x = x->fnext, n++) {
 		assert_ptr_equal(x->fprev, prev);
 		assert_true(x->is_free);
-		if (prev)
+		if (prev != &ix->end)
 			assert_true(prev->size < x->size || (prev->size == x->size && prev->addr < x->addr));
-		if (!x->fnext)
-			assert_ptr_equal(ix->tail, x);
 	}
+	assert_ptr_equal(ix->end.fprev, prev);
 	assert_int_equal(n, in);
-	if (!in)
-		assert_null(ix->tail);
 	/* The tree exists above INDEX_LIST_MAX, not under INDEX_LIST_MIN. */
 	if (in > INDEX_LIST_MAX)
 		assert_non_null(ix->root);
@@ -362,13 +362,14 @@ static void free_index_is_an_ordered_set(void **state)
 					 INDEX_LIST_MIN - 1, INDEX_LIST_MAX, INDEX_LIST_MIN,
 					 1000, 5,  60, 2,  N / 2, 17, 31};
 	struct block *blocks = calloc(N, sizeof *blocks);
-	struct free_index ix = {0};
+	struct free_index ix;
 	uint64_t seed = 0x9e3779b97f4a7c15ull;
 	size_t in = 0, builds = 0, drops = 0;
 	bool had_tree = false;
 
 	(void)state;
 	assert_non_null(blocks);
+	index_init(&ix);
 	for (int i = 0; i < N; i++) {
 		/* Few distinct sizes, so that equal sizes are common. */
 		blocks[i].size = (1 + xorshift(&seed) % 64) * 512;
@@ -435,6 +436,8 @@ static void free_index_is_an_ordered_set(void **state)
 				if (prev)
 					assert_ptr_equal(index_next(prev), x);
 			}
+			if (in)
+				assert_null(index_next(index_last(&ix)));
 			assert_int_equal(n, in);
 		}
 	}
