@@ -55,18 +55,6 @@ void index_init(struct free_index *ix)
 	ix->end.size = SIZE_MAX;
 }
 
-/* The list's links of b, which goes before n (the end: after the largest
- * block). */
-static void link_before_in_order(struct block *b, struct block *n)
-{
-	struct block *p = n->fprev;
-
-	b->fnext = n;
-	b->fprev = p;
-	n->fprev = b;
-	p->fnext = b;
-}
-
 /* The tree over the count blocks of the list from *next on, balanced:
  * the nodes on the one level that may be incomplete are red, the others
  * black, so every path has the same number of black nodes. */
@@ -88,7 +76,7 @@ static struct block *build(struct block **next, size_t count, unsigned depth, un
 }
 
 /* The list has grown past INDEX_LIST_MAX: it gets its tree. */
-static void build_tree(struct free_index *ix)
+void index_build_tree(struct free_index *ix)
 {
 	struct block *next = ix->end.fnext;
 	unsigned full = 0; /* complete levels: floor(log2(count + 1)) */
@@ -102,7 +90,7 @@ static void build_tree(struct free_index *ix)
 /* In the tree, b goes under the block it descends to; the list's links
  * follow from the descent: b goes before the last block it went left
  * of. */
-static void tree_insert(struct free_index *ix, struct block *b)
+void index_tree_insert(struct free_index *ix, struct block *b)
 {
 	struct block *p = NULL, *succ = &ix->end, **link = &ix->root;
 
@@ -115,7 +103,7 @@ static void tree_insert(struct free_index *ix, struct block *b)
 			link = &p->tr;
 		}
 	}
-	link_before_in_order(b, succ);
+	index_link(b, succ);
 	b->tp = p;
 	b->tl = b->tr = NULL;
 	b->red = true;
@@ -160,24 +148,6 @@ static void tree_insert(struct free_index *ix, struct block *b)
 		}
 	}
 	ix->root->red = false;
-}
-
-void index_insert(struct free_index *ix, struct block *b)
-{
-	index_moved(ix);
-	b->is_free = true;
-	if (ix->root) {
-		ix->count++;
-		tree_insert(ix, b);
-		return;
-	}
-	struct block *n = ix->end.fnext;
-
-	while (!index_before(b, n))
-		n = n->fnext;
-	link_before_in_order(b, n);
-	if (++ix->count > INDEX_LIST_MAX)
-		build_tree(ix);
 }
 
 /* Restore the black height after a black node left the tree above x
@@ -274,27 +244,14 @@ static void tree_remove(struct free_index *ix, struct block *b)
 		remove_fixup(ix, x, xp);
 }
 
-/* b leaves the list. */
-static void unlink_in_order(struct block *b)
+void index_tree_remove(struct free_index *ix, struct block *b)
 {
-	b->fprev->fnext = b->fnext;
-	b->fnext->fprev = b->fprev;
-}
-
-void index_remove(struct free_index *ix, struct block *b)
-{
-	index_moved(ix);
-	b->is_free = false;
-	ix->count--;
-	if (ix->root) {
-		/* Under INDEX_LIST_MIN the list alone serves: the tree is
-		 * dropped as it is. */
-		if (ix->count < INDEX_LIST_MIN)
-			ix->root = NULL;
-		else
-			tree_remove(ix, b);
-	}
-	unlink_in_order(b);
+	/* Under INDEX_LIST_MIN the list alone serves: the tree is dropped
+	 * as it is. */
+	if (ix->count < INDEX_LIST_MIN)
+		ix->root = NULL;
+	else
+		tree_remove(ix, b);
 }
 
 /* The size of the largest free block, for the fragmentation figure. */
@@ -310,8 +267,8 @@ size_t index_largest(const struct free_index *ix)
 static void tree_move(struct free_index *ix, struct block *b)
 {
 	tree_remove(ix, b);
-	unlink_in_order(b);
-	tree_insert(ix, b);
+	index_unlink(b);
+	index_tree_insert(ix, b);
 }
 
 void index_move_down(struct free_index *ix, struct block *b)
@@ -326,8 +283,8 @@ void index_move_down(struct free_index *ix, struct block *b)
 
 	while (q != &ix->end && !index_before(q, b))
 		q = q->fprev;
-	unlink_in_order(b);
-	link_before_in_order(b, q->fnext);
+	index_unlink(b);
+	index_link(b, q->fnext);
 }
 
 void index_move_up(struct free_index *ix, struct block *b)
@@ -340,6 +297,6 @@ void index_move_up(struct free_index *ix, struct block *b)
 
 	while (!index_before(b, r))
 		r = r->fnext;
-	unlink_in_order(b);
-	link_before_in_order(b, r);
+	index_unlink(b);
+	index_link(b, r);
 }

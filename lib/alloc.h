@@ -237,8 +237,66 @@ struct allocator {
 
 /* alloc-index.c */
 void index_init(struct free_index *ix);
-void index_insert(struct free_index *ix, struct block *b);
-void index_remove(struct free_index *ix, struct block *b);
+void index_build_tree(struct free_index *ix);
+void index_tree_insert(struct free_index *ix, struct block *b);
+void index_tree_remove(struct free_index *ix, struct block *b);
+
+/* Blocks are ordered as PyTorch orders its free set within a stream. */
+static inline bool index_before(const struct block *x, const struct block *y)
+{
+	return x->size < y->size || (x->size == y->size && x->addr < y->addr);
+}
+
+/* The list's links of b, which goes before n (the end: after the largest
+ * block). */
+static inline void index_link(struct block *b, struct block *n)
+{
+	struct block *p = n->fprev;
+
+	b->fnext = n;
+	b->fprev = p;
+	n->fprev = b;
+	p->fnext = b;
+}
+
+/* b leaves the list. */
+static inline void index_unlink(struct block *b)
+{
+	b->fprev->fnext = b->fnext;
+	b->fnext->fprev = b->fprev;
+}
+
+/* b joins the index: in the tree if there is one, which links it in the
+ * list too, else after a walk of the list, which gets its tree past
+ * INDEX_LIST_MAX blocks.  Inline, as most frees insert or remove. */
+static inline void index_insert(struct free_index *ix, struct block *b)
+{
+	index_moved(ix);
+	b->is_free = true;
+	ix->count++;
+	if (ix->root) {
+		index_tree_insert(ix, b);
+		return;
+	}
+	struct block *n = ix->end.fnext;
+
+	while (!index_before(b, n))
+		n = n->fnext;
+	index_link(b, n);
+	if (ix->count > INDEX_LIST_MAX)
+		index_build_tree(ix);
+}
+
+static inline void index_remove(struct free_index *ix, struct block *b)
+{
+	index_moved(ix);
+	b->is_free = false;
+	ix->count--;
+	if (ix->root)
+		index_tree_remove(ix, b);
+	index_unlink(b);
+}
+
 /* The smallest block of at least size, the lowest address among equals:
  * inline, as every allocation looks. */
 static inline struct block *index_lower_bound(const struct free_index *ix, size_t size)
@@ -265,12 +323,6 @@ static inline struct block *index_last(const struct free_index *ix)
 	return ix->end.fprev == &ix->end ? NULL : ix->end.fprev;
 }
 size_t index_largest(const struct free_index *ix);
-
-/* Blocks are ordered as PyTorch orders its free set within a stream. */
-static inline bool index_before(const struct block *x, const struct block *y)
-{
-	return x->size < y->size || (x->size == y->size && x->addr < y->addr);
-}
 
 /* The blocks before and after b in the index's order, or NULL (the
  * list's end is never free). */
