@@ -264,39 +264,9 @@ size_t index_largest(const struct free_index *ix)
 
 /* In the tree, b leaves and comes back where its key now puts it; the
  * count and the version stay. */
-static void tree_move(struct free_index *ix, struct block *b)
+void index_tree_move(struct free_index *ix, struct block *b)
 {
 	tree_remove(ix, b);
 	index_unlink(b);
 	index_tree_insert(ix, b);
-}
-
-void index_move_down(struct free_index *ix, struct block *b)
-{
-	if (ix->root) {
-		tree_move(ix, b);
-		return;
-	}
-	/* b goes after the first block before it, counting down from its
-	 * predecessor, which its caller found is not. */
-	struct block *q = b->fprev->fprev;
-
-	while (q != &ix->end && !index_before(q, b))
-		q = q->fprev;
-	index_unlink(b);
-	index_link(b, q->fnext);
-}
-
-void index_move_up(struct free_index *ix, struct block *b)
-{
-	if (ix->root) {
-		tree_move(ix, b);
-		return;
-	}
-	struct block *r = b->fnext->fnext;
-
-	while (!index_before(b, r))
-		r = r->fnext;
-	index_unlink(b);
-	index_link(b, r);
 }

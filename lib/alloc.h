@@ -337,10 +337,40 @@ static inline struct block *index_next(const struct block *b)
 }
 
 /* b, whose key has fallen (risen) below its predecessor (above its
- * successor), goes where it now belongs; the caller has raised the
+ * successor), goes where it now belongs: along the list from its old
+ * neighbour, or out of the tree and back in; the caller has raised the
  * version. */
-void index_move_down(struct free_index *ix, struct block *b);
-void index_move_up(struct free_index *ix, struct block *b);
+void index_tree_move(struct free_index *ix, struct block *b);
+
+static inline void index_move_down(struct free_index *ix, struct block *b)
+{
+	if (ix->root) {
+		index_tree_move(ix, b);
+		return;
+	}
+	/* b goes after the first block before it, counting down from its
+	 * predecessor, which its caller found is not. */
+	struct block *q = b->fprev->fprev;
+
+	while (q != &ix->end && !index_before(q, b))
+		q = q->fprev;
+	index_unlink(b);
+	index_link(b, q->fnext);
+}
+
+static inline void index_move_up(struct free_index *ix, struct block *b)
+{
+	if (ix->root) {
+		index_tree_move(ix, b);
+		return;
+	}
+	struct block *r = b->fnext->fnext;
+
+	while (!index_before(b, r))
+		r = r->fnext;
+	index_unlink(b);
+	index_link(b, r);
+}
 
 /* b, in the index, has just been given a smaller key (a split left it
  * less): it moves only if it must, which is seldom; inline, as most
