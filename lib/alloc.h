@@ -274,7 +274,7 @@ static inline void index_insert(struct free_index *ix, struct block *b)
 	index_moved(ix);
 	b->is_free = true;
 	ix->count++;
-	if (ix->root) {
+	if (__builtin_expect(ix->root != NULL, 0)) {
 		index_tree_insert(ix, b);
 		return;
 	}
@@ -292,30 +292,32 @@ static inline void index_remove(struct free_index *ix, struct block *b)
 	index_moved(ix);
 	b->is_free = false;
 	ix->count--;
-	if (ix->root)
+	if (__builtin_expect(ix->root != NULL, 0))
 		index_tree_remove(ix, b);
 	index_unlink(b);
 }
 
 /* The smallest block of at least size, the lowest address among equals:
- * inline, as every allocation looks. */
+ * inline, as every allocation looks.  Here and below the tree is the
+ * unlikely case: the list's code is laid out straight. */
 static inline struct block *index_lower_bound(const struct free_index *ix, size_t size)
 {
-	struct block *best = NULL;
+	struct block *best;
 
-	if (!ix->root) {
-		for (best = ix->end.fnext; best->size < size;)
-			best = best->fnext;
-		return best == &ix->end ? NULL : best;
+	if (__builtin_expect(ix->root != NULL, 0)) {
+		best = NULL;
+		for (struct block *n = ix->root; n;)
+			if (n->size >= size) {
+				best = n;
+				n = n->tl;
+			} else {
+				n = n->tr;
+			}
+		return best;
 	}
-	for (struct block *n = ix->root; n;)
-		if (n->size >= size) {
-			best = n;
-			n = n->tl;
-		} else {
-			n = n->tr;
-		}
-	return best;
+	for (best = ix->end.fnext; best->size < size;)
+		best = best->fnext;
+	return best == &ix->end ? NULL : best;
 }
 /* The largest block. */
 static inline struct block *index_last(const struct free_index *ix)
@@ -344,7 +346,7 @@ void index_tree_move(struct free_index *ix, struct block *b);
 
 static inline void index_move_down(struct free_index *ix, struct block *b)
 {
-	if (ix->root) {
+	if (__builtin_expect(ix->root != NULL, 0)) {
 		index_tree_move(ix, b);
 		return;
 	}
@@ -360,7 +362,7 @@ static inline void index_move_down(struct free_index *ix, struct block *b)
 
 static inline void index_move_up(struct free_index *ix, struct block *b)
 {
-	if (ix->root) {
+	if (__builtin_expect(ix->root != NULL, 0)) {
 		index_tree_move(ix, b);
 		return;
 	}
