@@ -266,6 +266,18 @@ static inline void index_unlink(struct block *b)
 	b->fnext->fprev = b->fprev;
 }
 
+/* The first block from n on that b goes before, walking up the list: by
+ * size, then, seldom, by address. */
+static inline struct block *index_after(struct block *n, const struct block *b)
+{
+	while (n->size < b->size)
+		n = n->fnext;
+	if (__builtin_expect(n->size == b->size, 0))
+		while (n->size == b->size && n->addr < b->addr)
+			n = n->fnext;
+	return n;
+}
+
 /* b joins the index: in the tree if there is one, which links it in the
  * list too, else after a walk of the list, which gets its tree past
  * INDEX_LIST_MAX blocks.  Inline, as most frees insert or remove. */
@@ -278,11 +290,7 @@ static inline void index_insert(struct free_index *ix, struct block *b)
 		index_tree_insert(ix, b);
 		return;
 	}
-	struct block *n = ix->end.fnext;
-
-	while (!index_before(b, n))
-		n = n->fnext;
-	index_link(b, n);
+	index_link(b, index_after(ix->end.fnext, b));
 	if (ix->count > INDEX_LIST_MAX)
 		index_build_tree(ix);
 }
@@ -366,10 +374,8 @@ static inline void index_move_up(struct free_index *ix, struct block *b)
 		index_tree_move(ix, b);
 		return;
 	}
-	struct block *r = b->fnext->fnext;
+	struct block *r = index_after(b->fnext->fnext, b);
 
-	while (!index_before(b, r))
-		r = r->fnext;
 	index_unlink(b);
 	index_link(b, r);
 }
