@@ -106,8 +106,14 @@ static bool slab_add(struct spares *sp)
 }
 
 /* A pool's own spares: a hit takes and gives back structs under its
- * stream's lock alone. */
-ALLOC_INLINE struct block *block_take(struct stream_pool *pool)
+ * stream's lock alone.  Every field the allocator reads before writing
+ * is set, and no more; with lean, for use_block()'s front on a pool path,
+ * fewer: that caller writes prev, next, requested and allocated itself;
+ * iprev and inext are read only on the idle list, which DLQ_PUSH_BACK
+ * writes both of first; and where a pool path runs (thread caches) no
+ * block is unmapped (no expandable segments) and none has a trace_id (no
+ * trace), so those two stay as slab_add()'s calloc() left them. */
+ALLOC_INLINE struct block *block_take(struct stream_pool *pool, bool lean)
 {
 	struct spares *sp = &pool->spares;
 
@@ -115,12 +121,14 @@ ALLOC_INLINE struct block *block_take(struct stream_pool *pool)
 		return NULL;
 	struct block *b = sp->head;
 	sp->head = b->hnext;
-	/* Every field the allocator reads before writing, and no more. */
-	b->prev = b->next = b->iprev = b->inext = NULL;
 	b->uses = NULL;
 	b->tc = NULL;
 	b->pending_events = 0;
-	b->allocated = b->is_free = b->unmapped = false;
+	b->is_free = false;
+	if (lean)
+		return b;
+	b->prev = b->next = b->iprev = b->inext = NULL;
+	b->allocated = b->unmapped = false;
 	b->requested = 0;
 	b->trace_id = 0;
 	return b;
@@ -128,7 +136,7 @@ ALLOC_INLINE struct block *block_take(struct stream_pool *pool)
 
 struct block *block_new(struct stream_pool *pool)
 {
-	return block_take(pool);
+	return block_take(pool, false);
 }
 
 ALLOC_INLINE void block_put(struct stream_pool *pool, struct block *b)
@@ -466,7 +474,7 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 	struct block *b = *b_p, *front = NULL;
 
 	if (table_reserve(pool) ||
-	    (should_split(a, b, rsize, path) && !(front = block_take(pool))))
+	    (should_split(a, b, rsize, path) && !(front = block_take(pool, pool_path(path)))))
 		return err_set(DEVCACHE_ENOMEM, _("out of host memory for allocator metadata"));
 	bool small = seg_small(path, b->seg), whole = is_whole(path, b);
 
