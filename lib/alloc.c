@@ -107,12 +107,16 @@ static bool slab_add(struct spares *sp)
 
 /* A pool's own spares: a hit takes and gives back structs under its
  * stream's lock alone.  Every field the allocator reads before writing
- * is set, and no more; with lean, for use_block()'s front on a pool path,
- * fewer: that caller writes prev, next, requested and allocated itself;
- * iprev and inext are read only on the idle list, which DLQ_PUSH_BACK
- * writes both of first; and where a pool path runs (thread caches) no
- * block is unmapped (no expandable segments) and none has a trace_id (no
- * trace), so those two stay as slab_add()'s calloc() left them. */
+ * is set, and no more.  With lean, for use_block()'s front on a pool path,
+ * none: that caller writes prev, next, requested and allocated itself;
+ * iprev and inext are read only on the idle list, whose push writes both
+ * first; and in an allocator with thread caches, where the pool paths
+ * run, a spare struct is as calloc() made it or as block_delete() left
+ * it, which only deletes blocks that are neither allocated nor free nor
+ * waiting for events, with no stream uses and no thread cache (a free
+ * block taken out of the index, a merged neighbour, a struct never handed
+ * out), and no block there is unmapped (no expandable segments) or has a
+ * trace_id (no trace).  alloc-check.h's check_spares() checks it. */
 ALLOC_INLINE struct block *block_take(struct stream_pool *pool, bool lean)
 {
 	struct spares *sp = &pool->spares;
@@ -121,12 +125,12 @@ ALLOC_INLINE struct block *block_take(struct stream_pool *pool, bool lean)
 		return NULL;
 	struct block *b = sp->head;
 	sp->head = b->hnext;
+	if (lean)
+		return b;
 	b->uses = NULL;
 	b->tc = NULL;
 	b->pending_events = 0;
 	b->is_free = false;
-	if (lean)
-		return b;
 	b->prev = b->next = b->iprev = b->inext = NULL;
 	b->allocated = b->unmapped = false;
 	b->requested = 0;

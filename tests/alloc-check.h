@@ -307,6 +307,23 @@ static inline void check_segment(struct check_walk *w, const struct allocator *a
 	p->segments += seg->mapped > 0;
 }
 
+/* Where the pool paths run (thread caches), block_take() gives a split's
+ * new block out as it is on the spares (alloc.c): each must be as
+ * calloc() made it, for every field a reader reads before writing. */
+static inline void check_spares(const struct allocator *a)
+{
+	if (!a->tkey_ok)
+		return;
+	for (size_t i = 0; i < a->n_pools; i++)
+		for (struct block *b = a->pools[i]->spares.head; b; b = b->hnext) {
+			assert_null(b->uses);
+			assert_null(b->tc);
+			assert_int_equal(b->pending_events, 0);
+			assert_false(b->allocated || b->is_free || b->unmapped);
+			assert_int_equal(b->trace_id, 0);
+		}
+}
+
 /* The lists beside the segments: each pool's idle segments oldest first,
  * pending events, each pool's address table of its allocated blocks. */
 static inline void check_lists(struct check_walk *w, const struct allocator *a)
@@ -345,6 +362,7 @@ static inline void check_lists(struct check_walk *w, const struct allocator *a)
 	for (size_t i = 0; i < w->allocated.n; i++)
 		check_push(&allocated, w->allocated.v[i]);
 	check_same_blocks(&in_table, &allocated, "the address table and the allocated blocks");
+	check_spares(a);
 }
 
 /* The most memory the allocator may reserve: memory_fraction's cap.  With
