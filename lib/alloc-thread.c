@@ -20,7 +20,10 @@
  * collection, traces, pending events and expandable segments, which do,
  * leave the cache off.  A hit is recorded only when the thread's last
  * free with the lock was of the same size, so that calls that do not
- * repeat (most of a decoding trace) pay for no record.
+ * repeat (most of a decoding trace) pay for no record; and where such
+ * records go unused, TC_WASTED in a row (calls that repeat their size but
+ * not the pool), only one in TC_SKIP + 1 is made until a redo.  Which
+ * calls are redone changes no result: a redo is what the call gives.
  *
  * With several threads a cached free of one thread is done, for the
  * others, at that thread's next call that takes the lock, or after its
@@ -159,6 +162,7 @@ void tcache_fold(struct allocator *a, struct tcache *tc)
 		for (int i = 0; i < TS_N; i++)
 			ts_stat(&tc->st, i)->allocated += (int64_t)pairs * cum[i];
 		__atomic_store_n(&tc->pairs, 0, __ATOMIC_RELAXED);
+		tc->wasted = 0;
 	}
 	if (state != TC_NONE) {
 		struct block *b = tc->b;

@@ -625,7 +625,7 @@ static __attribute__((noinline)) int alloc_in_pool(struct allocator *a, struct t
 		rc = rsize <= ALLOC_SMALL_SIZE
 		   ? hit_on(a, &tc->st, pool, rsize, size, &hit, ptr_p, PATH_SMALL)
 		   : hit_on(a, &tc->st, pool, rsize, size, &hit, ptr_p, PATH_LARGE);
-		if (rc == 0 && tc->freed_req == size)
+		if (rc == 0 && tc->freed_req == size && tcache_may_record(tc))
 			tcache_record(a, tc, &hit, pool->stream);
 	}
 	dc_unlock(&pool->lock);
@@ -673,7 +673,7 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t si
 	if (rc == 0 && tc) {
 		/* The thread's hits take this stream's lock from now on. */
 		tc->home = hit.block->seg->pool;
-		if (tc->freed_req == size)
+		if (tc->freed_req == size && tcache_may_record(tc))
 			tcache_record(a, tc, &hit, stream);
 	}
 	world_unlock(a);

@@ -175,6 +175,11 @@ struct tcache {
 	 * lock: a hit of that size again is recorded, others are not, so
 	 * that calls that do not repeat pay for no record. */
 	size_t freed_req;
+	/* Records of that kind that no redo used, in a row, and how many
+	 * to leave out now: past TC_WASTED, all but one in TC_SKIP + 1 are
+	 * left out until a redo (tcache_may_record), so that calls that
+	 * repeat their size but not the pool pay for few records. */
+	unsigned wasted, skip;
 	int life;                  /* atomic: alloc-thread.c's TC_ALIVE... */
 	const struct allocator *a; /* whose cache it is; NULL once that is gone */
 	struct tcache *next;       /* the allocator's list, under the lock */
@@ -572,6 +577,13 @@ static inline void tcache_detach(struct tcache *tc)
 	__atomic_store_n(&tc->ptr, 0, __ATOMIC_RELAXED);
 }
 
+/* A record costs a few dozen instructions and a redo saves a few
+ * hundred: after TC_WASTED records in a row that no redo used, one in
+ * TC_SKIP + 1 is made, so a loop that redoes its block finds it again at
+ * most TC_SKIP calls late. */
+#define TC_WASTED 64u
+#define TC_SKIP 63u
+
 static inline void tcache_flush(struct allocator *a, struct tcache *tc)
 {
 	if (!tc)
@@ -581,8 +593,14 @@ static inline void tcache_flush(struct allocator *a, struct tcache *tc)
 	/* The common cases inline: nothing held, or a block allocated and
 	 * not redone, let go. */
 	if (!__atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) && state != TC_CACHED) {
-		if (state == TC_LIVE)
+		if (state == TC_LIVE) {
+			/* A record that no redo used. */
 			tcache_detach(tc);
+			if (++tc->wasted >= TC_WASTED) {
+				tc->wasted = TC_WASTED;
+				tc->skip = TC_SKIP;
+			}
+		}
 		return;
 	}
 	tcache_fold(a, tc);
@@ -599,6 +617,15 @@ void tcache_fold_all(struct allocator *a);
  * lock. */
 void tcache_record(struct allocator *a, struct tcache *tc, const struct hit *hit,
 		   devcache_stream_t stream);
+/* Whether the hit of a size the thread freed last is recorded, or left
+ * out while records back off. */
+static inline bool tcache_may_record(struct tcache *tc)
+{
+	if (!tc->skip)
+		return true;
+	tc->skip--;
+	return false;
+}
 
 /* The cache this thread used last, of whichever allocator: a call on the
  * same allocator finds its cache without pthread_getspecific().  Only its

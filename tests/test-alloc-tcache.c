@@ -447,6 +447,50 @@ static void record_stream(void **state)
 	devcache_close(f.ctx);
 }
 
+/* Records that no redo uses back off: after TC_WASTED in a row a thread
+ * records one hit in TC_SKIP + 1, and a loop that frees its block and
+ * asks for it again is redone once more, at most TC_SKIP calls late. */
+static void records_back_off(void **state)
+{
+	struct fx f;
+
+	(void)state;
+	fx_open(&f, "good:0", NULL);
+	fx_free(&f, fx_alloc(&f, 4096, NULL));
+	/* Each 4 KiB hit is recorded (the last free was of 4 KiB), and the
+	 * 8 KiB request after it lets the record go unused. */
+	for (unsigned i = 0; i < TC_WASTED; i++) {
+		void *q = fx_alloc(&f, 4096, NULL);
+
+		assert_int_equal(own_cache(&f)->state, TC_LIVE);
+		void *r = fx_alloc(&f, 8192, NULL);
+		fx_free(&f, r);
+		fx_free(&f, q);
+	}
+	assert_int_equal(own_cache(&f)->wasted, TC_WASTED);
+	/* A loop of 4 KiB: left out TC_SKIP times, then recorded and redone. */
+	unsigned calls = 0;
+	void *p;
+	for (;;) {
+		p = fx_alloc(&f, 4096, NULL);
+		if (own_cache(&f)->state == TC_LIVE)
+			break;
+		fx_free(&f, p);
+		calls++;
+	}
+	assert_int_equal(calls, TC_SKIP);
+	for (int i = 0; i < 10; i++) {
+		fx_free(&f, p);
+		assert_ptr_equal(fx_alloc(&f, 4096, NULL), p);
+	}
+	assert_int_equal(redos(&f), 10);
+	/* The next call with the lock folds the redos: records start again. */
+	fx_free(&f, fx_alloc(&f, 8192, NULL));
+	assert_int_equal(own_cache(&f)->wasted, 0);
+	fx_free(&f, p);
+	devcache_close(f.ctx);
+}
+
 /* Where more than the free-block search decides, every call takes the lock. */
 static void off_where_more_decides(void **state)
 {
@@ -486,7 +530,8 @@ int main(void)
 		cmocka_unit_test(double_free),	  cmocka_unit_test(other_threads),
 		cmocka_unit_test(other_thread_changes_pool),
 		cmocka_unit_test(stats_after_another_thread_changed_the_pool),
-		cmocka_unit_test(record_stream),  cmocka_unit_test(off_where_more_decides),
+		cmocka_unit_test(record_stream),  cmocka_unit_test(records_back_off),
+		cmocka_unit_test(off_where_more_decides),
 	};
 
 	return RUN_TAP(tests);
