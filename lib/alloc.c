@@ -245,9 +245,11 @@ ALLOC_INLINE bool seg_expandable(enum path path, const struct segment *seg)
 	return !pool_path(path) && seg->expandable;
 }
 
-ALLOC_INLINE struct free_index *path_index(enum path path, struct segment *seg)
+/* The free-block index of a pool: the block's segment's pool, passed
+ * down by the callers that have it, which saves loading it again. */
+ALLOC_INLINE struct free_index *pool_index(struct stream_pool *pool, bool small)
 {
-	return seg_small(path, seg) ? &seg->pool->small : &seg->pool->large;
+	return small ? &pool->small : &pool->large;
 }
 
 /* whole_segment(), on a path. */
@@ -272,22 +274,21 @@ ALLOC_INLINE void idle_remove(struct stream_pool *pool, struct block *b)
 }
 
 /* A whole free segment joins its pool's idle list, the newest last. */
-ALLOC_INLINE void idle_push(struct block *b)
+ALLOC_INLINE void idle_push(struct stream_pool *pool, struct block *b)
 {
-	struct stream_pool *pool = b->seg->pool;
-
 	DLQ_PUSH_BACK(pool->idle_head, pool->idle_tail, b, iprev, inext);
 }
 
 /* The bookkeeping of a block entering the free set, apart from the index;
  * st: the statistics the call keeps (the allocator's, or its thread's,
  * alloc-thread.c). */
-ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct block *b,
+ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			   struct block *b,
 			   enum path path)
 {
 	gc_age_start(a, path, b);
 	if (is_whole(path, b)) {
-		idle_push(b);
+		idle_push(pool, b);
 	} else if (!seg_expandable(path, b->seg)) {
 		/* As PyTorch, inactive_split leaves expandable segments out:
 		 * their free pages can always be released. */
@@ -310,7 +311,7 @@ ALLOC_INLINE void note_taken(devcache_stats_t *st, struct block *b)
 void make_free(struct allocator *a, struct block *b)
 {
 	index_insert(index_of(b->seg), b);
-	note_free(a, &a->stats, b, PATH_ANY);
+	note_free(a, &a->stats, b->seg->pool, b, PATH_ANY);
 }
 
 void take_free(struct allocator *a, struct block *b)
@@ -332,16 +333,17 @@ void take_free(struct allocator *a, struct block *b)
  * neighbours adds its own bytes and nothing else to the accumulated
  * figures.  (The neighbours of a block are never whole segments.) */
 ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_stats_t *st,
+					       struct stream_pool *pool,
 					       struct block *b, enum path path)
 {
-	struct free_index *ix = path_index(path, b->seg);
+	struct free_index *ix = pool_index(pool, seg_small(path, b->seg));
 	struct block *p = b->prev && b->prev->is_free ? b->prev : NULL;
 	struct block *n = b->next && b->next->is_free ? b->next : NULL;
 	struct block *s = p ? p : n;
 
 	if (!s) {
 		index_insert(ix, b);
-		note_free(a, st, b, path);
+		note_free(a, st, pool, b, path);
 		return b;
 	}
 	uint64_t size = b->size, absorbed = s->size;
@@ -354,14 +356,14 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 		n->size += b->size;
 	}
 	DL_REMOVE(b->seg->first, b, prev, next);
-	block_delete(b->seg->pool, b);
+	block_delete(pool, b);
 	if (p && n) {
 		index_remove(ix, n);
 		absorbed += n->size;
 		merged = 2;
 		p->size += n->size;
 		DL_REMOVE(n->seg->first, n, prev, next);
-		block_delete(n->seg->pool, n);
+		block_delete(pool, n);
 	}
 	index_key_rose(ix, s);
 	gc_age_start(a, path, s);
@@ -370,7 +372,7 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 	bool small = seg_small(path, s->seg);
 
 	if (is_whole(path, s)) {
-		idle_push(s);
+		idle_push(pool, s);
 		stats_sub(st->inactive_split, small, merged);
 		stats_sub(st->inactive_split_bytes, small, absorbed);
 	} else {
@@ -383,7 +385,7 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 
 struct block *free_merged(struct allocator *a, struct block *b)
 {
-	return merge_into_neighbour(a, &a->stats, b, PATH_ANY);
+	return merge_into_neighbour(a, &a->stats, b->seg->pool, b, PATH_ANY);
 }
 
 /* Whether st keeps the active figures.  A thread's differences (struct
@@ -400,7 +402,8 @@ ALLOC_INLINE bool keeps_active(const struct allocator *a, const devcache_stats_t
 }
 
 /* Return a freed block to its pool, merging it with free neighbours. */
-ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct block *b,
+ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			    struct block *b,
 			    enum path path)
 {
 	bool small = seg_small(path, b->seg);
@@ -413,7 +416,7 @@ ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct b
 	}
 	stats_sub(st->requested_bytes, small, b->requested);
 	b->requested = 0;
-	b = merge_into_neighbour(a, st, b, path);
+	b = merge_into_neighbour(a, st, pool, b, path);
 	/* Pass-through (caching off): straight back to the driver. */
 	if (!pool_path(path) && !a->caching && whole_segment(b))
 		release_segment(a, b);
@@ -422,7 +425,7 @@ ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct b
 /* free_block() for the files off the hot path. */
 void pool_return(struct allocator *a, struct block *b)
 {
-	free_block(a, &a->stats, b, PATH_ANY);
+	free_block(a, &a->stats, b->seg->pool, b, PATH_ANY);
 }
 
 /* ---- finding a block ------------------------------------------------------- */
@@ -487,7 +490,7 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 	 * rsize bytes less; a whole segment cut makes one; a split block
 	 * taken whole is one fewer. */
 	if (whole)
-		idle_remove(b->seg->pool, b);
+		idle_remove(pool, b);
 	if (front) {
 		/* The allocation is the front, in a new block struct; the
 		 * free one stays in the index with what is left, its key
@@ -495,7 +498,7 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 		link_before(front, b, b->addr, rsize);
 		b->addr += rsize;
 		b->size -= rsize;
-		index_key_fell(path_index(path, b->seg), b);
+		index_key_fell(pool_index(pool, small), b);
 		gc_age_start(a, path, b);
 		if (whole) {
 			stats_add(st->inactive_split, small, 1);
@@ -505,7 +508,7 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 		}
 		*b_p = b = front;
 	} else {
-		index_remove(path_index(path, b->seg), b);
+		index_remove(pool_index(pool, small), b);
 		if (!whole && !seg_expandable(path, b->seg)) {
 			stats_sub(st->inactive_split, small, 1);
 			stats_sub(st->inactive_split_bytes, small, b->size);
@@ -708,7 +711,8 @@ ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t st
 }
 
 /* b, allocated, freed; on a pool path it is used on no other stream. */
-ALLOC_INLINE int release_block(struct allocator *a, devcache_stats_t *st, struct block *b,
+ALLOC_INLINE int release_block(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			       struct block *b,
 			       enum path path)
 {
 	bool small = seg_small(path, b->seg);
@@ -724,13 +728,13 @@ ALLOC_INLINE int release_block(struct allocator *a, devcache_stats_t *st, struct
 		if (b->uses)
 			return defer_free(a, b);
 	}
-	free_block(a, st, b, path);
+	free_block(a, st, pool, b, path);
 	return 0;
 }
 
 int alloc_release(struct allocator *a, devcache_stats_t *st, struct block *b)
 {
-	return release_block(a, st, b, PATH_ANY);
+	return release_block(a, st, b->seg->pool, b, PATH_ANY);
 }
 
 static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr, const char *what,
@@ -755,8 +759,8 @@ static __attribute__((noinline)) int free_in_pool(struct allocator *a, struct tc
 		table_insert(pool, b);
 	} else if (b && (!b->tc || (b = tcache_claim(b, true)))) {
 		tc->freed_req = b->requested;
-		rc = b->seg->small ? release_block(a, &tc->st, b, PATH_SMALL)
-				   : release_block(a, &tc->st, b, PATH_LARGE);
+		rc = b->seg->small ? release_block(a, &tc->st, pool, b, PATH_SMALL)
+				   : release_block(a, &tc->st, pool, b, PATH_LARGE);
 	}
 	dc_unlock(&pool->lock);
 	if (__builtin_expect(rc == ALLOC_MISSED, 0))
@@ -789,7 +793,7 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr,
 	} else {
 		if (tc || (tc = tcache_new(a)))
 			tc->freed_req = b->requested;
-		rc = release_block(a, &a->stats, b, PATH_ANY);
+		rc = release_block(a, &a->stats, b->seg->pool, b, PATH_ANY);
 	}
 	world_unlock(a);
 	return rc;
