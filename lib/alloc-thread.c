@@ -40,8 +40,8 @@
  *
  * The same struct carries the thread's home pool, whose lock alone its
  * hits take (alloc.c, The locks), and the differences those hits make in
- * the statistics (st), folded into the allocator's by stats_fold() under
- * world_lock: by the thread at each of its calls that takes it, by a read
+ * the statistics (st), folded into the allocator's by tcache_stats_fold()
+ * under world_lock: by the thread at each of its calls that takes it, by a read
  * of the statistics for every thread, and for a thread that has ended at
  * tcache_reap.  The cached block is always in the home pool: the home
  * changes only under world_lock, after the cache is flushed.
@@ -175,20 +175,53 @@ void tcache_fold(struct allocator *a, struct tcache *tc)
 	}
 }
 
+/* The arrays of TS_RUN_*, in that order. */
+#define EACH_RUN_ARRAY(X)                                                                      \
+	X(TS_RUN_ALLOCATION, allocation) X(TS_RUN_ALLOCATED_BYTES, allocated_bytes)           \
+	X(TS_RUN_REQUESTED_BYTES, requested_bytes) X(TS_RUN_INACTIVE_SPLIT, inactive_split)   \
+	X(TS_RUN_INACTIVE_SPLIT_BYTES, inactive_split_bytes)
+
+void tcache_run_start(struct tcache *tc)
+{
+#define RUN_START(i, name)                                                                     \
+	tc->run_peak[i] = tc->st.name[DEVCACHE_POOL_SMALL].peak;                               \
+	tc->st.name[DEVCACHE_POOL_SMALL].peak = tc->st.name[DEVCACHE_POOL_SMALL].current;
+	EACH_RUN_ARRAY(RUN_START)
+#undef RUN_START
+	tc->small_run = true;
+}
+
+void tcache_run_end(struct tcache *tc)
+{
+#define RUN_END(i, name)                                                                       \
+	{                                                                                      \
+		devcache_stat_t *array = tc->st.name;                                          \
+		int64_t all = array[DEVCACHE_POOL_SMALL].peak + array[DEVCACHE_POOL_LARGE].current; \
+                                                                                               \
+		if (all > array[DEVCACHE_POOL_ALL].peak)                                       \
+			array[DEVCACHE_POOL_ALL].peak = all;                                   \
+		if (tc->run_peak[i] > array[DEVCACHE_POOL_SMALL].peak)                         \
+			array[DEVCACHE_POOL_SMALL].peak = tc->run_peak[i];                     \
+	}
+	EACH_RUN_ARRAY(RUN_END)
+#undef RUN_END
+	tc->small_run = false;
+}
+
 void tcache_flush_own(struct allocator *a)
 {
 	struct tcache *tc = tcache_own(a);
 
 	if (tc) {
 		tcache_flush(a, tc);
-		stats_fold(&a->stats, &tc->st);
+		tcache_stats_fold(a, tc);
 	}
 }
 
 void tcache_fold_all(struct allocator *a)
 {
 	for (struct tcache *tc = a->tcaches; tc; tc = tc->next)
-		stats_fold(&a->stats, &tc->st);
+		tcache_stats_fold(a, tc);
 }
 
 void tcache_reap(struct allocator *a)
@@ -198,7 +231,7 @@ void tcache_reap(struct allocator *a)
 	while ((tc = *link))
 		if (__atomic_load_n(&tc->life, __ATOMIC_ACQUIRE) == TC_EXITED) {
 			tcache_flush(a, tc);
-			stats_fold(&a->stats, &tc->st);
+			tcache_stats_fold(a, tc);
 			*link = tc->next;
 			free(tc);
 		} else {
@@ -355,7 +388,7 @@ void tcache_fini(struct allocator *a)
 
 	for (struct tcache *tc = a->tcaches; tc; tc = tc->next) {
 		tcache_flush(a, tc);
-		stats_fold(&a->stats, &tc->st);
+		tcache_stats_fold(a, tc);
 	}
 	if (a->tkey_ok)
 		pthread_key_delete(a->tkey);

@@ -240,6 +240,16 @@ ALLOC_INLINE bool seg_small(enum path path, const struct segment *seg)
 	return path == PATH_ANY ? seg->small : path == PATH_SMALL;
 }
 
+/* stats_add(), on a path: the small one leaves the ALL peak to the end
+ * of its run (struct tcache's small_run). */
+ALLOC_INLINE void path_stats_add(enum path path, devcache_stat_t *array, bool small, uint64_t n)
+{
+	if (path == PATH_SMALL)
+		stat_add(&array[DEVCACHE_POOL_SMALL], n);
+	else
+		stats_add(array, small, n);
+}
+
 ALLOC_INLINE bool seg_expandable(enum path path, const struct segment *seg)
 {
 	return !pool_path(path) && seg->expandable;
@@ -292,8 +302,8 @@ ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct st
 	} else if (!seg_expandable(path, b->seg)) {
 		/* As PyTorch, inactive_split leaves expandable segments out:
 		 * their free pages can always be released. */
-		stats_add(st->inactive_split, seg_small(path, b->seg), 1);
-		stats_add(st->inactive_split_bytes, seg_small(path, b->seg), b->size);
+		path_stats_add(path, st->inactive_split, seg_small(path, b->seg), 1);
+		path_stats_add(path, st->inactive_split_bytes, seg_small(path, b->seg), b->size);
 	}
 }
 
@@ -378,7 +388,7 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 	} else {
 		if (merged == 2)
 			stats_sub(st->inactive_split, small, 1);
-		stats_add(st->inactive_split_bytes, small, size);
+		path_stats_add(path, st->inactive_split_bytes, small, size);
 	}
 	return s;
 }
@@ -501,8 +511,8 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 		index_key_fell(pool_index(pool, small), b);
 		gc_age_start(a, path, b);
 		if (whole) {
-			stats_add(st->inactive_split, small, 1);
-			stats_add(st->inactive_split_bytes, small, b->size);
+			path_stats_add(path, st->inactive_split, small, 1);
+			path_stats_add(path, st->inactive_split_bytes, small, b->size);
 		} else if (!seg_expandable(path, b->seg)) {
 			stats_sub(st->inactive_split_bytes, small, rsize);
 		}
@@ -517,13 +527,13 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 	table_insert(pool, b);
 	b->allocated = true;
 	b->requested = requested;
-	stats_add(st->allocation, small, 1);
-	stats_add(st->allocated_bytes, small, b->size);
+	path_stats_add(path, st->allocation, small, 1);
+	path_stats_add(path, st->allocated_bytes, small, b->size);
 	if (!pool_path(path) && keeps_active(a, st)) {
 		stats_add(st->active, small, 1);
 		stats_add(st->active_bytes, small, b->size);
 	}
-	stats_add(st->requested_bytes, small, requested);
+	path_stats_add(path, st->requested_bytes, small, requested);
 	if (path != PATH_SMALL && b->size >= a->max_split_size)
 		stat_add(&st->oversize_allocations, 1);
 	return 0;
@@ -625,9 +635,15 @@ static __attribute__((noinline)) int alloc_in_pool(struct allocator *a, struct t
 	if (!events_pending(a)) {
 		size_t rsize = hit_round(a, size);
 
-		rc = rsize <= ALLOC_SMALL_SIZE
-		   ? hit_on(a, &tc->st, pool, rsize, size, &hit, ptr_p, PATH_SMALL)
-		   : hit_on(a, &tc->st, pool, rsize, size, &hit, ptr_p, PATH_LARGE);
+		if (rsize <= ALLOC_SMALL_SIZE) {
+			if (!tc->small_run)
+				tcache_run_start(tc);
+			rc = hit_on(a, &tc->st, pool, rsize, size, &hit, ptr_p, PATH_SMALL);
+		} else {
+			if (tc->small_run)
+				tcache_run_end(tc);
+			rc = hit_on(a, &tc->st, pool, rsize, size, &hit, ptr_p, PATH_LARGE);
+		}
 		if (rc == 0 && tc->freed_req == size && tcache_may_record(tc))
 			tcache_record(a, tc, &hit, pool->stream);
 	}
@@ -665,7 +681,7 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t si
 	world_lock(a);
 	if (tc || (tc = tcache_new(a))) {
 		tcache_flush(a, tc);
-		stats_fold(&a->stats, &tc->st);
+		tcache_stats_fold(a, tc);
 	}
 	struct stream_pool *pool = a->last_pool;
 	rc = ALLOC_MISSED;
@@ -759,8 +775,15 @@ static __attribute__((noinline)) int free_in_pool(struct allocator *a, struct tc
 		table_insert(pool, b);
 	} else if (b && (!b->tc || (b = tcache_claim(b, true)))) {
 		tc->freed_req = b->requested;
-		rc = b->seg->small ? release_block(a, &tc->st, pool, b, PATH_SMALL)
-				   : release_block(a, &tc->st, pool, b, PATH_LARGE);
+		if (b->seg->small) {
+			if (!tc->small_run)
+				tcache_run_start(tc);
+			rc = release_block(a, &tc->st, pool, b, PATH_SMALL);
+		} else {
+			if (tc->small_run)
+				tcache_run_end(tc);
+			rc = release_block(a, &tc->st, pool, b, PATH_LARGE);
+		}
 	}
 	dc_unlock(&pool->lock);
 	if (__builtin_expect(rc == ALLOC_MISSED, 0))
@@ -783,7 +806,7 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr,
 	world_lock(a);
 	if (tc) {
 		tcache_flush(a, tc);
-		stats_fold(&a->stats, &tc->st);
+		tcache_stats_fold(a, tc);
 	}
 	struct block *b = tcache_lookup(a, (uintptr_t)ptr, true);
 	if (!b) {

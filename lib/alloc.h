@@ -154,6 +154,9 @@ enum tcache_state { TC_NONE, TC_LIVE, TC_CACHED };
 /* The statistics that undoing and redoing the block move, small pool. */
 enum { TS_ALLOCATION, TS_ALLOCATED_BYTES, TS_ACTIVE, TS_ACTIVE_BYTES, TS_REQUESTED_BYTES,
        TS_INACTIVE_SPLIT, TS_INACTIVE_SPLIT_BYTES, TS_N };
+/* The statistic arrays whose rises the small pool's path makes. */
+enum { TS_RUN_ALLOCATION, TS_RUN_ALLOCATED_BYTES, TS_RUN_REQUESTED_BYTES, TS_RUN_INACTIVE_SPLIT,
+       TS_RUN_INACTIVE_SPLIT_BYTES, TS_RUN_N };
 
 struct tcache {
 	/* Written by the owning thread under the lock, read by it without. */
@@ -192,6 +195,14 @@ struct tcache {
 	 * allocated as differences, peak the highest difference reached.
 	 * Written by the owner under home's lock, folded under world_lock. */
 	devcache_stats_t st;
+	/* A run of the small pool's path: its calls leave the ALL peaks of
+	 * st out, its SMALL peaks (of the TS_RUN_* arrays, which those
+	 * calls raise) are the highest of the run, and run_peak holds what
+	 * they were before it.  The large pool's current figures stay as
+	 * they are meanwhile, so the ALL peak of the run is its SMALL peak
+	 * plus them, made by tcache_run_end() (alloc-thread.c). */
+	bool small_run;
+	int64_t run_peak[TS_RUN_N];
 };
 
 struct allocator {
@@ -604,6 +615,16 @@ static inline void tcache_flush(struct allocator *a, struct tcache *tc)
 		return;
 	}
 	tcache_fold(a, tc);
+}
+/* A run of the small pool's path begins, or ends (tcache's small_run). */
+void tcache_run_start(struct tcache *tc);
+void tcache_run_end(struct tcache *tc);
+/* Under world_lock: tc's differences folded into the allocator's. */
+static inline void tcache_stats_fold(struct allocator *a, struct tcache *tc)
+{
+	if (tc->small_run)
+		tcache_run_end(tc);
+	stats_fold(&a->stats, &tc->st);
 }
 /* Under world_lock: this thread's cache flushed and its statistics
  * folded into the allocator's. */

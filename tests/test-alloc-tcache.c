@@ -82,9 +82,10 @@ struct seen {
 };
 
 /* The calls thread caches serve (a block freed and the same size asked
- * for again) among others, the same for every run; the number of them
+ * for again) among others, the same for every run, the statistics read
+ * after every `every` steps (seen's others are zero); the number of them
  * served without the lock. */
-static uint64_t run(const char *options, struct seen *seen)
+static uint64_t run(const char *options, struct seen *seen, size_t every)
 {
 	static const size_t sizes[] = {512,	  4096,	      4096,	  4096,	     6000,
 				       65536,	  700 * 1024, MiB,	  3 * MiB,   12 * MiB};
@@ -148,6 +149,8 @@ static uint64_t run(const char *options, struct seen *seen)
 		default:
 			break;
 		}
+		if (step % every != every - 1)
+			continue;
 		seen[step].stats = fx_stats(&f);
 		const char *why = reset ? NULL : check_stats(&seen[step].stats);
 		if (why)
@@ -168,8 +171,8 @@ static void same_as_locked(void **state)
 
 	(void)state;
 	assert_true(on && off);
-	uint64_t redone = run("thread_cache:true", on);
-	assert_int_equal(run("thread_cache:false", off), 0);
+	uint64_t redone = run("thread_cache:true", on, 1);
+	assert_int_equal(run("thread_cache:false", off, 1), 0);
 	for (size_t step = 0; step < STEPS; step++) {
 		if (on[step].place != off[step].place)
 			fail_msg("step %zu: offset %" PRIu64 " with thread caches, %" PRIu64
@@ -180,6 +183,72 @@ static void same_as_locked(void **state)
 	assert_true(redone > STEPS / 10);
 	free(on);
 	free(off);
+}
+
+/* The same with the statistics read only now and then: a thread's
+ * differences, folded then, hold many calls of both pools, their peaks
+ * among them (alloc.c's small pool path leaves the ALL peaks to the end
+ * of its run, struct tcache's small_run). */
+static void same_peaks_between_reads(void **state)
+{
+	struct seen *on = calloc(STEPS, sizeof *on), *off = calloc(STEPS, sizeof *off);
+
+	(void)state;
+	assert_true(on && off);
+	for (size_t every = 7; every <= 1000; every *= 11) {
+		memset(on, 0, STEPS * sizeof *on);
+		memset(off, 0, STEPS * sizeof *off);
+		run("thread_cache:true", on, every);
+		run("thread_cache:false", off, every);
+		for (size_t step = every - 1; step < STEPS; step += every)
+			assert_same_stats(&on[step].stats, &off[step].stats, step);
+	}
+	free(on);
+	free(off);
+}
+
+/* Small and large hits of one thread between two reads, on its pool
+ * alone: the peaks of ALL count the large blocks held while the small
+ * ones rose, after the small ones or before them, as without thread
+ * caches. */
+static devcache_stats_t mixed_pools(const char *options, bool large_first)
+{
+	struct fx f;
+
+	fx_open(&f, "good:0", options);
+	/* Segments of both pools, and peaks from now on. */
+	void *w[3] = {fx_alloc(&f, 4 * MiB, NULL), fx_alloc(&f, 64 * 1024, NULL),
+		      fx_alloc(&f, 128 * 1024, NULL)};
+	for (int i = 0; i < 3; i++)
+		fx_free(&f, w[i]);
+	assert_int_equal(devcache_reset_peak(f.dev), 0);
+	fx_stats(&f);
+	uint64_t locks = f.a->world_locks;
+	void *l = large_first ? fx_alloc(&f, 4 * MiB, NULL) : NULL;
+	void *s1 = fx_alloc(&f, 64 * 1024, NULL), *s2 = fx_alloc(&f, 128 * 1024, NULL);
+	if (!large_first)
+		l = fx_alloc(&f, 4 * MiB, NULL);
+	fx_free(&f, s1);
+	fx_free(&f, l);
+	fx_free(&f, s2);
+	if (strcmp(options, "thread_cache:true") == 0)
+		assert_int_equal(f.a->world_locks, locks); /* each a pool path's */
+	devcache_stats_t st = fx_stats(&f);
+	devcache_close(f.ctx);
+	return st;
+}
+
+static void all_peak_across_pools(void **state)
+{
+	(void)state;
+	for (int large_first = 0; large_first < 2; large_first++) {
+		devcache_stats_t on = mixed_pools("thread_cache:true", large_first);
+		devcache_stats_t off = mixed_pools("thread_cache:false", large_first);
+
+		assert_int_equal(on.allocated_bytes[DEVCACHE_POOL_ALL].peak,
+				 (int64_t)(4 * MiB + 192 * 1024));
+		assert_same_stats(&on, &off, (size_t)large_first);
+	}
 }
 
 /* A free, the same request: the same block, without the lock; what the
@@ -526,7 +595,8 @@ static void off_where_more_decides(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(same_as_locked), cmocka_unit_test(redo_is_counted),
+		cmocka_unit_test(same_as_locked), cmocka_unit_test(same_peaks_between_reads),
+		cmocka_unit_test(all_peak_across_pools), cmocka_unit_test(redo_is_counted),
 		cmocka_unit_test(double_free),	  cmocka_unit_test(other_threads),
 		cmocka_unit_test(other_thread_changes_pool),
 		cmocka_unit_test(stats_after_another_thread_changed_the_pool),
