@@ -420,10 +420,12 @@ static inline void index_key_rose(struct free_index *ix, struct block *b)
  * allocation inline. */
 int table_grow(struct stream_pool *p);
 
-/* An address's home slot; blocks are at least 512 bytes apart. */
+/* An address's home slot; blocks are at least 512 bytes apart.  Bits 29
+ * and up of addr times the golden ratio: for a multiple of 512, bits 20
+ * and up of (addr >> 9) times it (up to 2^35 slots), without the shift. */
 static inline size_t table_home(const struct stream_pool *p, uintptr_t addr)
 {
-	return (size_t)(((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull >> 20) & (p->table_cap - 1);
+	return (size_t)((uint64_t)addr * 0x9E3779B97F4A7C15ull >> 29) & (p->table_cap - 1);
 }
 
 /* Room for one more entry: 0, or DEVCACHE_ENOMEM. */

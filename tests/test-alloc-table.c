@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* test-alloc-table.c - the allocated blocks' address table: its hash, and insert and take with probe chains that collide. */
+#include "config.h"
+
+#include "tap.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+
+/* The home slot as it was first written: bits 20 and up of the address
+ * over 512 times the golden ratio.  table_home() saves a shift and must
+ * give the same slots for every block address (a multiple of 512). */
+static size_t old_home(size_t cap, uintptr_t addr)
+{
+	return (size_t)(((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+}
+
+static void home_is_the_old_hash(void **state)
+{
+	struct stream_pool p;
+	unsigned seed = 1;
+
+	(void)state;
+	memset(&p, 0, sizeof p);
+	for (size_t cap = 1024; cap <= (size_t)1 << 30; cap *= 2) {
+		p.table_cap = cap;
+		for (int i = 0; i < 10000; i++) {
+			uint64_t r = (uint64_t)rand_r(&seed) << 31 ^ (uint64_t)rand_r(&seed) << 9;
+			uintptr_t addr = (uintptr_t)(r & (((uint64_t)1 << 57) - 512));
+
+			assert_int_equal(table_home(&p, addr), old_home(cap, addr));
+		}
+	}
+}
+
+/* Blocks whose home slots collide, inserted and taken in a shuffled
+ * order: each is found until taken, never after. */
+static void take_keeps_chains_whole(void **state)
+{
+	enum { N = 400 };
+	struct stream_pool p;
+	static struct block b[N];
+	int order[N];
+	unsigned seed = 3;
+
+	(void)state;
+	memset(&p, 0, sizeof p);
+	for (int i = 0; i < N; i++) {
+		/* Two in three in a few home slots' chains. */
+		b[i].addr = (uintptr_t)(i % 3 ? (i % 7) << 24 : i) * 512 + ((uintptr_t)i << 40);
+		assert_int_equal(table_reserve(&p), 0);
+		table_insert(&p, &b[i]);
+		order[i] = i;
+	}
+	for (int i = N - 1; i > 0; i--) {
+		int j = rand_r(&seed) % (i + 1), t = order[i];
+
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (int k = 0; k < N; k++) {
+		assert_ptr_equal(table_take(&p, b[order[k]].addr), &b[order[k]]);
+		assert_null(table_find(&p, b[order[k]].addr));
+		for (int m = k + 1; m < N; m++)
+			assert_ptr_equal(table_find(&p, b[order[m]].addr), &b[order[m]]);
+	}
+	assert_int_equal(p.table_used, 0);
+	free(p.table);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(home_is_the_old_hash),
+		cmocka_unit_test(take_keeps_chains_whole),
+	};
+
+	return RUN_TAP(tests);
+}
