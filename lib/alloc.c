@@ -330,6 +330,17 @@ void take_free(struct allocator *a, struct block *b)
 	note_taken(&a->stats, b);
 }
 
+/* A merged block's struct back to the spares: on a pool path it has no
+ * stream uses to free (free_in_pool() leaves such a block to the locked
+ * path, and a free block has none: defer_free() took them). */
+ALLOC_INLINE void block_retire(struct stream_pool *pool, struct block *b, enum path path)
+{
+	if (pool_path(path))
+		block_put(pool, b);
+	else
+		block_delete(pool, b);
+}
+
 /* A free's merge: the first free neighbour (the one before, else the one
  * after) absorbs b and the other one, and stays in the index, its key
  * larger, which mostly leaves it where it is; it is returned, and b's
@@ -366,14 +377,14 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 		n->size += b->size;
 	}
 	DL_REMOVE(b->seg->first, b, prev, next);
-	block_delete(pool, b);
+	block_retire(pool, b, path);
 	if (p && n) {
 		index_remove(ix, n);
 		absorbed += n->size;
 		merged = 2;
 		p->size += n->size;
 		DL_REMOVE(n->seg->first, n, prev, next);
-		block_delete(pool, n);
+		block_retire(pool, n, path);
 	}
 	index_key_rose(ix, s);
 	gc_age_start(a, path, s);
