@@ -638,7 +638,7 @@ static __attribute__((noinline)) int alloc_in_pool(struct allocator *a, struct t
 						   void **ptr_p)
 {
 	struct stream_pool *pool = tc->home;
-	struct hit hit = { 0 };
+	struct hit hit; /* read only after a hit, which sets it all */
 	int rc = ALLOC_MISSED;
 
 	dc_lock(&pool->lock);
