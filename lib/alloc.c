@@ -293,8 +293,7 @@ ALLOC_INLINE void idle_push(struct stream_pool *pool, struct block *b)
  * st: the statistics the call keeps (the allocator's, or its thread's,
  * alloc-thread.c). */
 ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
-			   struct block *b,
-			   enum path path)
+			   struct block *b, enum path path)
 {
 	gc_age_start(a, path, b);
 	if (is_whole(path, b)) {
@@ -424,8 +423,7 @@ ALLOC_INLINE bool keeps_active(const struct allocator *a, const devcache_stats_t
 
 /* Return a freed block to its pool, merging it with free neighbours. */
 ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
-			    struct block *b,
-			    enum path path)
+			    struct block *b, enum path path)
 {
 	bool small = seg_small(path, b->seg);
 
@@ -739,8 +737,7 @@ ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t st
 
 /* b, allocated, freed; on a pool path it is used on no other stream. */
 ALLOC_INLINE int release_block(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
-			       struct block *b,
-			       enum path path)
+			       struct block *b, enum path path)
 {
 	bool small = seg_small(path, b->seg);
 
