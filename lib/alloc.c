@@ -291,12 +291,13 @@ ALLOC_INLINE void idle_push(struct stream_pool *pool, struct block *b)
 
 /* The bookkeeping of a block entering the free set, apart from the index;
  * st: the statistics the call keeps (the allocator's, or its thread's,
- * alloc-thread.c). */
-ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
-			   struct block *b, enum path path)
+ * alloc-thread.c); whole: b is a whole segment, which a caller that has
+ * read b's neighbours knows. */
+ALLOC_INLINE void note_free_as(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			      struct block *b, enum path path, bool whole)
 {
 	gc_age_start(a, path, b);
-	if (is_whole(path, b)) {
+	if (whole && !seg_expandable(path, b->seg)) {
 		idle_push(pool, b);
 	} else if (!seg_expandable(path, b->seg)) {
 		/* As PyTorch, inactive_split leaves expandable segments out:
@@ -304,6 +305,12 @@ ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct st
 		path_stats_add(path, st->inactive_split, seg_small(path, b->seg), 1);
 		path_stats_add(path, st->inactive_split_bytes, seg_small(path, b->seg), b->size);
 	}
+}
+
+ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			   struct block *b, enum path path)
+{
+	note_free_as(a, st, pool, b, path, !b->prev && !b->next);
 }
 
 /* And of one leaving it, before its neighbours or size change. */
@@ -351,47 +358,71 @@ ALLOC_INLINE void block_retire(struct stream_pool *pool, struct block *b, enum p
  * split block and its bytes fewer, and the result, unless it is a whole
  * segment now, one more with its bytes; so a block freed between free
  * neighbours adds its own bytes and nothing else to the accumulated
- * figures.  (The neighbours of a block are never whole segments.) */
+ * figures.  (The neighbours of a block are never whole segments.)
+ *
+ * b's neighbours are read once, and each case relinks the address list
+ * itself: the one that absorbs b knows which links change, and whether
+ * the result is a whole segment follows from the neighbours it saw.  The
+ * structs given back keep their stale links, which block_take() or its
+ * lean caller writes before anything reads them. */
 ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_stats_t *st,
 					       struct stream_pool *pool,
 					       struct block *b, enum path path)
 {
-	struct free_index *ix = pool_index(pool, seg_small(path, b->seg));
-	struct block *p = b->prev && b->prev->is_free ? b->prev : NULL;
-	struct block *n = b->next && b->next->is_free ? b->next : NULL;
-	struct block *s = p ? p : n;
+	struct segment *seg = b->seg;
+	struct free_index *ix = pool_index(pool, seg_small(path, seg));
+	struct block *bp = b->prev, *bn = b->next;
+	bool pf = bp && bp->is_free, nf = bn && bn->is_free;
 
-	if (!s) {
+	if (!pf && !nf) {
 		index_insert(ix, b);
-		note_free(a, st, pool, b, path);
+		note_free_as(a, st, pool, b, path, !bp && !bn);
 		return b;
 	}
-	uint64_t size = b->size, absorbed = s->size;
+	struct block *s, *before, *after; /* s's neighbours once merged */
+	uint64_t size = b->size, absorbed;
 	unsigned merged = 1;
 
-	if (p) {
-		p->size += b->size;
+	if (pf) {
+		uint64_t grown = size;
+
+		s = bp;
+		absorbed = bp->size;
+		before = bp->prev;
+		after = bn;
+		if (nf) {
+			index_remove(ix, bn);
+			absorbed += bn->size;
+			grown += bn->size;
+			merged = 2;
+			after = bn->next;
+			block_retire(pool, bn, path);
+		}
+		bp->size += grown;
+		bp->next = after;
+		if (after)
+			after->prev = bp;
 	} else {
-		n->addr = b->addr;
-		n->size += b->size;
+		s = bn;
+		absorbed = bn->size;
+		before = bp;
+		after = bn->next;
+		bn->addr = b->addr;
+		bn->size += size;
+		bn->prev = bp;
+		if (bp)
+			bp->next = bn;
+		else
+			seg->first = bn;
 	}
-	DL_REMOVE(b->seg->first, b, prev, next);
 	block_retire(pool, b, path);
-	if (p && n) {
-		index_remove(ix, n);
-		absorbed += n->size;
-		merged = 2;
-		p->size += n->size;
-		DL_REMOVE(n->seg->first, n, prev, next);
-		block_retire(pool, n, path);
-	}
 	index_key_rose(ix, s);
 	gc_age_start(a, path, s);
-	if (seg_expandable(path, s->seg))
+	if (seg_expandable(path, seg))
 		return s;
-	bool small = seg_small(path, s->seg);
+	bool small = seg_small(path, seg);
 
-	if (is_whole(path, s)) {
+	if (!before && !after) {
 		idle_push(pool, s);
 		stats_sub(st->inactive_split, small, merged);
 		stats_sub(st->inactive_split_bytes, small, absorbed);
