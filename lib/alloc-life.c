@@ -145,7 +145,7 @@ void allocator_destroy(struct allocator *a)
 		process_events(a, true);
 	size_t live = 0;
 	for (size_t i = 0; i < a->n_pools; i++)
-		live += a->pools[i]->table_used;
+		live += table_count(a->pools[i]);
 	if (live)
 		log_msg(&a->dev->ctx->log, DEVCACHE_LOG_WARNING,
 			P_("%s: %zu block still allocated when the context closed",

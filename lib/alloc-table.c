@@ -6,13 +6,14 @@
 
 int table_grow(struct stream_pool *p)
 {
-	size_t old_cap = p->table_cap, cap = old_cap ? old_cap * 2 : 1024;
+	size_t old_cap = p->table_mask ? p->table_mask + 1 : 0, cap = old_cap ? old_cap * 2 : 1024;
 	struct block **old = p->table, **t = calloc(cap, sizeof *t);
 
 	if (!t)
 		return DEVCACHE_ENOMEM;
 	p->table = t;
-	p->table_cap = cap;
+	p->table_room += cap / 2 - old_cap / 2;
+	p->table_mask = cap - 1;
 	for (size_t i = 0; i < old_cap; i++)
 		if (old[i]) {
 			size_t s = table_home(p, old[i]->addr);
@@ -27,7 +28,7 @@ int table_grow(struct stream_pool *p)
 
 struct block *table_find(const struct stream_pool *p, uintptr_t addr)
 {
-	return p->table_cap ? p->table[table_slot(p, addr)] : NULL;
+	return p->table_mask ? p->table[table_slot(p, addr)] : NULL;
 }
 
 struct block *alloc_find(struct allocator *a, uintptr_t addr, bool take,

@@ -120,9 +120,13 @@ struct stream_pool {
 	unsigned index; /* 0 for the default stream, then in order of first use */
 	struct free_index small, large;
 	struct segment *expandable[2]; /* [small]: with expandable_segments, a list */
-	/* Allocated blocks by address: open addressing (alloc-table.c). */
+	/* Allocated blocks by address: open addressing (alloc-table.c).
+	 * table_mask is the slot count less one, 0 while there is no
+	 * table; table_room the inserts left before it must grow (the load
+	 * at most one half): each is what the hot path tests, and
+	 * table_count() says how many blocks it holds. */
 	struct block **table;
-	size_t table_cap, table_used;
+	size_t table_mask, table_room;
 	struct block *idle_head, *idle_tail; /* whole free segments, oldest first */
 	struct spares spares;
 } __attribute__((aligned(64))); /* cache lines of its own: each stream's hits write it */
@@ -425,13 +429,19 @@ int table_grow(struct stream_pool *p);
  * and up of (addr >> 9) times it (up to 2^35 slots), without the shift. */
 static inline size_t table_home(const struct stream_pool *p, uintptr_t addr)
 {
-	return (size_t)((uint64_t)addr * 0x9E3779B97F4A7C15ull >> 29) & (p->table_cap - 1);
+	return (size_t)((uint64_t)addr * 0x9E3779B97F4A7C15ull >> 29) & p->table_mask;
+}
+
+/* The blocks in the table. */
+static inline size_t table_count(const struct stream_pool *p)
+{
+	return (p->table_mask + 1) / 2 - p->table_room;
 }
 
 /* Room for one more entry: 0, or DEVCACHE_ENOMEM. */
 static inline int table_reserve(struct stream_pool *p)
 {
-	return 2 * (p->table_used + 1) > p->table_cap ? table_grow(p) : 0;
+	return p->table_room ? 0 : table_grow(p);
 }
 
 /* Insert b, after table_reserve() made room: it cannot fail. */
@@ -440,14 +450,14 @@ static inline void table_insert(struct stream_pool *p, struct block *b)
 	size_t s = table_home(p, b->addr);
 
 	while (p->table[s])
-		s = (s + 1) & (p->table_cap - 1);
+		s = (s + 1) & p->table_mask;
 	p->table[s] = b;
-	p->table_used++;
+	p->table_room--;
 }
 /* The slot of addr's block, or the empty slot that ends its probe chain. */
 static inline size_t table_slot(const struct stream_pool *p, uintptr_t addr)
 {
-	size_t mask = p->table_cap - 1, s = table_home(p, addr);
+	size_t mask = p->table_mask, s = table_home(p, addr);
 
 	while (p->table[s] && p->table[s]->addr != addr)
 		s = (s + 1) & mask;
@@ -462,9 +472,9 @@ struct block *table_find(const struct stream_pool *p, uintptr_t addr);
  * slot lies cyclically between the hole and itself. */
 static inline struct block *table_take(struct stream_pool *p, uintptr_t addr)
 {
-	if (!p->table_cap)
+	if (!p->table_mask)
 		return NULL;
-	size_t mask = p->table_cap - 1, hole = table_slot(p, addr);
+	size_t mask = p->table_mask, hole = table_slot(p, addr);
 	struct block *found = p->table[hole];
 
 	if (!found)
@@ -480,7 +490,7 @@ static inline struct block *table_take(struct stream_pool *p, uintptr_t addr)
 		p->table[j] = NULL;
 		hole = j;
 	}
-	p->table_used--;
+	p->table_room++;
 	return found;
 }
 /* The block at addr in any pool, and its pool in *pool_p; with take, it

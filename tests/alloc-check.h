@@ -351,13 +351,13 @@ static inline void check_lists(struct check_walk *w, const struct allocator *a)
 		const struct stream_pool *p = a->pools[i];
 		size_t used = 0;
 
-		for (size_t k = 0; k < p->table_cap; k++)
+		for (size_t k = 0; p->table_mask && k <= p->table_mask; k++)
 			if (p->table[k]) {
 				assert_true(p->table[k]->seg->pool == p);
 				check_push(&in_table, p->table[k]);
 				used++;
 			}
-		assert_int_equal(used, p->table_used);
+		assert_int_equal(used, table_count(p));
 	}
 	for (size_t i = 0; i < w->allocated.n; i++)
 		check_push(&allocated, w->allocated.v[i]);

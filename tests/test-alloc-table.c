@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* test-alloc-table.c - the allocated blocks' address table: its hash, and insert and take with probe chains that collide. */
+/* test-alloc-table.c - the allocated blocks' address table: its hash, insert and take with probe chains that collide, growth. */
 #include "config.h"
 
 #include "tap.h"
@@ -25,7 +25,7 @@ static void home_is_the_old_hash(void **state)
 	(void)state;
 	memset(&p, 0, sizeof p);
 	for (size_t cap = 1024; cap <= (size_t)1 << 30; cap *= 2) {
-		p.table_cap = cap;
+		p.table_mask = cap - 1;
 		for (int i = 0; i < 10000; i++) {
 			uint64_t r = (uint64_t)rand_r(&seed) << 31 ^ (uint64_t)rand_r(&seed) << 9;
 			uintptr_t addr = (uintptr_t)(r & (((uint64_t)1 << 57) - 512));
@@ -66,7 +66,40 @@ static void take_keeps_chains_whole(void **state)
 		for (int m = k + 1; m < N; m++)
 			assert_ptr_equal(table_find(&p, b[order[m]].addr), &b[order[m]]);
 	}
-	assert_int_equal(p.table_used, 0);
+	assert_int_equal(table_count(&p), 0);
+	free(p.table);
+}
+
+/* Past half full the table doubles, twice here: table_reserve() grows
+ * it exactly when the next insert would pass one half, every block is
+ * found after each growth, and table_count() follows the inserts. */
+static void grows_at_half_load(void **state)
+{
+	enum { N = 2100 };
+	struct stream_pool p;
+	static struct block b[N];
+
+	(void)state;
+	memset(&p, 0, sizeof p);
+	assert_null(table_find(&p, 512));
+	assert_null(table_take(&p, 512));
+	for (int i = 0; i < N; i++) {
+		size_t cap = p.table_mask ? p.table_mask + 1 : 0;
+
+		b[i].addr = (uintptr_t)(i + 1) * 512 * 3;
+		assert_int_equal(table_reserve(&p), 0);
+		assert_int_equal(p.table_mask + 1, 2 * (size_t)i + 2 > cap ? (cap ? 2 * cap : 1024) : cap);
+		table_insert(&p, &b[i]);
+		assert_int_equal(table_count(&p), i + 1);
+	}
+	assert_int_equal(p.table_mask + 1, 8192);
+	for (int i = 0; i < N; i++)
+		assert_ptr_equal(table_find(&p, b[i].addr), &b[i]);
+	for (int i = 0; i < N; i += 2)
+		assert_ptr_equal(table_take(&p, b[i].addr), &b[i]);
+	assert_int_equal(table_count(&p), N / 2);
+	for (int i = 0; i < N; i++)
+		assert_ptr_equal(table_find(&p, b[i].addr), i % 2 ? &b[i] : NULL);
 	free(p.table);
 }
 
@@ -75,6 +108,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(home_is_the_old_hash),
 		cmocka_unit_test(take_keeps_chains_whole),
+		cmocka_unit_test(grows_at_half_load),
 	};
 
 	return RUN_TAP(tests);
