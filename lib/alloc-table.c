@@ -6,21 +6,22 @@
 
 int table_grow(struct stream_pool *p)
 {
-	size_t old_cap = p->table_mask ? p->table_mask + 1 : 0, cap = old_cap ? old_cap * 2 : 1024;
-	struct block **old = p->table, **t = calloc(cap, sizeof *t);
+	size_t old_homes = p->table_mask ? p->table_mask + 1 : 0, old_slots = table_slots(p);
+	size_t homes = old_homes ? old_homes * 2 : 1024;
+	struct block **old = p->table, **t = calloc(homes + homes / 2, sizeof *t);
 
 	if (!t)
 		return DEVCACHE_ENOMEM;
 	p->table = t;
-	p->table_room += cap / 2 - old_cap / 2;
-	p->table_mask = cap - 1;
-	for (size_t i = 0; i < old_cap; i++)
+	p->table_room += homes / 2 - old_homes / 2;
+	p->table_mask = homes - 1;
+	for (size_t i = 0; i < old_slots; i++)
 		if (old[i]) {
-			size_t s = table_home(p, old[i]->addr);
+			struct block **s = t + table_home(p, old[i]->addr);
 
-			while (t[s])
-				s = (s + 1) & (cap - 1);
-			t[s] = old[i];
+			while (*s)
+				s++;
+			*s = old[i];
 		}
 	free(old);
 	return 0;
@@ -28,7 +29,7 @@ int table_grow(struct stream_pool *p)
 
 struct block *table_find(const struct stream_pool *p, uintptr_t addr)
 {
-	return p->table_mask ? p->table[table_slot(p, addr)] : NULL;
+	return p->table_mask ? *table_slot(p, addr) : NULL;
 }
 
 struct block *alloc_find(struct allocator *a, uintptr_t addr, bool take,

@@ -121,10 +121,10 @@ struct stream_pool {
 	struct free_index small, large;
 	struct segment *expandable[2]; /* [small]: with expandable_segments, a list */
 	/* Allocated blocks by address: open addressing (alloc-table.c).
-	 * table_mask is the slot count less one, 0 while there is no
-	 * table; table_room the inserts left before it must grow (the load
-	 * at most one half): each is what the hot path tests, and
-	 * table_count() says how many blocks it holds. */
+	 * table_mask is the home slots' count less one, 0 while there is
+	 * no table; table_room the inserts left before it must grow (at
+	 * most one block for two home slots): each is what the hot path
+	 * tests, and table_count() says how many blocks it holds. */
 	struct block **table;
 	size_t table_mask, table_room;
 	struct block *idle_head, *idle_tail; /* whole free segments, oldest first */
@@ -421,7 +421,14 @@ static inline void index_key_rose(struct free_index *ix, struct block *b)
 }
 
 /* alloc-table.c: allocated blocks by address; the calls of every
- * allocation inline. */
+ * allocation inline.
+ *
+ * Linear probing that never wraps: a block's home is one of the first
+ * table_mask + 1 slots, and its probe chain runs on past the last home
+ * into half as many slots again.  As the table holds at most one block
+ * for two home slots, a chain from any home meets an empty slot before
+ * the table's end: no probe step masks its index, and a take's backward
+ * shift compares homes as plain numbers. */
 int table_grow(struct stream_pool *p);
 
 /* An address's home slot; blocks are at least 512 bytes apart.  Bits 29
@@ -430,6 +437,14 @@ int table_grow(struct stream_pool *p);
 static inline size_t table_home(const struct stream_pool *p, uintptr_t addr)
 {
 	return (size_t)((uint64_t)addr * 0x9E3779B97F4A7C15ull >> 29) & p->table_mask;
+}
+
+/* The table's slots: its homes and the chains' overflow after them. */
+static inline size_t table_slots(const struct stream_pool *p)
+{
+	size_t homes = p->table_mask ? p->table_mask + 1 : 0;
+
+	return homes + homes / 2;
 }
 
 /* The blocks in the table. */
@@ -447,20 +462,20 @@ static inline int table_reserve(struct stream_pool *p)
 /* Insert b, after table_reserve() made room: it cannot fail. */
 static inline void table_insert(struct stream_pool *p, struct block *b)
 {
-	size_t s = table_home(p, b->addr);
+	struct block **s = p->table + table_home(p, b->addr);
 
-	while (p->table[s])
-		s = (s + 1) & p->table_mask;
-	p->table[s] = b;
+	while (*s)
+		s++;
+	*s = b;
 	p->table_room--;
 }
 /* The slot of addr's block, or the empty slot that ends its probe chain. */
-static inline size_t table_slot(const struct stream_pool *p, uintptr_t addr)
+static inline struct block **table_slot(const struct stream_pool *p, uintptr_t addr)
 {
-	size_t mask = p->table_mask, s = table_home(p, addr);
+	struct block **s = p->table + table_home(p, addr);
 
-	while (p->table[s] && p->table[s]->addr != addr)
-		s = (s + 1) & mask;
+	while (*s && (*s)->addr != addr)
+		s++;
 	return s;
 }
 
@@ -469,25 +484,21 @@ struct block *table_find(const struct stream_pool *p, uintptr_t addr);
 /* Remove and return the block at addr, or NULL: inline, as every free
  * takes one.  Backward-shift deletion keeps probe chains whole without
  * tombstones: each following entry moves into the hole unless its home
- * slot lies cyclically between the hole and itself. */
+ * lies after the hole. */
 static inline struct block *table_take(struct stream_pool *p, uintptr_t addr)
 {
 	if (!p->table_mask)
 		return NULL;
-	size_t mask = p->table_mask, hole = table_slot(p, addr);
-	struct block *found = p->table[hole];
+	struct block **hole = table_slot(p, addr), *found = *hole;
 
 	if (!found)
 		return NULL;
-	p->table[hole] = NULL;
-	for (size_t j = (hole + 1) & mask; p->table[j]; j = (j + 1) & mask) {
-		size_t home = table_home(p, p->table[j]->addr);
-		bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-
-		if (stays)
+	*hole = NULL;
+	for (struct block **j = hole + 1; *j; j++) {
+		if (table_home(p, (*j)->addr) > (size_t)(hole - p->table))
 			continue;
-		p->table[hole] = p->table[j];
-		p->table[j] = NULL;
+		*hole = *j;
+		*j = NULL;
 		hole = j;
 	}
 	p->table_room++;

@@ -351,7 +351,7 @@ static inline void check_lists(struct check_walk *w, const struct allocator *a)
 		const struct stream_pool *p = a->pools[i];
 		size_t used = 0;
 
-		for (size_t k = 0; p->table_mask && k <= p->table_mask; k++)
+		for (size_t k = 0; k < table_slots(p); k++)
 			if (p->table[k]) {
 				assert_true(p->table[k]->seg->pool == p);
 				check_push(&in_table, p->table[k]);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* test-alloc-table.c - the allocated blocks' address table: its hash, insert and take with probe chains that collide, growth. */
+/* test-alloc-table.c - the allocated blocks' address table: its hash, insert and take with probe chains that collide or overflow, growth. */
 #include "config.h"
 
 #include "tap.h"
@@ -103,12 +103,56 @@ static void grows_at_half_load(void **state)
 	free(p.table);
 }
 
+/* Chains from the last home slots run past them into the overflow: a
+ * table half full of blocks whose homes are its last few slots, whose
+ * chains reach the table's last slots, finds and takes them all. */
+static void chains_past_the_last_home(void **state)
+{
+	enum { N = 512 };
+	struct stream_pool p;
+	static struct block b[N];
+	int order[N], n = 0;
+	unsigned seed = 5;
+
+	(void)state;
+	memset(&p, 0, sizeof p);
+	assert_int_equal(table_reserve(&p), 0);
+	assert_int_equal(p.table_mask, 1023);
+	for (uintptr_t addr = 512; n < N; addr += 512)
+		if (table_home(&p, addr) >= 1020)
+			b[n++].addr = addr;
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(table_reserve(&p), 0);
+		table_insert(&p, &b[i]);
+		order[i] = i;
+	}
+	assert_int_equal(p.table_mask, 1023);
+	assert_int_equal(table_slots(&p), 1536);
+	assert_non_null(p.table[1020 + N - 1]);
+	for (int i = N - 1; i > 0; i--) {
+		int j = rand_r(&seed) % (i + 1), t = order[i];
+
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (int k = 0; k < N; k++) {
+		assert_ptr_equal(table_take(&p, b[order[k]].addr), &b[order[k]]);
+		assert_null(table_find(&p, b[order[k]].addr));
+		for (int m = k + 1; m < N; m++)
+			assert_ptr_equal(table_find(&p, b[order[m]].addr), &b[order[m]]);
+	}
+	for (size_t s = 0; s < table_slots(&p); s++)
+		assert_null(p.table[s]);
+	free(p.table);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(home_is_the_old_hash),
 		cmocka_unit_test(take_keeps_chains_whole),
 		cmocka_unit_test(grows_at_half_load),
+		cmocka_unit_test(chains_past_the_last_home),
 	};
 
 	return RUN_TAP(tests);
