@@ -375,6 +375,9 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 	bool pf = bp && bp->is_free, nf = bn && bn->is_free;
 
 	if (!pf && !nf) {
+		/* Its request is over; a merged struct's is written when it
+		 * is handed out again. */
+		b->requested = 0;
 		index_insert(ix, b);
 		note_free_as(a, st, pool, b, path, !bp && !bn);
 		return b;
@@ -465,7 +468,6 @@ ALLOC_INLINE void free_block(struct allocator *a, devcache_stats_t *st, struct s
 		stats_sub(st->active_bytes, small, b->size);
 	}
 	stats_sub(st->requested_bytes, small, b->requested);
-	b->requested = 0;
 	b = merge_into_neighbour(a, st, pool, b, path);
 	/* Pass-through (caching off): straight back to the driver. */
 	if (!pool_path(path) && !a->caching && whole_segment(b))
