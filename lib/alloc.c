@@ -291,10 +291,10 @@ ALLOC_INLINE void idle_push(struct stream_pool *pool, struct block *b)
 
 /* The bookkeeping of a block entering the free set, apart from the index;
  * st: the statistics the call keeps (the allocator's, or its thread's,
- * alloc-thread.c); whole: b is a whole segment, which a caller that has
- * read b's neighbours knows. */
+ * alloc-thread.c); whole: b is a whole segment, and size: b's size,
+ * which a caller that has read them knows. */
 ALLOC_INLINE void note_free_as(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
-			      struct block *b, enum path path, bool whole)
+			      struct block *b, enum path path, bool whole, uint64_t size)
 {
 	gc_age_start(a, path, b);
 	if (whole && !seg_expandable(path, b->seg)) {
@@ -303,14 +303,14 @@ ALLOC_INLINE void note_free_as(struct allocator *a, devcache_stats_t *st, struct
 		/* As PyTorch, inactive_split leaves expandable segments out:
 		 * their free pages can always be released. */
 		path_stats_add(path, st->inactive_split, seg_small(path, b->seg), 1);
-		path_stats_add(path, st->inactive_split_bytes, seg_small(path, b->seg), b->size);
+		path_stats_add(path, st->inactive_split_bytes, seg_small(path, b->seg), size);
 	}
 }
 
 ALLOC_INLINE void note_free(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
 			   struct block *b, enum path path)
 {
-	note_free_as(a, st, pool, b, path, !b->prev && !b->next);
+	note_free_as(a, st, pool, b, path, !b->prev && !b->next, b->size);
 }
 
 /* And of one leaving it, before its neighbours or size change. */
@@ -373,17 +373,18 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 	struct free_index *ix = pool_index(pool, seg_small(path, seg));
 	struct block *bp = b->prev, *bn = b->next;
 	bool pf = bp && bp->is_free, nf = bn && bn->is_free;
+	uint64_t size = b->size;
 
 	if (!pf && !nf) {
 		/* Its request is over; a merged struct's is written when it
 		 * is handed out again. */
 		b->requested = 0;
 		index_insert(ix, b);
-		note_free_as(a, st, pool, b, path, !bp && !bn);
+		note_free_as(a, st, pool, b, path, !bp && !bn, size);
 		return b;
 	}
 	struct block *s, *before, *after; /* s's neighbours once merged */
-	uint64_t size = b->size, absorbed;
+	uint64_t absorbed;
 	unsigned merged = 1;
 
 	if (pf) {
