@@ -433,10 +433,17 @@ int table_grow(struct stream_pool *p);
 
 /* An address's home slot; blocks are at least 512 bytes apart.  Bits 29
  * and up of addr times the golden ratio: for a multiple of 512, bits 20
- * and up of (addr >> 9) times it (up to 2^35 slots), without the shift. */
+ * and up of (addr >> 9) times it (up to 2^35 slots), without the shift.
+ * The ratio is 2^32's, negated and sign-extended: a multiplier that fits
+ * an instruction's 32-bit immediate, where 2^64's had to be loaded into
+ * a register first.  (Bits 20 to 20 + n of a product depend only on the
+ * multiplier's low 20 + n bits, so for the tables that are usual 2^64's
+ * ratio spread no better.) */
+#define TABLE_HASH 0xFFFFFFFF9E3779B1ull
+
 static inline size_t table_home(const struct stream_pool *p, uintptr_t addr)
 {
-	return (size_t)((uint64_t)addr * 0x9E3779B97F4A7C15ull >> 29) & p->table_mask;
+	return (size_t)((uint64_t)addr * TABLE_HASH >> 29) & p->table_mask;
 }
 
 /* The table's slots: its homes and the chains' overflow after them. */

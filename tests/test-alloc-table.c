@@ -10,11 +10,11 @@
 #include "alloc.h"
 
 /* The home slot as it was first written: bits 20 and up of the address
- * over 512 times the golden ratio.  table_home() saves a shift and must
+ * over 512 times the multiplier.  table_home() saves a shift and must
  * give the same slots for every block address (a multiple of 512). */
 static size_t old_home(size_t cap, uintptr_t addr)
 {
-	return (size_t)(((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+	return (size_t)(((uint64_t)addr >> 9) * TABLE_HASH >> 20) & (cap - 1);
 }
 
 static void home_is_the_old_hash(void **state)
@@ -146,10 +146,42 @@ static void chains_past_the_last_home(void **state)
 	free(p.table);
 }
 
+/* The blocks of a segment, 512 bytes or a multiple apart, spread over
+ * the homes: half as many as there are homes, in a table of each size up
+ * to 2^16 homes, take few probe steps past their homes. */
+static void blocks_spread(void **state)
+{
+	static const uintptr_t bases[] = { 0x200000, 0x7f0000000000, 0x7f1234200000 };
+	struct stream_pool p;
+
+	(void)state;
+	memset(&p, 0, sizeof p);
+	for (size_t homes = 1024; homes <= 65536; homes *= 4)
+		for (size_t k = 0; k < sizeof bases / sizeof *bases; k++)
+			for (uintptr_t stride = 512; stride <= 512 * 64; stride *= 4) {
+				char *used = calloc(homes + homes / 2, 1);
+				size_t steps = 0;
+
+				assert_non_null(used);
+				p.table_mask = homes - 1;
+				for (size_t i = 0; i < homes / 2; i++) {
+					size_t s = table_home(&p, bases[k] + i * stride);
+
+					for (; used[s]; s++)
+						steps++;
+					used[s] = 1;
+				}
+				/* Random homes would take about one half. */
+				assert_true(steps < homes / 2 * 2 / 5);
+				free(used);
+			}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(home_is_the_old_hash),
+		cmocka_unit_test(blocks_spread),
 		cmocka_unit_test(take_keeps_chains_whole),
 		cmocka_unit_test(grows_at_half_load),
 		cmocka_unit_test(chains_past_the_last_home),
