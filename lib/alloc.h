@@ -33,13 +33,13 @@ struct segment;
 struct stream_pool;
 struct tcache;
 
-/* The fields a hit or a free reads or writes come first: the first 64
- * bytes, then is_free to tc; the free-block tree's, the idle list's, the
- * trace's and garbage collection's after them.  In the first 64 bytes
- * fields that one step writes together are not neighbours (addr, size,
- * prev, next and seg of a split's new block, fprev and fnext of an index
- * link): GCC pairs neighbouring stores into one vector store, which takes
- * four instructions where two plain stores take two. */
+/* The fields a hit or a free reads or writes come first, up to tc; the
+ * free-block tree's, the idle list's, the trace's and garbage
+ * collection's after them.  Fields that one step writes together are not
+ * neighbours (addr, size, prev, next and seg of a split's new block,
+ * fprev and fnext of an index link, addr, size and prev of a merge):
+ * GCC pairs neighbouring stores into one vector store, which takes four
+ * instructions where two plain stores take two. */
 struct block {
 	uintptr_t addr;
 	struct block *fprev;         /* free-block index: neighbours in its order */
@@ -48,13 +48,13 @@ struct block {
 	struct block *prev;          /* address neighbours in the segment */
 	size_t requested;            /* as asked, while allocated */
 	struct block *next;
-	struct segment *seg;
+	struct block *hnext;         /* unused slab link */
 	bool allocated;
 	bool is_free;                /* in a free list */
 	bool unmapped;               /* address space of an expandable segment, no memory */
 	bool red;                    /* free-block index: the node's colour in its tree */
 	int pending_events;          /* events to complete before it is free */
-	struct block *hnext;         /* unused slab link */
+	struct segment *seg;
 	struct stream_use *uses;     /* streams named by devcache_record_stream */
 	struct tcache *tc;           /* the thread cache that holds it, if one does */
 	struct block *tl, *tr, *tp;  /* free-block index: children and parent in its tree */
