@@ -526,6 +526,30 @@ ALLOC_INLINE bool should_split(const struct allocator *a, const struct block *b,
 	return rsize < a->max_split_size && rest > ALLOC_SMALL_SIZE;
 }
 
+/* use_block()'s split: the allocation is the front of b, in the new
+ * block struct front; the free one stays in the index with what is left,
+ * its key smaller, which mostly leaves it where it is.  whole: b was a
+ * whole segment, a constant in each of use_block()'s calls, so that each
+ * is laid out without testing it again. */
+ALLOC_INLINE void cut_front(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
+			    struct block *b, struct block *front, size_t rsize, bool small,
+			    bool whole, enum path path)
+{
+	if (whole)
+		idle_remove(pool, b);
+	link_before(front, b, b->addr, rsize);
+	b->addr += rsize;
+	b->size -= rsize;
+	index_key_fell(pool_index(pool, small), b);
+	gc_age_start(a, path, b);
+	if (whole) {
+		path_stats_add(path, st->inactive_split, small, 1);
+		path_stats_add(path, st->inactive_split_bytes, small, b->size);
+	} else if (!seg_expandable(path, b->seg)) {
+		stats_sub(st->inactive_split_bytes, small, rsize);
+	}
+}
+
 /* Take the block from its free list and split off what is not needed.
  * Metadata is made ready first, so a failure leaves the cache as it was. */
 ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,
@@ -542,25 +566,15 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 	 * moves them, by the net change: a split block that is cut is its
 	 * rsize bytes less; a whole segment cut makes one; a split block
 	 * taken whole is one fewer. */
-	if (whole)
-		idle_remove(pool, b);
 	if (front) {
-		/* The allocation is the front, in a new block struct; the
-		 * free one stays in the index with what is left, its key
-		 * smaller, which mostly leaves it where it is. */
-		link_before(front, b, b->addr, rsize);
-		b->addr += rsize;
-		b->size -= rsize;
-		index_key_fell(pool_index(pool, small), b);
-		gc_age_start(a, path, b);
-		if (whole) {
-			path_stats_add(path, st->inactive_split, small, 1);
-			path_stats_add(path, st->inactive_split_bytes, small, b->size);
-		} else if (!seg_expandable(path, b->seg)) {
-			stats_sub(st->inactive_split_bytes, small, rsize);
-		}
+		if (__builtin_expect(whole, 0))
+			cut_front(a, st, pool, b, front, rsize, small, true, path);
+		else
+			cut_front(a, st, pool, b, front, rsize, small, false, path);
 		*b_p = b = front;
 	} else {
+		if (whole)
+			idle_remove(pool, b);
 		index_remove(pool_index(pool, small), b);
 		if (!whole && !seg_expandable(path, b->seg)) {
 			stats_sub(st->inactive_split, small, 1);
