@@ -572,11 +572,12 @@ ALLOC_INLINE int use_block(struct allocator *a, devcache_stats_t *st, struct str
 		else
 			cut_front(a, st, pool, b, front, rsize, small, false, path);
 		*b_p = b = front;
-	} else {
-		if (whole)
-			idle_remove(pool, b);
+	} else if (__builtin_expect(whole, 0)) {
+		idle_remove(pool, b);
 		index_remove(pool_index(pool, small), b);
-		if (!whole && !seg_expandable(path, b->seg)) {
+	} else {
+		index_remove(pool_index(pool, small), b);
+		if (!seg_expandable(path, b->seg)) {
 			stats_sub(st->inactive_split, small, 1);
 			stats_sub(st->inactive_split_bytes, small, b->size);
 		}
