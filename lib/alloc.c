@@ -347,6 +347,33 @@ ALLOC_INLINE void block_retire(struct stream_pool *pool, struct block *b, enum p
 		block_delete(pool, b);
 }
 
+/* merge_into_neighbour()'s end, for each of its cases: s has absorbed b
+ * and merged - 1 more free neighbours, of absorbed bytes before (size:
+ * b's), and is a whole segment now or not. */
+ALLOC_INLINE struct block *merged_into(struct allocator *a, devcache_stats_t *st,
+				       struct stream_pool *pool, struct free_index *ix,
+				       struct block *s, struct block *b, bool whole, unsigned merged,
+				       uint64_t absorbed, uint64_t size, enum path path)
+{
+	block_retire(pool, b, path);
+	index_key_rose(ix, s);
+	gc_age_start(a, path, s);
+	if (seg_expandable(path, s->seg))
+		return s;
+	bool small = seg_small(path, s->seg);
+
+	if (whole) {
+		idle_push(pool, s);
+		stats_sub(st->inactive_split, small, merged);
+		stats_sub(st->inactive_split_bytes, small, absorbed);
+	} else {
+		if (merged == 2)
+			stats_sub(st->inactive_split, small, 1);
+		path_stats_add(path, st->inactive_split_bytes, small, size);
+	}
+	return s;
+}
+
 /* A free's merge: the first free neighbour (the one before, else the one
  * after) absorbs b and the other one, and stays in the index, its key
  * larger, which mostly leaves it where it is; it is returned, and b's
@@ -383,59 +410,39 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 		note_free_as(a, st, pool, b, path, !bp && !bn, size);
 		return b;
 	}
-	struct block *s, *before, *after; /* s's neighbours once merged */
-	uint64_t absorbed;
-	unsigned merged = 1;
+	if (pf && nf) {
+		struct block *before = bp->prev, *after = bn->next;
+		uint64_t absorbed = bp->size + bn->size;
 
-	if (pf) {
-		uint64_t grown = size;
-
-		s = bp;
-		absorbed = bp->size;
-		before = bp->prev;
-		after = bn;
-		if (nf) {
-			index_remove(ix, bn);
-			absorbed += bn->size;
-			grown += bn->size;
-			merged = 2;
-			after = bn->next;
-			block_retire(pool, bn, path);
-		}
-		bp->size += grown;
+		index_remove(ix, bn);
+		bp->size = absorbed + size;
 		bp->next = after;
 		if (after)
 			after->prev = bp;
-	} else {
-		s = bn;
-		absorbed = bn->size;
-		before = bp;
-		after = bn->next;
-		bn->addr = b->addr;
-		bn->size += size;
-		bn->prev = bp;
-		if (bp)
-			bp->next = bn;
-		else
-			seg->first = bn;
+		block_retire(pool, bn, path);
+		return merged_into(a, st, pool, ix, bp, b, !before && !after, 2, absorbed, size, path);
 	}
-	block_retire(pool, b, path);
-	index_key_rose(ix, s);
-	gc_age_start(a, path, s);
-	if (seg_expandable(path, seg))
-		return s;
-	bool small = seg_small(path, seg);
+	if (pf) {
+		struct block *before = bp->prev;
+		uint64_t absorbed = bp->size;
 
-	if (!before && !after) {
-		idle_push(pool, s);
-		stats_sub(st->inactive_split, small, merged);
-		stats_sub(st->inactive_split_bytes, small, absorbed);
-	} else {
-		if (merged == 2)
-			stats_sub(st->inactive_split, small, 1);
-		path_stats_add(path, st->inactive_split_bytes, small, size);
+		bp->size = absorbed + size;
+		bp->next = bn;
+		if (bn)
+			bn->prev = bp;
+		return merged_into(a, st, pool, ix, bp, b, !before && !bn, 1, absorbed, size, path);
 	}
-	return s;
+	struct block *after = bn->next;
+	uint64_t absorbed = bn->size;
+
+	bn->addr = b->addr;
+	bn->size = absorbed + size;
+	bn->prev = bp;
+	if (bp)
+		bp->next = bn;
+	else
+		seg->first = bn;
+	return merged_into(a, st, pool, ix, bn, b, !bp && !after, 1, absorbed, size, path);
 }
 
 struct block *free_merged(struct allocator *a, struct block *b)
