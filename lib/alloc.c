@@ -687,9 +687,9 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t si
  * path must decide (having changed nothing but made the thread's cached
  * free real), alloc_locked(), with tried.  A call of its own, and
  * do_alloc's last: the hit saves no register it does not use. */
-static __attribute__((noinline)) int alloc_in_pool(struct allocator *a, struct tcache *tc,
-						   size_t size, devcache_stream_t stream,
-						   void **ptr_p)
+static __attribute__((noinline)) int alloc_in_pool(struct allocator *a, size_t size,
+						   devcache_stream_t stream, void **ptr_p,
+						   struct tcache *tc)
 {
 	struct stream_pool *pool = tc->home;
 	struct hit hit; /* read only after a hit, which sets it all */
@@ -742,7 +742,7 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t si
 	if (size > SIZE_MAX / 2)
 		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes"), a->dev->id, size);
 	if (!tried && tc && tc->home && tc->home->stream == stream)
-		return alloc_in_pool(a, tc, size, stream, ptr_p);
+		return alloc_in_pool(a, size, stream, ptr_p, tc);
 	world_lock(a);
 	if (tc || (tc = tcache_new(a))) {
 		tcache_flush(a, tc);
@@ -786,7 +786,7 @@ ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t st
 			return 0;
 		}
 		if (tc->home && tc->home->stream == stream && plain_request(size))
-			return alloc_in_pool(a, tc, size, stream, ptr_p);
+			return alloc_in_pool(a, size, stream, ptr_p, tc);
 	}
 	return alloc_locked(a, size, stream, ptr_p, false);
 }
@@ -817,16 +817,15 @@ int alloc_release(struct allocator *a, devcache_stats_t *st, struct block *b)
 	return release_block(a, st, b->seg->pool, b, PATH_ANY);
 }
 
-static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr, const char *what,
-						 bool tried);
+static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr, bool tried);
 
 /* A free of a block of the thread's own stream, under that stream's lock
  * alone; where the allocator-wide lock is needed (a block of another
  * stream, used on other streams, or not allocated), having changed
  * nothing but made the thread's cached free real, free_locked(), with
  * tried. */
-static __attribute__((noinline)) int free_in_pool(struct allocator *a, struct tcache *tc,
-						  void *ptr, const char *what)
+static __attribute__((noinline)) int free_in_pool(struct allocator *a, void *ptr,
+						  struct tcache *tc)
 {
 	uintptr_t addr = (uintptr_t)ptr;
 	struct stream_pool *pool = tc->home;
@@ -851,22 +850,24 @@ static __attribute__((noinline)) int free_in_pool(struct allocator *a, struct tc
 	}
 	dc_unlock(&pool->lock);
 	if (__builtin_expect(rc == ALLOC_MISSED, 0))
-		return free_locked(a, ptr, what, true);
+		return free_locked(a, ptr, true);
 	return rc;
 }
 
 /* The free path with the allocator-wide lock; tried: do_free() has tried
  * free_in_pool(). */
-static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr, const char *what,
-						 bool tried)
+static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr, bool tried)
 {
+	/* The call that makes a's blocks, for the message: kept off the
+	 * hot path's argument lists. */
+	const char *what = a->kind == ALLOC_PINNED ? "devcache_host_alloc" : "devcache_alloc";
 	struct tcache *tc = tcache_own(a);
 	int rc;
 
 	if (!ptr)
 		return 0;
 	if (!tried && tc && tc->home)
-		return free_in_pool(a, tc, ptr, what);
+		return free_in_pool(a, ptr, tc);
 	world_lock(a);
 	if (tc) {
 		tcache_flush(a, tc);
@@ -888,7 +889,7 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr,
 
 /* The thread's own last block, its pool as it was: undone; else a free
  * on the thread's own stream, else the rest. */
-ALLOC_INLINE int do_free(struct allocator *a, void *ptr, const char *what)
+ALLOC_INLINE int do_free(struct allocator *a, void *ptr)
 {
 	struct tcache *tc = tcache_last;
 
@@ -900,9 +901,9 @@ ALLOC_INLINE int do_free(struct allocator *a, void *ptr, const char *what)
 			return 0;
 		}
 		if (tc->home && ptr)
-			return free_in_pool(a, tc, ptr, what);
+			return free_in_pool(a, ptr, tc);
 	}
-	return free_locked(a, ptr, what, false);
+	return free_locked(a, ptr, false);
 }
 
 static __attribute__((noinline, cold)) int alloc_bad_args(devcache_device_t *dev)
@@ -922,7 +923,7 @@ int devcache_free(devcache_device_t *dev, void *ptr)
 {
 	if (__builtin_expect(!dev, 0))
 		return alloc_check_dev(dev, "devcache_free");
-	return do_free(dev->alloc, ptr, "devcache_alloc");
+	return do_free(dev->alloc, ptr);
 }
 
 int devcache_host_alloc(devcache_device_t *dev, size_t size, void **ptr_p)
@@ -936,5 +937,5 @@ int devcache_host_free(devcache_device_t *dev, void *ptr)
 {
 	int rc = alloc_check_dev(dev, "devcache_host_free");
 
-	return rc ? rc : do_free(dev->pinned, ptr, "devcache_host_alloc");
+	return rc ? rc : do_free(dev->pinned, ptr);
 }

@@ -532,6 +532,9 @@ static void bad_calls_fail_cleanly(void **state)
 	assert_int_equal(devcache_free(f.dev, NULL), 0);
 	assert_int_equal(devcache_free(f.dev, &x), DEVCACHE_EINVAL);
 	assert_contains(devcache_last_error(), "was not allocated by devcache_alloc");
+	/* The pinned allocator's message names its own call. */
+	assert_int_equal(devcache_host_free(f.dev, &x), DEVCACHE_EINVAL);
+	assert_contains(devcache_last_error(), "was not allocated by devcache_host_alloc");
 	p = fx_alloc(&f, 100, NULL);
 	fx_free(&f, p);
 	assert_int_equal(devcache_free(f.dev, p), DEVCACHE_EINVAL); /* double free */
