@@ -152,8 +152,8 @@ static void tcache_figures(const struct tcache *tc, int64_t adj[TS_N], int64_t f
  * a thread that is gone. */
 void tcache_fold(struct allocator *a, struct tcache *tc)
 {
-	uint64_t pairs = __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED);
-	int state = __atomic_load_n(&tc->state, __ATOMIC_RELAXED);
+	uint64_t word = __atomic_load_n(&tc->word, __ATOMIC_RELAXED), pairs = word / TC_PAIR;
+	int state = (int)(word & TC_STATE);
 
 	if (pairs) {
 		int64_t adj[TS_N], fcum[TS_N], cum[TS_N];
@@ -161,7 +161,7 @@ void tcache_fold(struct allocator *a, struct tcache *tc)
 		tcache_figures(tc, adj, fcum, cum);
 		for (int i = 0; i < TS_N; i++)
 			ts_stat(&tc->st, i)->allocated += (int64_t)pairs * cum[i];
-		__atomic_store_n(&tc->pairs, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&tc->word, (uint64_t)state, __ATOMIC_RELAXED);
 		tc->wasted = 0;
 	}
 	if (state != TC_NONE) {
@@ -283,12 +283,14 @@ void tcache_record(struct allocator *a, struct tcache *tc, const struct hit *hit
 	tc->ix = &b->seg->pool->small;
 	tc->base = tc->ix->version;
 	b->tc = tc;
-	__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
+	__atomic_store_n(&tc->word,
+			 (__atomic_load_n(&tc->word, __ATOMIC_RELAXED) & ~(uint64_t)TC_STATE) | TC_LIVE,
+			 __ATOMIC_RELAXED);
 }
 
 struct block *tcache_claim(struct block *b, bool take)
 {
-	if (__atomic_load_n(&b->tc->state, __ATOMIC_RELAXED) == TC_CACHED) {
+	if (tcache_state(b->tc) == TC_CACHED) {
 		/* Allocated still, for the allocator. */
 		if (take)
 			table_insert(b->seg->pool, b);
@@ -356,8 +358,9 @@ void tcache_extra(struct allocator *a, devcache_stats_t *extra)
 	 * the list, each is counted as the pool was when it was recorded. */
 	struct block **done = calloc(n_tc ? n_tc : 1, sizeof *done);
 	for (struct tcache *tc = a->tcaches; tc; tc = tc->next) {
-		int64_t pairs = (int64_t)__atomic_load_n(&tc->pairs, __ATOMIC_RELAXED);
-		bool cached = __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED;
+		uint64_t word = __atomic_load_n(&tc->word, __ATOMIC_RELAXED);
+		int64_t pairs = (int64_t)(word / TC_PAIR);
+		bool cached = (word & TC_STATE) == TC_CACHED;
 		int64_t adj[TS_N], fcum[TS_N], cum[TS_N], merged = (int64_t)tc->merged;
 
 		if (!pairs && !cached)

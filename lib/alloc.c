@@ -772,15 +772,16 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t si
 ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t stream, void **ptr_p)
 {
 	struct tcache *tc = tcache_last;
+	uint64_t word;
 
 	/* Only tcache_last on the hit path: with no call on it, the compiler
-	 * saves no register there (tcache_own() may call). */
+	 * saves no register there (tcache_own() may call).  TC_CACHED is the
+	 * state's one odd value; TC_LIVE and a pair more is one store. */
 	if (tc && tc->a == a) {
 		if (tc->req == size && tc->stream == stream &&
-		    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_CACHED &&
+		    ((word = __atomic_load_n(&tc->word, __ATOMIC_RELAXED)) & TC_CACHED) &&
 		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
-			__atomic_store_n(&tc->state, TC_LIVE, __ATOMIC_RELAXED);
-			__atomic_store_n(&tc->pairs, __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) + 1,
+			__atomic_store_n(&tc->word, word + TC_PAIR + TC_LIVE - TC_CACHED,
 					 __ATOMIC_RELAXED);
 			*ptr_p = (void *)tc->ptr;
 			return 0;
@@ -892,12 +893,13 @@ static __attribute__((noinline)) int free_locked(struct allocator *a, void *ptr,
 ALLOC_INLINE int do_free(struct allocator *a, void *ptr)
 {
 	struct tcache *tc = tcache_last;
+	uint64_t word;
 
 	if (tc && tc->a == a) {
 		if (__atomic_load_n(&tc->ptr, __ATOMIC_RELAXED) == (uintptr_t)ptr &&
-		    __atomic_load_n(&tc->state, __ATOMIC_RELAXED) == TC_LIVE &&
+		    ((word = __atomic_load_n(&tc->word, __ATOMIC_RELAXED)) & TC_LIVE) &&
 		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
-			__atomic_store_n(&tc->state, TC_CACHED, __ATOMIC_RELAXED);
+			__atomic_store_n(&tc->word, word - (TC_LIVE - TC_CACHED), __ATOMIC_RELAXED);
 			return 0;
 		}
 		if (tc->home && ptr)

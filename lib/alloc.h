@@ -163,7 +163,10 @@ struct hit {
 /* A thread cache (alloc-thread.c): the block this thread allocated last,
  * while a free of it and the same allocation again would undo and redo
  * exactly what its allocation did. */
-enum tcache_state { TC_NONE, TC_LIVE, TC_CACHED };
+enum tcache_state { TC_NONE, TC_CACHED, TC_LIVE };
+/* struct tcache's word: the state in its low bits, the pairs above, so
+ * that one load says whether a flush has anything to do. */
+enum { TC_STATE = 3, TC_PAIR = 4 };
 /* The statistics that undoing and redoing the block move, small pool. */
 enum { TS_ALLOCATION, TS_ALLOCATED_BYTES, TS_ACTIVE, TS_ACTIVE_BYTES, TS_REQUESTED_BYTES,
        TS_INACTIVE_SPLIT, TS_INACTIVE_SPLIT_BYTES, TS_N };
@@ -179,9 +182,10 @@ struct tcache {
 	const struct free_index *ix; /* the block's pool's */
 	uint64_t base;             /* ix's version after the allocation */
 	struct block *b;
-	/* The owner's without the lock, atomic; others may set TC_NONE. */
-	int state;                 /* enum tcache_state */
-	uint64_t pairs;            /* undone and redone since the last fold */
+	/* The owner's without the lock, atomic; others may set TC_NONE:
+	 * the enum tcache_state, plus TC_PAIR times the pairs undone and
+	 * redone since the last fold. */
+	uint64_t word;
 	/* The free block the allocation took (merged: its size, whole: a
 	 * whole segment), from which tcache_figures() says what a free and
 	 * a redo change in the statistics. */
@@ -617,10 +621,22 @@ void tcache_fini(struct allocator *a);
  * pthread_getspecific() gives) has its block freed if it was freed, and
  * its counts folded in; it holds nothing. */
 void tcache_fold(struct allocator *a, struct tcache *tc);
+/* The parts of a cache's word. */
+static inline int tcache_state(const struct tcache *tc)
+{
+	return (int)(__atomic_load_n(&tc->word, __ATOMIC_RELAXED) & TC_STATE);
+}
+
+static inline uint64_t tcache_pairs(const struct tcache *tc)
+{
+	return __atomic_load_n(&tc->word, __ATOMIC_RELAXED) / TC_PAIR;
+}
+
 /* The cache lets its block go, which stays as it is for the allocator. */
 static inline void tcache_detach(struct tcache *tc)
 {
-	__atomic_store_n(&tc->state, TC_NONE, __ATOMIC_RELAXED);
+	__atomic_store_n(&tc->word, __atomic_load_n(&tc->word, __ATOMIC_RELAXED) & ~(uint64_t)TC_STATE,
+			 __ATOMIC_RELAXED);
 	tc->b->tc = NULL;
 	tc->b = NULL;
 	/* The owner reads it without the lock, in do_free(). */
@@ -638,18 +654,18 @@ static inline void tcache_flush(struct allocator *a, struct tcache *tc)
 {
 	if (!tc)
 		return;
-	int state = __atomic_load_n(&tc->state, __ATOMIC_RELAXED);
+	uint64_t word = __atomic_load_n(&tc->word, __ATOMIC_RELAXED);
 
 	/* The common cases inline: nothing held, or a block allocated and
 	 * not redone, let go. */
-	if (!__atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) && state != TC_CACHED) {
-		if (state == TC_LIVE) {
-			/* A record that no redo used. */
-			tcache_detach(tc);
-			if (++tc->wasted >= TC_WASTED) {
-				tc->wasted = TC_WASTED;
-				tc->skip = TC_SKIP;
-			}
+	if (!word)
+		return;
+	if (word == TC_LIVE) {
+		/* A record that no redo used. */
+		tcache_detach(tc);
+		if (++tc->wasted >= TC_WASTED) {
+			tc->wasted = TC_WASTED;
+			tc->skip = TC_SKIP;
 		}
 		return;
 	}

@@ -25,7 +25,7 @@ static uint64_t redos(struct fx *f)
 {
 	struct tcache *tc = own_cache(f);
 
-	return tc ? __atomic_load_n(&tc->pairs, __ATOMIC_RELAXED) : 0;
+	return tc ? tcache_pairs(tc) : 0;
 }
 
 /* A 4 KiB block that this thread's cache holds as allocated: a miss, a
@@ -36,7 +36,7 @@ static void *cached_block(struct fx *f, devcache_stream_t stream)
 
 	fx_free(f, p);
 	assert_ptr_equal(fx_alloc(f, 4096, stream), p);
-	assert_int_equal(own_cache(f)->state, TC_LIVE);
+	assert_int_equal(tcache_state(own_cache(f)), TC_LIVE);
 	return p;
 }
 
@@ -307,7 +307,7 @@ static void double_free(void **state)
 	fx_open(&f, "good:0", NULL);
 	void *p = cached_block(&f, NULL);
 	fx_free(&f, p);
-	assert_int_equal(own_cache(&f)->state, TC_CACHED);
+	assert_int_equal(tcache_state(own_cache(&f)), TC_CACHED);
 	assert_int_equal(devcache_free(f.dev, p), DEVCACHE_EINVAL);
 	assert_non_null(strstr(devcache_last_error(), "freed already"));
 	assert_int_equal(devcache_record_stream(f.dev, p, NULL), DEVCACHE_EINVAL);
@@ -364,13 +364,13 @@ static void other_threads(void **state)
 	assert_int_equal(pthread_create(&t, NULL, other_free, &o), 0);
 	pthread_join(t, NULL);
 	assert_int_equal(o.rc, 0);
-	assert_int_equal(own_cache(&f)->state, TC_NONE);
+	assert_int_equal(tcache_state(own_cache(&f)), TC_NONE);
 	assert_int_equal(fx_stats(&f).allocation[DEVCACHE_POOL_ALL].current, 0);
 	assert_int_equal(devcache_free(f.dev, p), DEVCACHE_EINVAL);
 
 	p = fx_alloc(&f, 4096, NULL);
 	fx_free(&f, p);
-	assert_int_equal(own_cache(&f)->state, TC_CACHED);
+	assert_int_equal(tcache_state(own_cache(&f)), TC_CACHED);
 	o = (struct other){.f = &f, .p = p};
 	assert_int_equal(pthread_create(&t, NULL, other_free, &o), 0);
 	pthread_join(t, NULL);
@@ -419,7 +419,7 @@ static void other_thread_changes_pool(void **state)
 	assert_int_equal(devcache_stream_create(f.dev, &s2), 0);
 	void *p = cached_block(&f, NULL);
 	fx_free(&f, p);
-	assert_int_equal(own_cache(&f)->state, TC_CACHED);
+	assert_int_equal(tcache_state(own_cache(&f)), TC_CACHED);
 
 	struct other o = {.f = &f};
 	assert_int_equal(pthread_create(&t, NULL, other_alloc, &o), 0);
@@ -430,7 +430,7 @@ static void other_thread_changes_pool(void **state)
 	assert_ptr_equal(fx_alloc(&f, 4096, NULL), p);
 	assert_int_equal(redos(&f), 0);
 	assert_true(before == 0 || before == 1);
-	assert_int_equal(own_cache(&f)->state, TC_LIVE); /* recorded afresh */
+	assert_int_equal(tcache_state(own_cache(&f)), TC_LIVE); /* recorded afresh */
 	assert_int_equal(devcache_free(f.dev, o.p), 0);
 
 	/* Another thread on another stream: the redo goes on. */
@@ -464,7 +464,7 @@ static void stats_after_another_thread_changed_the_pool(void **state)
 	fx_open(&f, "good:0", NULL);
 	void *p = cached_block(&f, NULL);
 	fx_free(&f, p);
-	assert_int_equal(own_cache(&f)->state, TC_CACHED);
+	assert_int_equal(tcache_state(own_cache(&f)), TC_CACHED);
 	seg = fx_stats(&f).reserved_bytes[DEVCACHE_POOL_ALL].current;
 
 	struct other o = {.f = &f};
@@ -483,7 +483,7 @@ static void stats_after_another_thread_changed_the_pool(void **state)
 	/* The same once the free is made, with the lock. */
 	assert_int_equal(devcache_empty_cache(f.dev), 0);
 	devcache_stats_t made = fx_stats(&f);
-	assert_int_equal(own_cache(&f)->state, TC_NONE);
+	assert_int_equal(tcache_state(own_cache(&f)), TC_NONE);
 	for (int k = DEVCACHE_POOL_ALL; k < DEVCACHE_POOL_COUNT; k++) {
 		assert_int_equal(made.inactive_split[k].current, cached.inactive_split[k].current);
 		assert_int_equal(made.inactive_split[k].allocated, cached.inactive_split[k].allocated);
@@ -509,9 +509,9 @@ static void record_stream(void **state)
 	assert_int_equal(devcache_stream_create(f.dev, &s2), 0);
 	void *p = cached_block(&f, NULL);
 	assert_int_equal(devcache_record_stream(f.dev, p, s2), 0);
-	assert_int_equal(own_cache(&f)->state, TC_NONE);
+	assert_int_equal(tcache_state(own_cache(&f)), TC_NONE);
 	fx_free(&f, p);
-	assert_int_equal(own_cache(&f)->state, TC_NONE);
+	assert_int_equal(tcache_state(own_cache(&f)), TC_NONE);
 	devcache_stream_destroy(f.dev, s2);
 	devcache_close(f.ctx);
 }
@@ -531,7 +531,7 @@ static void records_back_off(void **state)
 	for (unsigned i = 0; i < TC_WASTED; i++) {
 		void *q = fx_alloc(&f, 4096, NULL);
 
-		assert_int_equal(own_cache(&f)->state, TC_LIVE);
+		assert_int_equal(tcache_state(own_cache(&f)), TC_LIVE);
 		void *r = fx_alloc(&f, 8192, NULL);
 		fx_free(&f, r);
 		fx_free(&f, q);
@@ -542,7 +542,7 @@ static void records_back_off(void **state)
 	void *p;
 	for (;;) {
 		p = fx_alloc(&f, 4096, NULL);
-		if (own_cache(&f)->state == TC_LIVE)
+		if (tcache_state(own_cache(&f)) == TC_LIVE)
 			break;
 		fx_free(&f, p);
 		calls++;
@@ -581,14 +581,14 @@ static void off_where_more_decides(void **state)
 			fx_free(&f, fx_alloc(&f, 4 * MiB, NULL));
 		struct tcache *tc = own_cache(&f);
 		if (tc)
-			assert_int_equal(tc->state, TC_NONE);
+			assert_int_equal(tcache_state(tc), TC_NONE);
 		devcache_close(f.ctx);
 	}
 	struct fx f;
 	fx_open(&f, "good:0", NULL);
 	for (int i = 0; i < 10; i++)
 		fx_free(&f, fx_alloc(&f, 4 * MiB, NULL));
-	assert_true(!own_cache(&f) || own_cache(&f)->state == TC_NONE);
+	assert_true(!own_cache(&f) || tcache_state(own_cache(&f)) == TC_NONE);
 	devcache_close(f.ctx);
 }
 
