@@ -57,8 +57,13 @@ void dc_lock_wait(struct dc_lock *l)
 		futex_wait(&l->word, 2);
 }
 
+/* dc_unlock() found a waiter's 2 and left 1: the lock stays held while
+ * the word moves from 2 to 1, so no thread takes it meanwhile and a
+ * waiter's exchange keeps asking to be woken; now free, and a sleeper
+ * woken. */
 void dc_lock_wake(struct dc_lock *l)
 {
+	__atomic_store_n(&l->word, 0, __ATOMIC_RELEASE);
 #ifdef __linux__
 	syscall(SYS_futex, &l->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 #else

@@ -13,7 +13,9 @@
  * on the recorded PyTorch traces (bench/README).  This lock is the
  * three-state futex mutex of Drepper's "Futexes Are Tricky" (the word:
  * 0 free, 1 held, 2 held and perhaps waited for), inline: a compare-and-
- * swap to take it, an exchange to give it back, and a system call only
+ * swap to take it, a decrement to give it back (which leaves 0 unless
+ * somebody may wait: then 1, still held, until dc_lock_wake() frees it
+ * and wakes a sleeper, as Drepper's third mutex), and a system call only
  * when a thread has had to sleep.  A waiter spins briefly first, as the
  * adaptive pthread mutex did: the sections it guards are short.
  *
@@ -49,7 +51,7 @@ static inline __attribute__((always_inline)) void dc_lock(struct dc_lock *l)
 
 static inline __attribute__((always_inline)) void dc_unlock(struct dc_lock *l)
 {
-	if (__builtin_expect(__atomic_exchange_n(&l->word, 0, __ATOMIC_RELEASE) == 2, 0))
+	if (__builtin_expect(__atomic_sub_fetch(&l->word, 1, __ATOMIC_RELEASE) != 0, 0))
 		dc_lock_wake(l);
 }
 

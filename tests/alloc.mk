@@ -3,7 +3,7 @@
 EXTRA_DIST += tests/alloc-fixture.h tests/alloc-check.h
 alloc_tests = tests/test-alloc-policy tests/test-alloc-oom tests/test-alloc-random \
 	tests/test-alloc-expand tests/test-alloc-threads tests/test-alloc-stitch \
-	tests/test-alloc-tcache tests/test-alloc-streams tests/test-alloc-table
+	tests/test-alloc-tcache tests/test-alloc-streams tests/test-alloc-table tests/test-lock
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(alloc_tests)
@@ -36,6 +36,9 @@ tests_test_alloc_streams_SOURCES = tests/test-alloc-streams.c tests/alloc-check.
 	tests/tap.h
 tests_test_alloc_streams_CFLAGS = $(test_cflags)
 tests_test_alloc_streams_LDADD = $(test_ldadd) -lpthread
+tests_test_lock_SOURCES = tests/test-lock.c tests/tap.h
+tests_test_lock_CFLAGS = $(test_cflags)
+tests_test_lock_LDADD = $(test_ldadd)
 tests_test_alloc_table_SOURCES = tests/test-alloc-table.c tests/tap.h
 tests_test_alloc_table_CFLAGS = $(test_cflags)
 tests_test_alloc_table_LDADD = $(test_ldadd)
