@@ -259,6 +259,7 @@ struct tcache *tcache_new(struct allocator *a)
 		return NULL;
 	}
 	tc->a = a;
+	tc->home_stream = tc;
 	tc->next = a->tcaches;
 	a->tcaches = tc;
 	tcache_last = tc;

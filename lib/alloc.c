@@ -757,6 +757,7 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t si
 	if (rc == 0 && tc) {
 		/* The thread's hits take this stream's lock from now on. */
 		tc->home = hit.block->seg->pool;
+		tc->home_stream = tc->home->stream;
 		if (tc->freed_req == size && tcache_may_record(tc))
 			tcache_record(a, tc, &hit, stream);
 	}
@@ -786,7 +787,7 @@ ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t st
 			*ptr_p = (void *)tc->ptr;
 			return 0;
 		}
-		if (tc->home && tc->home->stream == stream && plain_request(size))
+		if (tc->home_stream == stream && plain_request(size))
 			return alloc_in_pool(a, size, stream, ptr_p, tc);
 	}
 	return alloc_locked(a, size, stream, ptr_p, false);

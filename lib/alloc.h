@@ -206,6 +206,10 @@ struct tcache {
 	/* The pool of the stream this thread allocated on last, where its
 	 * hits take that pool's lock alone; the block above is in it. */
 	struct stream_pool *home;
+	/* home's stream, for the one comparison that sends an allocation
+	 * to its pool path; while there is no home, the struct's own
+	 * address, which is no caller's stream. */
+	devcache_stream_t home_stream;
 	/* What the thread's hits changed in the statistics since they were
 	 * last folded into the allocator's (stats_fold; active and
 	 * active_bytes are not kept, alloc.c's keeps_active): current and
