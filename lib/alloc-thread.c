@@ -84,7 +84,9 @@ static devcache_stat_t *ts_stat(devcache_stats_t *s, int i)
 	}
 }
 
-__thread struct tcache *tcache_last;
+/* Its home stream is no caller's either (alloc.h). */
+struct tcache tcache_none = { .home_stream = &tcache_none };
+__thread struct tcache *tcache_last = &tcache_none;
 
 /* The thread's exit: the allocator, if it is still there, takes the
  * cache's block back at its next registration or at its end.  A later
@@ -95,7 +97,7 @@ static void tcache_exit(void *p)
 	struct tcache *tc = p;
 
 	if (tcache_last == tc)
-		tcache_last = NULL;
+		tcache_last = &tcache_none;
 	if (__atomic_exchange_n(&tc->life, TC_EXITED, __ATOMIC_ACQ_REL) == TC_ORPHAN)
 		free(tc);
 }
@@ -408,7 +410,7 @@ void tcache_fini(struct allocator *a)
 		 * such thread.  This thread's own is freed here. */
 		if (tc == own) {
 			if (tcache_last == tc)
-				tcache_last = NULL;
+				tcache_last = &tcache_none;
 			free(tc);
 		} else if (tc->a = NULL,
 			   __atomic_exchange_n(&tc->life, TC_ORPHAN, __ATOMIC_ACQ_REL) == TC_EXITED) {

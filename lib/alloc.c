@@ -778,7 +778,7 @@ ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t st
 	/* Only tcache_last on the hit path: with no call on it, the compiler
 	 * saves no register there (tcache_own() may call).  TC_CACHED is the
 	 * state's one odd value; TC_LIVE and a pair more is one store. */
-	if (tc && tc->a == a) {
+	if (tc->a == a) {
 		if (tc->req == size && tc->stream == stream &&
 		    ((word = __atomic_load_n(&tc->word, __ATOMIC_RELAXED)) & TC_CACHED) &&
 		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
@@ -896,7 +896,7 @@ ALLOC_INLINE int do_free(struct allocator *a, void *ptr)
 	struct tcache *tc = tcache_last;
 	uint64_t word;
 
-	if (tc && tc->a == a) {
+	if (tc->a == a) {
 		if (__atomic_load_n(&tc->ptr, __ATOMIC_RELAXED) == (uintptr_t)ptr &&
 		    ((word = __atomic_load_n(&tc->word, __ATOMIC_RELAXED)) & TC_LIVE) &&
 		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {

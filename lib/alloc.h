@@ -709,16 +709,19 @@ static inline bool tcache_may_record(struct tcache *tc)
 
 /* The cache this thread used last, of whichever allocator: a call on the
  * same allocator finds its cache without pthread_getspecific().  Only its
- * thread frees it while the thread runs, and clears this first; a cache
- * that outlives its allocator has its a cleared (alloc-thread.c). */
+ * thread frees it while the thread runs, and points this at tcache_none
+ * first; a cache that outlives its allocator has its a cleared
+ * (alloc-thread.c).  Never NULL: tcache_none, no allocator's, stands for
+ * no cache, which saves the hot paths a test. */
 extern __thread struct tcache *tcache_last __attribute__((tls_model("initial-exec")));
+extern struct tcache tcache_none;
 
 /* This thread's cache of a, if it has one: the first load of a call. */
 static inline struct tcache *tcache_own(const struct allocator *a)
 {
 	struct tcache *tc = tcache_last;
 
-	if (tc && tc->a == a)
+	if (tc->a == a)
 		return tc;
 	if (!a->tkey_ok || !(tc = pthread_getspecific(a->tkey)))
 		return NULL;
