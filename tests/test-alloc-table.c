@@ -37,13 +37,33 @@ static void home_is_the_old_hash(void **state)
 
 /* Blocks whose home slots collide, inserted and taken in a shuffled
  * order: each is found until taken, never after. */
+/* Take b[0..n) from p in an order shuffled by seed, each taken block
+ * gone and every block still in found after each take. */
+static void take_all_shuffled(struct stream_pool *p, struct block *b, int *order, int n,
+			      unsigned seed)
+{
+	for (int i = 0; i < n; i++)
+		order[i] = i;
+	for (int i = n - 1; i > 0; i--) {
+		int j = rand_r(&seed) % (i + 1), t = order[i];
+
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (int k = 0; k < n; k++) {
+		assert_ptr_equal(table_take(p, b[order[k]].addr), &b[order[k]]);
+		assert_null(table_find(p, b[order[k]].addr));
+		for (int m = k + 1; m < n; m++)
+			assert_ptr_equal(table_find(p, b[order[m]].addr), &b[order[m]]);
+	}
+}
+
 static void take_keeps_chains_whole(void **state)
 {
 	enum { N = 400 };
 	struct stream_pool p;
 	static struct block b[N];
 	int order[N];
-	unsigned seed = 3;
 
 	(void)state;
 	memset(&p, 0, sizeof p);
@@ -52,20 +72,8 @@ static void take_keeps_chains_whole(void **state)
 		b[i].addr = (uintptr_t)(i % 3 ? (i % 7) << 24 : i) * 512 + ((uintptr_t)i << 40);
 		assert_int_equal(table_reserve(&p), 0);
 		table_insert(&p, &b[i]);
-		order[i] = i;
 	}
-	for (int i = N - 1; i > 0; i--) {
-		int j = rand_r(&seed) % (i + 1), t = order[i];
-
-		order[i] = order[j];
-		order[j] = t;
-	}
-	for (int k = 0; k < N; k++) {
-		assert_ptr_equal(table_take(&p, b[order[k]].addr), &b[order[k]]);
-		assert_null(table_find(&p, b[order[k]].addr));
-		for (int m = k + 1; m < N; m++)
-			assert_ptr_equal(table_find(&p, b[order[m]].addr), &b[order[m]]);
-	}
+	take_all_shuffled(&p, b, order, N, 3);
 	assert_int_equal(table_count(&p), 0);
 	free(p.table);
 }
@@ -112,7 +120,6 @@ static void chains_past_the_last_home(void **state)
 	struct stream_pool p;
 	static struct block b[N];
 	int order[N], n = 0;
-	unsigned seed = 5;
 
 	(void)state;
 	memset(&p, 0, sizeof p);
@@ -124,23 +131,11 @@ static void chains_past_the_last_home(void **state)
 	for (int i = 0; i < N; i++) {
 		assert_int_equal(table_reserve(&p), 0);
 		table_insert(&p, &b[i]);
-		order[i] = i;
 	}
 	assert_int_equal(p.table_mask, 1023);
 	assert_int_equal(table_slots(&p), 1536);
 	assert_non_null(p.table[1020 + N - 1]);
-	for (int i = N - 1; i > 0; i--) {
-		int j = rand_r(&seed) % (i + 1), t = order[i];
-
-		order[i] = order[j];
-		order[j] = t;
-	}
-	for (int k = 0; k < N; k++) {
-		assert_ptr_equal(table_take(&p, b[order[k]].addr), &b[order[k]]);
-		assert_null(table_find(&p, b[order[k]].addr));
-		for (int m = k + 1; m < N; m++)
-			assert_ptr_equal(table_find(&p, b[order[m]].addr), &b[order[m]]);
-	}
+	take_all_shuffled(&p, b, order, N, 5);
 	for (size_t s = 0; s < table_slots(&p); s++)
 		assert_null(p.table[s]);
 	free(p.table);
