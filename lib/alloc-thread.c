@@ -40,17 +40,17 @@
  *
  * The same struct carries the thread's home pool, whose lock alone its
  * hits take (alloc.c, The locks), and the differences those hits make in
- * the statistics (st), folded into the allocator's by tcache_stats_fold()
- * under world_lock: by the thread at each of its calls that takes it, by a read
- * of the statistics for every thread, and for a thread that has ended at
- * tcache_reap.  The cached block is always in the home pool: the home
+ * the statistics (st), folded into the allocator's by
+ * tcache_stats_fold() under world_lock: by the thread at each of its
+ * calls that takes it, by a read of the statistics for every thread, and
+ * for a thread that has ended at tcache_reap.  The cached block is always in the home pool: the home
  * changes only under world_lock, after the cache is flushed.
  *
  * The redo takes no lock and writes nothing that another thread
  * writes: the thread's struct tcache, found through tcache_last (or
  * pthread_getspecific() when the thread used another allocator last), on
- * cache lines of its own, and a load of the pool's version, which other threads write only when they
- * change that pool.  Another thread writes a cache only under the lock,
+ * cache lines of its own, and a load of the pool's version, which other
+ * threads write only when they change that pool.  Another thread writes a cache only under the lock,
  * to take back a block that it frees or names a stream for (TC_NONE); a
  * reset of the peaks raises every version, so that every redo after it
  * takes the lock and counts in the new peaks.
@@ -286,9 +286,7 @@ void tcache_record(struct allocator *a, struct tcache *tc, const struct hit *hit
 	tc->ix = &b->seg->pool->small;
 	tc->base = tc->ix->version;
 	b->tc = tc;
-	__atomic_store_n(&tc->word,
-			 (__atomic_load_n(&tc->word, __ATOMIC_RELAXED) & ~(uint64_t)TC_STATE) | TC_LIVE,
-			 __ATOMIC_RELAXED);
+	tcache_set_state(tc, TC_LIVE);
 }
 
 struct block *tcache_claim(struct block *b, bool take)

@@ -657,9 +657,7 @@ ALLOC_INLINE int hit_on(struct allocator *a, devcache_stats_t *st, struct stream
 
 	if (!b)
 		return ALLOC_MISSED;
-	hit->hit = true;
-	hit->whole = is_whole(path, b);
-	hit->size = b->size;
+	note_hit_as(hit, b, is_whole(path, b));
 	return hand_out(a, st, pool, b, rsize, size, hit, ptr_p, path);
 }
 
@@ -741,7 +739,7 @@ static __attribute__((noinline)) int alloc_locked(struct allocator *a, size_t si
 	}
 	if (size > SIZE_MAX / 2)
 		return err_set(DEVCACHE_ENOMEM, _("%s: cannot allocate %zu bytes"), a->dev->id, size);
-	if (!tried && tc && tc->home && tc->home->stream == stream)
+	if (!tried && tc && tc->home_stream == stream)
 		return alloc_in_pool(a, size, stream, ptr_p, tc);
 	world_lock(a);
 	if (tc || (tc = tcache_new(a))) {

@@ -636,11 +636,20 @@ static inline uint64_t tcache_pairs(const struct tcache *tc)
 	return __atomic_load_n(&tc->word, __ATOMIC_RELAXED) / TC_PAIR;
 }
 
+/* The owner, or another thread under the lock while the owner's block is
+ * allocated (alloc-thread.c), sets the state and keeps the pairs. */
+static inline void tcache_set_state(struct tcache *tc, int state)
+{
+	__atomic_store_n(&tc->word,
+			 (__atomic_load_n(&tc->word, __ATOMIC_RELAXED) & ~(uint64_t)TC_STATE) |
+				 (uint64_t)state,
+			 __ATOMIC_RELAXED);
+}
+
 /* The cache lets its block go, which stays as it is for the allocator. */
 static inline void tcache_detach(struct tcache *tc)
 {
-	__atomic_store_n(&tc->word, __atomic_load_n(&tc->word, __ATOMIC_RELAXED) & ~(uint64_t)TC_STATE,
-			 __ATOMIC_RELAXED);
+	tcache_set_state(tc, TC_NONE);
 	tc->b->tc = NULL;
 	tc->b = NULL;
 	/* The owner reads it without the lock, in do_free(). */
@@ -778,11 +787,16 @@ ALLOC_INLINE bool whole_segment(const struct block *b)
 }
 
 /* A hit takes b: what the thread cache needs to know of it as it was. */
-ALLOC_INLINE void note_hit(struct hit *hit, const struct block *b)
+ALLOC_INLINE void note_hit_as(struct hit *hit, const struct block *b, bool whole)
 {
 	hit->hit = true;
-	hit->whole = whole_segment(b);
+	hit->whole = whole;
 	hit->size = b->size;
+}
+
+ALLOC_INLINE void note_hit(struct hit *hit, const struct block *b)
+{
+	note_hit_as(hit, b, whole_segment(b));
 }
 
 static inline size_t round_up(size_t size, size_t unit)
