@@ -403,9 +403,8 @@ ALLOC_INLINE struct block *merge_into_neighbour(struct allocator *a, devcache_st
 	uint64_t size = b->size;
 
 	if (!pf && !nf) {
-		/* Its request is over; a merged struct's is written when it
-		 * is handed out again. */
-		b->requested = 0;
+		/* A free block's request is never read: use_block() writes
+		 * it when the block is handed out again. */
 		index_insert(ix, b);
 		note_free_as(a, st, pool, b, path, !bp && !bn, size);
 		return b;
