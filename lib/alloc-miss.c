@@ -291,8 +291,7 @@ static bool memory_may_help(const struct allocator *a)
 int allocate(struct allocator *a, size_t size, devcache_stream_t stream, struct hit *hit,
 	     void **ptr_p)
 {
-	size_t rsize = !a->plain_rounding ? alloc_round_size(a, size)
-			: size < ALLOC_ROUND ? ALLOC_ROUND : round_up(size, ALLOC_ROUND);
+	size_t rsize = hit_round(a, size);
 	bool small = rsize <= ALLOC_SMALL_SIZE, capped = false;
 	struct stream_pool *pool = pool_for(a, stream);
 	struct block *b;

@@ -641,12 +641,6 @@ int block_hand_out(struct allocator *a, devcache_stats_t *st, struct stream_pool
  * ALLOC_MISSED, having changed nothing, where allocate() must decide. */
 #define ALLOC_MISSED 1
 
-ALLOC_INLINE size_t hit_round(const struct allocator *a, size_t size)
-{
-	return !a->plain_rounding ? alloc_round_size(a, size)
-	       : size < ALLOC_ROUND ? ALLOC_ROUND : round_up(size, ALLOC_ROUND);
-}
-
 /* The hit of rsize bytes on a path: of the pool path's own pool, or of
  * either (PATH_ANY). */
 ALLOC_INLINE int hit_on(struct allocator *a, devcache_stats_t *st, struct stream_pool *pool,

@@ -804,6 +804,14 @@ static inline size_t round_up(size_t size, size_t unit)
 	return (size + unit - 1) / unit * unit;
 }
 
+/* A request of size >= 1 bytes, rounded: with plain rounding a multiple
+ * of 512, which for 1 to 511 is 512 as alloc_round_size() makes it, with
+ * no branch on the size (which mispredicts as sizes alternate). */
+ALLOC_INLINE size_t hit_round(const struct allocator *a, size_t size)
+{
+	return !a->plain_rounding ? alloc_round_size(a, size) : round_up(size, ALLOC_ROUND);
+}
+
 /* Statistics change on every allocation and free, so the figures kept are
  * those a change must write, and the rest are made when read
  * (allocator_stats):
