@@ -770,8 +770,8 @@ ALLOC_INLINE int do_alloc(struct allocator *a, size_t size, devcache_stream_t st
 	 * saves no register there (tcache_own() may call).  TC_CACHED is the
 	 * state's one odd value; TC_LIVE and a pair more is one store. */
 	if (tc->a == a) {
-		if (tc->req == size && tc->stream == stream &&
-		    ((word = __atomic_load_n(&tc->word, __ATOMIC_RELAXED)) & TC_CACHED) &&
+		if (((word = __atomic_load_n(&tc->word, __ATOMIC_RELAXED)) & TC_CACHED) &&
+		    tc->req == size && tc->stream == stream &&
 		    __atomic_load_n(&tc->ix->version, __ATOMIC_ACQUIRE) == tc->base) {
 			__atomic_store_n(&tc->word, word + TC_PAIR + TC_LIVE - TC_CACHED,
 					 __ATOMIC_RELAXED);
