@@ -36,6 +36,28 @@ static void rounding_table(void **state)
 	devcache_close(f.ctx);
 }
 
+/* The hot paths' rounding, which has no branch on the size with plain
+ * rounding, agrees with alloc_round_size() for every request they take
+ * (1 byte and up), with and without roundup_power2_divisions. */
+static void hit_round_is_alloc_round_size(void **state)
+{
+	static const char *const settings[] = {NULL, "roundup_power2_divisions:4"};
+	static const size_t big[] = {MiB - 1, MiB, MiB + 1, 10 * MiB - 1, 10 * MiB + 1,
+				     1200 * MiB + 3, (size_t)1 << 40};
+	struct fx f;
+
+	(void)state;
+	for (size_t k = 0; k < sizeof settings / sizeof *settings; k++) {
+		fx_open(&f, "host", settings[k]);
+		assert_true(f.a->plain_rounding == (settings[k] == NULL));
+		for (size_t size = 1; size <= 4096; size++)
+			assert_int_equal(hit_round(f.a, size), alloc_round_size(f.a, size));
+		for (size_t i = 0; i < sizeof big / sizeof *big; i++)
+			assert_int_equal(hit_round(f.a, big[i]), alloc_round_size(f.a, big[i]));
+		devcache_close(f.ctx);
+	}
+}
+
 static void small_pool_packs_requests_into_2mib_segments(void **state)
 {
 	struct fx f;
@@ -677,6 +699,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(rounding_table),
+		cmocka_unit_test(hit_round_is_alloc_round_size),
 		cmocka_unit_test(small_pool_packs_requests_into_2mib_segments),
 		cmocka_unit_test(inactive_split_counts_net_changes),
 		cmocka_unit_test(large_pool_segment_sizes_and_split_threshold),
