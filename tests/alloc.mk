@@ -50,9 +50,12 @@ endif
 if HAVE_CMOCKA
 check_PROGRAMS += tests/test-alloc-pytorch
 TESTS += tests/test-alloc-pytorch
+# The recorded traces of bench/ are read with the tool's reader.
 tests_test_alloc_pytorch_SOURCES = tests/test-alloc-pytorch.c tests/pytorch-traces.c \
 	tests/pytorch-traces.h tests/pytorch-model.c tests/pytorch-model-expand.c \
-	tests/pytorch-model.h tests/pytorch-model-internal.h tests/first-fit.h tests/arena-base.h tests/tap.h
-tests_test_alloc_pytorch_CFLAGS = $(test_cflags)
-tests_test_alloc_pytorch_LDADD = $(test_ldadd)
+	tests/pytorch-model.h tests/pytorch-model-internal.h tests/first-fit.h tests/arena-base.h tests/tap.h \
+	tools/trace-read.c tools/trace-read.h
+tests_test_alloc_pytorch_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+tests_test_alloc_pytorch_CFLAGS = $(test_cflags) $(ZLIB_CFLAGS)
+tests_test_alloc_pytorch_LDADD = $(test_ldadd) $(ZLIB_LIBS)
 endif

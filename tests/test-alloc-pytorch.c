@@ -3,6 +3,7 @@
 #include "tap.h"
 
 #include <dlfcn.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <stdbool.h>
 
@@ -11,9 +12,12 @@
 #include "arena-base.h"
 #include "pytorch-model.h"
 #include "pytorch-traces.h"
+#include "trace-read.h"
 
-/* Each case replays one generated trace (training, decoding, switching
- * models) under one setting, on the arena test device, through libdevcache
+/* Each case replays one trace under one setting: a generated one
+ * (training, decoding, switching models), or one of the traces recorded
+ * from PyTorch in bench/ (bench/README, section 2.1), which the hot path's
+ * speed is measured on, on the arena test device, through libdevcache
  * and through tests/pytorch-model.c at once, and after every event
  * compares what PyTorch's memory_stats() would show: allocated, reserved
  * and requested bytes with their peaks, driver allocations and frees,
@@ -217,6 +221,10 @@ static void describe(const struct trace *t, size_t i, char *out, size_t size)
 struct test_case {
 	const struct trace *trace;
 	const struct setting *setting;
+	/* The paths (X_*) the model must take: the setting's for a generated
+	 * trace, whose purpose they are; for a recorded one only those of
+	 * the settings made for it (below). */
+	unsigned expect;
 	char name[192];
 };
 
@@ -406,7 +414,7 @@ static void run_case(void **state)
 		report(t, &d, config.address_base, why, sizeof why);
 		fail_msg("%s: %s", c->name, why);
 	}
-	unsigned x = c->setting->expect;
+	unsigned x = c->expect;
 	print_message("# %s: libdevcache: %" PRIu64 " failed allocations, %" PRIu64 " stitched\n",
 		      c->name, lib_failures, stitches);
 	if (((x & X_GC) && ms.gc_releases == 0) || ((x & X_OVERSIZE) && ms.oversize_releases == 0) ||
@@ -635,39 +643,205 @@ static void model_gc(void **state)
 	ptm_delete(m);
 }
 
+/* ---- the recorded traces ----------------------------------------------------------- */
+
+enum { N_RECORDED_MAX = 16 };
+
+static void push_event(struct trace *t, struct event e)
+{
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 4096;
+		struct event *ev = realloc(t->ev, cap * sizeof *ev);
+
+		if (!ev) {
+			fprintf(stderr, "test-alloc-pytorch: out of memory\n");
+			exit(99);
+		}
+		t->ev = ev;
+		t->cap = cap;
+	}
+	t->ev[t->n++] = e;
+}
+
+/* A devcache-trace(5) file, read with the tool's reader: its slots stand
+ * for the tensors (a slot is named again only once freed), on the
+ * default stream or stream 1.  Exits with status 99, a hard error, on
+ * a trace it cannot read. */
+static void read_recorded(const char *path, struct trace *t)
+{
+	struct trace_set set;
+	char err[512] = "";
+	const char *base = strrchr(path, '/');
+	int rc;
+
+	memset(t, 0, sizeof *t);
+	t->name = base ? base + 1 : path;
+	trace_set_init(&set);
+	rc = trace_set_open(&set, path, err, sizeof err);
+	while (!rc && !(rc = trace_set_next(&set, err, sizeof err)) && set.n_events)
+		for (size_t i = 0; i < set.n_events && !rc; i++) {
+			const struct trace_event *e = &set.events[i];
+
+			if (e->op == TRACE_OP_ALLOC && e->stream > 1) {
+				snprintf(err, sizeof err, "%s: stream %u (the test has two)", path,
+					 (unsigned)e->stream);
+				rc = -1;
+			} else if (e->op == TRACE_OP_ALLOC) {
+				push_event(t, (struct event){.kind = EV_ALLOC,
+							     .stream = (uint8_t)e->stream,
+							     .id = e->slot, .size = e->size});
+				if (e->slot >= t->tensors)
+					t->tensors = e->slot + 1;
+			} else if (e->op == TRACE_OP_FREE) {
+				push_event(t, (struct event){.kind = EV_FREE, .id = e->slot});
+			}
+		}
+	trace_set_destroy(&set);
+	if (rc) {
+		fprintf(stderr, "test-alloc-pytorch: %s\n", err);
+		exit(99);
+	}
+}
+
+/* The settings above cap memory at fractions of the arena device that
+ * most recorded traces never reach.  These cap each recorded trace at a
+ * multiple of its own peak allocated bytes (the model's, with defaults),
+ * so that the out-of-memory paths run on real workloads too: a cap below
+ * the peak fails some allocations after a retry, one a little above it
+ * makes the cache flush and retry, garbage collection runs under one. */
+static const struct {
+	const char *options; /* before memory_fraction, which follows */
+	double peaks;        /* the cap in peak allocated bytes */
+	unsigned expect;     /* X_*: X_STITCH as in settings[], the others required */
+} own_caps[] = {
+	{"", 0.9, X_OOM},
+	{"", 1.25, 0},
+	{"garbage_collection_threshold:0.6,", 1.5, 0},
+	{"expandable_segments:True,expandable_stitching:False,", 0.9, X_OOM},
+	{"expandable_segments:True,", 1.1, X_STITCH},
+};
+enum { N_OWN_CAPS = sizeof own_caps / sizeof *own_caps };
+
+struct own_setting {
+	char options[160];
+	struct setting setting;
+};
+
+/* The model's peak allocated bytes for t with PyTorch's defaults. */
+static uint64_t model_peak(const struct trace *t, uint64_t total)
+{
+	/* Any base: addresses only order the blocks. */
+	struct ptm_config c = {.device_total = total, .max_split_size = SIZE_MAX,
+			       .max_non_split_rounding = 20 * MiB, .address_base = (uint64_t)1 << 40};
+	uint64_t *addr = calloc(t->tensors ? t->tensors : 1, sizeof *addr);
+	struct ptm *m = ptm_new(&c);
+	struct ptm_stats st;
+
+	if (!addr || !m) {
+		fprintf(stderr, "test-alloc-pytorch: out of memory\n");
+		exit(99);
+	}
+	for (size_t i = 0; i < t->n; i++)
+		if (t->ev[i].kind == EV_ALLOC)
+			ptm_alloc(m, t->ev[i].size, t->ev[i].stream, &addr[t->ev[i].id]);
+		else if (t->ev[i].kind == EV_FREE)
+			ptm_free(m, addr[t->ev[i].id]);
+	ptm_stats(m, &st);
+	ptm_delete(m);
+	free(addr);
+	return (uint64_t)st.allocated_peak;
+}
+
+static void make_own_settings(const struct trace *t, struct own_setting *out)
+{
+	/* The arena device's size (tests/modules/arena.c). */
+	const uint64_t total = (uint64_t)2 << 30;
+	double peak = (double)model_peak(t, total);
+
+	for (size_t k = 0; k < N_OWN_CAPS; k++) {
+		double fraction = own_caps[k].peaks * peak / (double)total;
+
+		snprintf(out[k].options, sizeof out[k].options, "%smemory_fraction:%.9f",
+			 own_caps[k].options, fraction < 1 ? fraction : 1.0);
+		out[k].setting = (struct setting){.options = out[k].options,
+						  .expect = own_caps[k].expect & X_STITCH};
+	}
+}
+
+/* bench/torch-*.trace.gz, at most N_RECORDED_MAX of them; none is a hard
+ * error, as they are part of the source tree. */
+static size_t read_recorded_traces(struct trace *traces)
+{
+	char pattern[4096];
+	glob_t g;
+	size_t n;
+
+	snprintf(pattern, sizeof pattern, "%s/../bench/torch-*.trace.gz", test_env("TEST_SRCDIR"));
+	if (glob(pattern, 0, NULL, &g) != 0 || g.gl_pathc == 0 || g.gl_pathc > N_RECORDED_MAX) {
+		fprintf(stderr, "test-alloc-pytorch: %s: no recorded traces, or more than %d\n",
+			pattern, N_RECORDED_MAX);
+		exit(99);
+	}
+	for (n = 0; n < g.gl_pathc; n++) {
+		read_recorded(g.gl_pathv[n], &traces[n]);
+		/* The name points into the glob's path, which goes. */
+		traces[n].name = strdup(traces[n].name);
+		if (!traces[n].name) {
+			fprintf(stderr, "test-alloc-pytorch: out of memory\n");
+			exit(99);
+		}
+	}
+	globfree(&g);
+	return n;
+}
+
 int main(void)
 {
-	static struct trace traces[3];
+	enum { N_GENERATED = 3, N_TRACES = N_GENERATED + N_RECORDED_MAX };
+	static struct trace traces[N_TRACES];
 	enum { N_SETTINGS = sizeof settings / sizeof *settings };
-	static struct test_case cases[3 * N_SETTINGS];
+	static struct test_case cases[N_TRACES * (N_SETTINGS + N_OWN_CAPS)];
+	static struct own_setting own[N_RECORDED_MAX][N_OWN_CAPS];
 	static const struct CMUnitTest model_tests[] = {
 		cmocka_unit_test(model_sizes),     cmocka_unit_test(model_best_fit),
 		cmocka_unit_test(model_max_split), cmocka_unit_test(model_oom),
 		cmocka_unit_test(model_expandable), cmocka_unit_test(model_gc),
 	};
 	enum { N_MODEL = sizeof model_tests / sizeof *model_tests };
-	static struct CMUnitTest tests[N_MODEL + 3 * N_SETTINGS];
-	size_t n = 0;
+	static struct CMUnitTest tests[N_MODEL + N_TRACES * (N_SETTINGS + N_OWN_CAPS)];
+	size_t n = 0, n_traces;
 
 	for (; n < N_MODEL; n++)
 		tests[n] = model_tests[n];
 	gen_training(&traces[0]);
 	gen_decoding(&traces[1]);
 	gen_switching(&traces[2]);
-	for (size_t k = 0; k < 3; k++)
-		for (size_t s = 0; s < N_SETTINGS; s++, n++) {
+	n_traces = N_GENERATED + read_recorded_traces(&traces[N_GENERATED]);
+	for (size_t k = 0; k < n_traces; k++) {
+		bool recorded = k >= N_GENERATED;
+		size_t n_own = recorded ? N_OWN_CAPS : 0;
+
+		if (recorded)
+			make_own_settings(&traces[k], own[k - N_GENERATED]);
+		for (size_t s = 0; s < N_SETTINGS + n_own; s++, n++) {
 			struct test_case *c = &cases[n - N_MODEL];
+			bool mine = s >= N_SETTINGS;
 
 			c->trace = &traces[k];
-			c->setting = &settings[s];
+			c->setting = mine ? &own[k - N_GENERATED][s - N_SETTINGS].setting : &settings[s];
+			c->expect = mine ? own_caps[s - N_SETTINGS].expect : recorded ? 0 : settings[s].expect;
 			snprintf(c->name, sizeof c->name, "%s [%s]", traces[k].name,
-				 *settings[s].options ? settings[s].options : "defaults");
+				 *c->setting->options ? c->setting->options : "defaults");
 			tests[n] = (struct CMUnitTest){.name = c->name, .test_func = run_case,
 						       .initial_state = c};
 		}
+	}
 	cmocka_set_message_output(CM_OUTPUT_TAP);
 	int rc = _cmocka_run_group_tests("test-alloc-pytorch", tests, n, NULL, NULL);
-	for (size_t k = 0; k < 3; k++)
+	for (size_t k = 0; k < n_traces; k++) {
 		free(traces[k].ev);
+		if (k >= N_GENERATED)
+			free((char *)traces[k].name);
+	}
 	return rc;
 }
