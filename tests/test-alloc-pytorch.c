@@ -40,6 +40,7 @@ enum {
 	X_OOM = 4,      /* the cache is flushed for a retry, and some allocations fail */
 	X_FREE = 8,     /* memory goes back to the driver (segments, or pages unmapped) */
 	X_STITCH = 16,  /* stitching on: the same until the model's first failure, then fewer */
+	X_RETRY = 32,   /* the cache is flushed for a retry */
 };
 
 struct setting {
@@ -419,6 +420,7 @@ static void run_case(void **state)
 		      c->name, lib_failures, stitches);
 	if (((x & X_GC) && ms.gc_releases == 0) || ((x & X_OVERSIZE) && ms.oversize_releases == 0) ||
 	    ((x & X_OOM) && (ms.num_alloc_retries == 0 || ms.num_ooms == 0)) ||
+	    ((x & X_RETRY) && ms.num_alloc_retries == 0) ||
 	    ((x & X_FREE) && ms.num_device_free == 0))
 		fail_msg("%s: the trace no longer takes the paths this setting is for (in the model: "
 			 "%" PRIu64 " releases by garbage collection, %" PRIu64 " of oversize blocks, "
@@ -704,21 +706,23 @@ static void read_recorded(const char *path, struct trace *t)
 }
 
 /* The settings above cap memory at fractions of the arena device that
- * most recorded traces never reach.  These cap each recorded trace at a
- * multiple of its own peak allocated bytes (the model's, with defaults),
- * so that the out-of-memory paths run on real workloads too: a cap below
- * the peak fails some allocations after a retry, one a little above it
- * makes the cache flush and retry, garbage collection runs under one. */
+ * most recorded traces never reach.  These cap each recorded trace from
+ * its own peaks, allocated and reserved (the model's, with defaults), so
+ * that the out-of-memory paths run on real workloads too: a cap below the
+ * peak allocated fails some allocations after a retry; one between the
+ * two peaks makes the cache flush and retry; garbage collection runs
+ * under the peak reserved. */
 static const struct {
-	const char *options; /* before memory_fraction, which follows */
-	double peaks;        /* the cap in peak allocated bytes */
-	unsigned expect;     /* X_*: X_STITCH as in settings[], the others required */
+	const char *options;   /* before memory_fraction, which follows */
+	double allocated;      /* the cap: this times the peak allocated bytes */
+	double reserved;       /* plus this times the peak reserved */
+	unsigned expect;       /* X_*: X_STITCH as in settings[], the others required */
 } own_caps[] = {
-	{"", 0.9, X_OOM},
-	{"", 1.25, 0},
-	{"garbage_collection_threshold:0.6,", 1.5, 0},
-	{"expandable_segments:True,expandable_stitching:False,", 0.9, X_OOM},
-	{"expandable_segments:True,", 1.1, X_STITCH},
+	{"", 0.9, 0, X_OOM},
+	{"", 0.5, 0.5, X_RETRY},
+	{"garbage_collection_threshold:0.6,", 0, 1, 0},
+	{"expandable_segments:True,expandable_stitching:False,", 0.9, 0, X_OOM},
+	{"expandable_segments:True,", 1.1, 0, X_STITCH},
 };
 enum { N_OWN_CAPS = sizeof own_caps / sizeof *own_caps };
 
@@ -727,8 +731,8 @@ struct own_setting {
 	struct setting setting;
 };
 
-/* The model's peak allocated bytes for t with PyTorch's defaults. */
-static uint64_t model_peak(const struct trace *t, uint64_t total)
+/* The model's figures for t with PyTorch's defaults. */
+static struct ptm_stats model_peaks(const struct trace *t, uint64_t total)
 {
 	/* Any base: addresses only order the blocks. */
 	struct ptm_config c = {.device_total = total, .max_split_size = SIZE_MAX,
@@ -749,17 +753,19 @@ static uint64_t model_peak(const struct trace *t, uint64_t total)
 	ptm_stats(m, &st);
 	ptm_delete(m);
 	free(addr);
-	return (uint64_t)st.allocated_peak;
+	return st;
 }
 
 static void make_own_settings(const struct trace *t, struct own_setting *out)
 {
 	/* The arena device's size (tests/modules/arena.c). */
 	const uint64_t total = (uint64_t)2 << 30;
-	double peak = (double)model_peak(t, total);
+	struct ptm_stats st = model_peaks(t, total);
 
 	for (size_t k = 0; k < N_OWN_CAPS; k++) {
-		double fraction = own_caps[k].peaks * peak / (double)total;
+		double fraction = (own_caps[k].allocated * (double)st.allocated_peak +
+				   own_caps[k].reserved * (double)st.reserved_peak) /
+				  (double)total;
 
 		snprintf(out[k].options, sizeof out[k].options, "%smemory_fraction:%.9f",
 			 own_caps[k].options, fraction < 1 ? fraction : 1.0);
