@@ -20,7 +20,7 @@ static void *must(void *p)
 	return p;
 }
 
-static void push(struct trace *t, struct event e)
+void trace_push(struct trace *t, struct event e)
 {
 	if (t->n == t->cap) {
 		t->cap = t->cap ? 2 * t->cap : 4096;
@@ -31,19 +31,19 @@ static void push(struct trace *t, struct event e)
 
 static uint32_t t_alloc(struct trace *t, uint64_t size, unsigned stream)
 {
-	push(t, (struct event){.kind = EV_ALLOC, .stream = (uint8_t)stream, .id = t->tensors,
+	trace_push(t, (struct event){.kind = EV_ALLOC, .stream = (uint8_t)stream, .id = t->tensors,
 			       .size = size});
 	return t->tensors++;
 }
 
 static void t_free(struct trace *t, uint32_t id)
 {
-	push(t, (struct event){.kind = EV_FREE, .id = id});
+	trace_push(t, (struct event){.kind = EV_FREE, .id = id});
 }
 
 static void t_empty_cache(struct trace *t)
 {
-	push(t, (struct event){.kind = EV_EMPTY_CACHE});
+	trace_push(t, (struct event){.kind = EV_EMPTY_CACHE});
 }
 
 static uint64_t rng_next(uint64_t *s)

@@ -22,6 +22,10 @@ struct trace {
 	uint32_t tensors;
 };
 
+/* Appends e to t, whose events grow as needed; out of host memory, as
+ * below. */
+void trace_push(struct trace *t, struct event e);
+
 /* Each appends its trace to t, which starts zeroed, and names it; the
  * caller frees t->ev.  Out of host memory, they print a message and exit
  * with status 99 (a hard error to automake's test drivers). */

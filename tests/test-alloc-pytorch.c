@@ -649,22 +649,6 @@ static void model_gc(void **state)
 
 enum { N_RECORDED_MAX = 16 };
 
-static void push_event(struct trace *t, struct event e)
-{
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? 2 * t->cap : 4096;
-		struct event *ev = realloc(t->ev, cap * sizeof *ev);
-
-		if (!ev) {
-			fprintf(stderr, "test-alloc-pytorch: out of memory\n");
-			exit(99);
-		}
-		t->ev = ev;
-		t->cap = cap;
-	}
-	t->ev[t->n++] = e;
-}
-
 /* A devcache-trace(5) file, read with the tool's reader: its slots stand
  * for the tensors (a slot is named again only once freed), on the
  * default stream or stream 1.  Exits with status 99, a hard error, on
@@ -689,13 +673,13 @@ static void read_recorded(const char *path, struct trace *t)
 					 (unsigned)e->stream);
 				rc = -1;
 			} else if (e->op == TRACE_OP_ALLOC) {
-				push_event(t, (struct event){.kind = EV_ALLOC,
+				trace_push(t, (struct event){.kind = EV_ALLOC,
 							     .stream = (uint8_t)e->stream,
 							     .id = e->slot, .size = e->size});
 				if (e->slot >= t->tensors)
 					t->tensors = e->slot + 1;
 			} else if (e->op == TRACE_OP_FREE) {
-				push_event(t, (struct event){.kind = EV_FREE, .id = e->slot});
+				trace_push(t, (struct event){.kind = EV_FREE, .id = e->slot});
 			}
 		}
 	trace_set_destroy(&set);
@@ -735,8 +719,7 @@ struct own_setting {
 static struct ptm_stats model_peaks(const struct trace *t, uint64_t total)
 {
 	/* Any base: addresses only order the blocks. */
-	struct ptm_config c = {.device_total = total, .max_split_size = SIZE_MAX,
-			       .max_non_split_rounding = 20 * MiB, .address_base = (uint64_t)1 << 40};
+	struct ptm_config c = model_config("", total, (uint64_t)1 << 40);
 	uint64_t *addr = calloc(t->tensors ? t->tensors : 1, sizeof *addr);
 	struct ptm *m = ptm_new(&c);
 	struct ptm_stats st;
