@@ -17,6 +17,9 @@
  * out (an expandable segment takes 1 1/8 of it, per pool and stream). */
 #define FF_UNIT ((uint64_t)2 << 20)
 #define FF_SPACE_FACTOR 16
+/* The arena test device's memory (tests/modules/arena.c), which the
+ * tests also give the model as its device's. */
+#define ARENA_TOTAL ((uint64_t)2 << 30)
 
 struct ff_extent {
 	uint64_t offset, size;

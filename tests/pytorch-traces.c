@@ -32,7 +32,7 @@ void trace_push(struct trace *t, struct event e)
 static uint32_t t_alloc(struct trace *t, uint64_t size, unsigned stream)
 {
 	trace_push(t, (struct event){.kind = EV_ALLOC, .stream = (uint8_t)stream, .id = t->tensors,
-			       .size = size});
+				     .size = size});
 	return t->tensors++;
 }
 

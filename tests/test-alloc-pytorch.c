@@ -10,6 +10,7 @@
 #include <devcache.h>
 
 #include "arena-base.h"
+#include "first-fit.h"
 #include "pytorch-model.h"
 #include "pytorch-traces.h"
 #include "trace-read.h"
@@ -741,8 +742,7 @@ static struct ptm_stats model_peaks(const struct trace *t, uint64_t total)
 
 static void make_own_settings(const struct trace *t, struct own_setting *out)
 {
-	/* The arena device's size (tests/modules/arena.c). */
-	const uint64_t total = (uint64_t)2 << 30;
+	const uint64_t total = ARENA_TOTAL;
 	struct ptm_stats st = model_peaks(t, total);
 
 	for (size_t k = 0; k < N_OWN_CAPS; k++) {
