@@ -15,12 +15,12 @@
 /* One device of ARENA_TOTAL bytes.  Device memory and virtual address
  * space both come from one first-fit allocator (tests/first-fit.h, which
  * has both figures) over a range of FF_SPACE_FACTOR times that, reserved
- * PROT_NONE and never touched: the differential test only compares the allocator's decisions,
- * so addresses have to be real and deterministic but need no memory
- * behind them.  Like a driver, the device refuses an allocation (mem_alloc,
- * or the physical memory of vm_create) when the bytes in use and the
- * request would pass its total.  The model in tests/pytorch-model.c has
- * the same driver. */
+ * PROT_NONE and never touched: the differential test only compares the
+ * allocator's decisions, so addresses have to be real and deterministic
+ * but need no memory behind them.  Like a driver, the device refuses an
+ * allocation (mem_alloc, or the physical memory of vm_create) when the
+ * bytes in use and the request would pass its total.  The model in
+ * tests/pytorch-model.c has the same driver. */
 #define ARENA_GRANULARITY ((size_t)FF_UNIT)
 /* Where the reservation is asked for, a hint that the kernel honours when
  * the range is free and ignores otherwise (a 39-bit arm64 kernel, say).
